@@ -1,0 +1,38 @@
+# The two commands of the README: `make run` and `make test`. Both create .venv on first use and
+# reuse it afterwards (idempotent); Snakemake reuses finished outputs.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CORES ?= $(shell nproc)
+
+.PHONY: run test test-fast report lint install-profiles clean
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/snakemake --profile profiles/local --cores $(CORES)
+	$(BIN)/snakemake --profile profiles/local --report results/report.html
+	@echo "report: $(CURDIR)/results/report.html"
+	@$(BIN)/python -c "import json; g=json.load(open('results/compare/gate.json')); print('verdict:', g['sentence'])"
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q
+
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -m "not slow and not slurm"
+
+lint: $(BIN)/.installed
+	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile rules/
+
+install-profiles: $(BIN)/.installed
+	$(BIN)/evil-moe install-profiles
+
+clean:
+	rm -rf results .snakemake
