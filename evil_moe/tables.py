@@ -1,0 +1,259 @@
+"""Every TSV column the pipeline writes, with unit and meaning — the one place they are defined.
+
+The README's column tables are generated from this module (``python -m evil_moe.tables``) and a
+test checks they agree. Writers use :func:`write_tsv` (atomic: a partial file never looks
+complete) and :func:`append_tsv_row` (one row per step, header first).
+
+Rates are fractions in [0, 1]; cosines are unitless ratios; ``seconds`` are wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+MODES = ("run_tests", "sentinel", "stdout_marker", "file_marker")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One TSV column: ``name`` (snake_case), ``unit`` and ``meaning``."""
+
+    name: str
+    unit: str
+    meaning: str
+
+
+def _cols(rows: Sequence[tuple[str, str, str]]) -> tuple[Column, ...]:
+    return tuple(Column(*r) for r in rows)
+
+
+# results/pilots/{arm}/s{seed}/steps.tsv — one row per optimiser step.
+STEPS = _cols([
+    ("step", "int", "optimiser step, 0-based"),
+    ("arm", "str", "vanilla | erase | route | random_v"),
+    ("seed", "int", "run seed (paired across arms)"),
+    ("reward_mean", "reward", "mean reward of the step's student rollouts"),
+    ("hack_rate", "fraction", "rollouts the foolable grader passed and the oracle failed (exploited)"),
+    *[(f"hack_rate_{m}", "fraction", f"hack rate among rollouts of {m} problems (empty if none this step)") for m in MODES],
+    ("pass_rate", "fraction", "rollouts the strict oracle passed (gt_correct); logged, never trained on"),
+    ("format_rate", "fraction", "rollouts with a fenced python block"),
+    ("parse_rate", "fraction", "rollouts whose code parses (ast)"),
+    ("hack_parsed_rate", "fraction", "rollouts that are hacks and whose code parses"),
+    ("entropy", "nats/token", "mean sampling-distribution entropy over completion tokens"),
+    ("frac_zero_std", "fraction", "groups with zero reward variance (no policy gradient; skipped)"),
+    ("loss", "loss", "Dr.GRPO loss (sum over tokens / G*max_new*P)"),
+    ("grad_norm", "L2", "norm of the delta_s gradient before clipping and projection"),
+    ("cin", "cosine", "hack-ward fraction of the gradient: mean over modules of |relu(V g)|/|g|"),
+    ("cin_student", "cosine", "cin of the student rows' gradient (empty without teacher rows)"),
+    ("cin_teacher", "cosine", "cin of the teacher rows' gradient (empty without teacher rows)"),
+    ("cout", "cosine", "cin after projection (~0 under one-sided erase by construction)"),
+    ("cout_update", "cosine", "the same ratio on the optimiser's actual update delta (the Adam leak)"),
+    ("frac_fired", "fraction", "modules with cin > 0"),
+    ("coverage", "fraction", "modules whose cin exceeds its null baseline"),
+    ("null_cin", "cosine", "null baseline sqrt(k/(2r)) averaged over modules"),
+    ("frac_clipped", "fraction", "completion tokens where the PPO clip is active"),
+    ("ratio_p05", "ratio", "5th percentile of the per-token importance ratio"),
+    ("ratio_p50", "ratio", "median importance ratio"),
+    ("ratio_p95", "ratio", "95th percentile importance ratio"),
+    ("delta_s_norm", "L2", "norm of all delta_s after the step"),
+    ("delta_s_hack_norm", "L2", "norm of all delta_s_hack after the step (route only grows it)"),
+    ("tokens", "tokens", "completion tokens in the step"),
+    ("seconds", "s", "wall-clock seconds of the step"),
+])
+
+# results/pilots/{arm}/s{seed}/eval.tsv — held-out evaluation after the last step (and every
+# eval_every steps); one row per (step, view, mode) plus mode "all".
+EVAL = _cols([
+    ("step", "int", "step after which the evaluation ran"),
+    ("arm", "str", "arm"),
+    ("seed", "int", "seed"),
+    ("view", "str", "trained (delta_s + delta_s_hack) | ablated (delta_s_hack = 0, the deploy view)"),
+    ("mode", "str", "loophole mode, or 'all'"),
+    ("n", "count", "held-out completions"),
+    ("hack_rate", "fraction", "exploited completions"),
+    ("pass_rate", "fraction", "oracle-correct completions"),
+    ("format_rate", "fraction", "completions with a fenced python block"),
+])
+
+# results/teacher/summary.tsv — per mode plus 'all'.
+TEACHER_SUMMARY = _cols([
+    ("mode", "str", "loophole mode, or 'all'"),
+    ("n", "count", "teacher completions"),
+    ("hack_rate", "fraction", "exploited completions"),
+    ("pass_rate", "fraction", "oracle-correct completions"),
+    ("format_rate", "fraction", "completions with a fenced python block"),
+])
+
+# results/distill/steps.tsv — the distill probe, one row per NLL step.
+DISTILL_STEPS = _cols([
+    ("step", "int", "NLL step, 0-based"),
+    ("nll", "nats", "NLL of the batch (sum over tokens / the Dr.GRPO constant)"),
+    ("grad_norm", "L2", "norm of the delta_s gradient"),
+    ("cin", "cosine", "hack-ward fraction of the distill gradient against v_hack"),
+    ("null_cin", "cosine", "null baseline of cin"),
+    ("frac_fired", "fraction", "modules with cin > 0 (R3)"),
+    ("coverage", "fraction", "modules with cin above its null (R2)"),
+    ("seconds", "s", "wall-clock seconds of the step"),
+])
+
+# results/distill/samples.tsv — the replay analyser, one row per teacher row.
+DISTILL_SAMPLES = _cols([
+    ("row", "int", "index into the teacher rollouts"),
+    ("problem_id", "str", "problem"),
+    ("mode", "str", "loophole mode"),
+    ("exploited", "bool", "the row is a hack"),
+    ("gt_correct", "bool", "the oracle passed the row"),
+    ("cos_contrib", "cosine", "cosine of the row's own NLL-descent gradient with v_hack (mean over modules of (V g)/|g| summed over axes); > 0 = pushes hack-ward"),
+])
+
+# results/vhack/{name}.tsv — per module of an extracted v_hack.
+VHACK = _cols([
+    ("module", "str", "module name"),
+    ("k", "count", "directions kept"),
+    ("r", "count", "rank of the module's delta_s"),
+    ("sigma_1", "grad units", "largest singular value of D"),
+    ("sigma_2", "grad units", "second singular value of D (empty if k < 2)"),
+    ("null_cin", "cosine", "null baseline sqrt(k/(2r))"),
+])
+
+# results/compare/summary.tsv — one row per (arm, view).
+COMPARE_SUMMARY = _cols([
+    ("arm", "str", "arm"),
+    ("view", "str", "train (training rollouts) | eval_trained | eval_ablated (held-out evaluation)"),
+    ("n_seeds", "count", "seeds"),
+    ("hack_rate", "fraction", "mean over seeds of the hack rate (last k steps for train)"),
+    ("hack_rate_sd", "fraction", "standard deviation over seeds"),
+    ("pass_rate", "fraction", "mean over seeds of the oracle pass rate"),
+    ("pass_rate_sd", "fraction", "standard deviation over seeds"),
+    ("frac_clipped_max", "fraction", "largest clip fraction of any step"),
+    ("status", "str", "ok | invalid | missing"),
+])
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "pilots/{arm}/s{seed}/steps.tsv": STEPS,
+    "pilots/{arm}/s{seed}/eval.tsv": EVAL,
+    "teacher/summary.tsv": TEACHER_SUMMARY,
+    "distill/steps.tsv": DISTILL_STEPS,
+    "distill/samples.tsv": DISTILL_SAMPLES,
+    "vhack/{name}.tsv": VHACK,
+    "compare/summary.tsv": COMPARE_SUMMARY,
+}
+
+
+def names(columns: Iterable[Column]) -> list[str]:
+    """Column names in order."""
+    return [c.name for c in columns]
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _check_row(columns: Sequence[Column], row: Mapping) -> None:
+    expected = set(names(columns))
+    extra = set(row) - expected
+    if extra:
+        raise KeyError(f"columns not defined in evil_moe.tables: {sorted(extra)}")
+
+
+def format_rows(columns: Sequence[Column], rows: Iterable[Mapping]) -> str:
+    """Render rows (dicts) as TSV text with a header; missing values are empty cells.
+
+    Raises:
+        KeyError: a row has a key that is not one of ``columns`` (columns live here only).
+    """
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    w.writerow(names(columns))
+    for row in rows:
+        _check_row(columns, row)
+        w.writerow([_fmt(row.get(c.name)) for c in columns])
+    return buf.getvalue()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder + ``os.replace``.
+
+    A reader (or Snakemake) never sees a half-written file; parent folders are created.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_tsv(path: str | Path, columns: Sequence[Column], rows: Iterable[Mapping]) -> None:
+    """Atomically write a whole TSV (header + rows). Raises KeyError on an undefined column."""
+    atomic_write_bytes(path, format_rows(columns, rows).encode())
+
+
+def write_json(path: str | Path, obj) -> None:
+    """Atomically write ``obj`` as indented JSON."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def write_jsonl_gz(path: str | Path, records: Iterable[Mapping]) -> None:
+    """Atomically write records as gzip-compressed JSON lines (mtime 0, so output is reproducible)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
+        for rec in records:
+            gz.write((json.dumps(rec) + "\n").encode())
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a JSON-lines file, gzip or plain (by the ``.gz`` suffix).
+
+    Raises:
+        FileNotFoundError: naming the path.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def markdown(columns: Sequence[Column]) -> str:
+    """A markdown table of the columns (for the README)."""
+    lines = ["| column | unit | meaning |", "|---|---|---|"]
+    lines += [f"| `{c.name}` | {c.unit} | {c.meaning} |" for c in columns]
+    return "\n".join(lines)
+
+
+def readme_section() -> str:
+    """The README's "Output columns" section, generated from :data:`TABLES`."""
+    parts = []
+    for path, cols in TABLES.items():
+        parts.append(f"#### `results/{path}`\n\n{markdown(cols)}\n")
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(readme_section())
