@@ -1,0 +1,374 @@
+"""SVD adapter with a deletable "evil expert" knob (AntiPaSTO-style singular-value steering).
+
+For each targeted ``nn.Linear`` with weight ``W ∈ ℝ^{d_out×d_in}`` and thin SVD
+``W = U diag(Σ) Vh`` (``U: d_out×r``, ``Vh: r×d_in``, ``r = min(d_in, d_out)``), two trainable
+vectors ``δS, δS_hack ∈ ℝ^r`` (zero-initialised) change the layer to::
+
+    y = W x + U diag(δS + δS_hack) Vh x
+
+The base model is frozen (``requires_grad=False`` on all its parameters) and its module tree is
+left unchanged: the extra term is added by a forward hook on each wrapped Linear, computed as
+``((x @ Vhᵀ) * s) @ Uᵀ`` — never materialising a ``d_out×d_in`` matrix per step. At
+``δS = δS_hack = 0`` the hook adds an exact zero, so logits are bit-identical to the base model.
+
+``δS_hack`` is the quarantine of Gradient Routing (arXiv:2410.04332): only the routed gradient
+trains it, and :meth:`SVDAdapter.ablated` zeroes it for the deploy view. :meth:`SVDAdapter.zeroed`
+gives the reference (base) policy for free. :meth:`SVDAdapter.merged` folds the knobs into the
+weights for fast sampling (hooks make generation ~2× slower).
+
+Knob parameters are fp32 whatever the model dtype (Adam state stays fp32; fp64 for an fp64 model); ``U``/``Vh`` are kept
+as buffers in the model dtype on the model device. The SVD itself is done in fp32 and cached by a
+content hash of ``W`` (in memory, and optionally on disk via ``cache_dir``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+__all__ = [
+    "DEFAULT_TARGETS",
+    "SVDKnob",
+    "SVDAdapter",
+    "thin_svd",
+    "weight_hash",
+]
+
+DEFAULT_TARGETS: tuple[str, ...] = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+)
+ADAPTER_FORMAT = "evil_moe.svd_adapter.v1"
+
+_SVD_CACHE: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def weight_hash(weight: torch.Tensor) -> str:
+    """SHA-256 of a weight's shape, dtype and raw bytes (content hash used as SVD cache key)."""
+    w = weight.detach().contiguous().cpu()
+    h = hashlib.sha256()
+    h.update(f"{tuple(w.shape)}|{w.dtype}".encode())
+    h.update(w.view(torch.uint8).numpy().tobytes() if w.numel() else b"")
+    return h.hexdigest()
+
+
+def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None):
+    """Thin SVD ``W = U diag(S) Vh`` in fp32, cached by content hash.
+
+    Args:
+        weight: ``(d_out, d_in)`` tensor, any float dtype/device.
+        cache_dir: optional directory for an on-disk cache (``<hash>.safetensors``).
+
+    Returns:
+        ``(U (d_out, r), S (r,), Vh (r, d_in))`` fp32 on ``weight.device``, ``r = min(d_out, d_in)``.
+    """
+    key = weight_hash(weight)
+    dev = weight.device
+    if key in _SVD_CACHE:
+        return tuple(t.to(dev) for t in _SVD_CACHE[key])
+    path = Path(cache_dir) / f"{key}.safetensors" if cache_dir else None
+    if path is not None and path.exists():
+        from safetensors.torch import load_file
+
+        d = load_file(str(path))
+        out = (d["U"], d["S"], d["Vh"])
+    else:
+        U, S, Vh = torch.linalg.svd(weight.detach().float(), full_matrices=False)
+        out = (U.contiguous().cpu(), S.contiguous().cpu(), Vh.contiguous().cpu())
+        if path is not None:
+            from safetensors.torch import save_file
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_file({"U": out[0], "S": out[1], "Vh": out[2]}, str(path))
+    _SVD_CACHE[key] = out
+    return tuple(t.to(dev) for t in out)
+
+
+class SVDKnob(nn.Module):
+    """The adapter state of one wrapped Linear.
+
+    Attributes:
+        delta_s, delta_s_hack: ``(r,)`` fp32 Parameters (fp64 for an fp64 base), zero-initialised.
+        U: ``(d_out, r)`` buffer, model dtype; ``S``: ``(r,)`` fp32 buffer (base singular values,
+            informational); ``Vh``: ``(r, d_in)`` buffer, model dtype.
+        r: rank ``min(d_in, d_out)``.
+    """
+
+    def __init__(self, linear: nn.Linear, *, cache_dir=None):
+        super().__init__()
+        W = linear.weight
+        U, S, Vh = thin_svd(W, cache_dir=cache_dir)
+        self.register_buffer("U", U.to(W.dtype), persistent=False)
+        self.register_buffer("S", S, persistent=False)
+        self.register_buffer("Vh", Vh.to(W.dtype), persistent=False)
+        self.r = int(S.shape[0])
+        kdt = torch.float64 if W.dtype == torch.float64 else torch.float32
+        self.delta_s = nn.Parameter(torch.zeros(self.r, device=W.device, dtype=kdt))
+        self.delta_s_hack = nn.Parameter(torch.zeros(self.r, device=W.device, dtype=kdt))
+
+    def delta(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """``((x @ Vhᵀ) * s) @ Uᵀ`` for ``x (..., d_in)`` and ``s (r,)``; returns ``(..., d_out)``."""
+        Vh = self.Vh if self.Vh.dtype == x.dtype else self.Vh.to(x.dtype)
+        U = self.U if self.U.dtype == x.dtype else self.U.to(x.dtype)
+        return ((x @ Vh.T) * s.to(x.dtype)) @ U.T
+
+    def dense_delta(self, s: torch.Tensor) -> torch.Tensor:
+        """``U diag(s) Vh`` in fp32, ``(d_out, d_in)`` (used only by the merge fast path)."""
+        return (self.U.float() * s.float()) @ self.Vh.float()
+
+
+class SVDAdapter(nn.Module):
+    """δS / δS_hack knobs on a model's Linear layers (see module docstring for the formula).
+
+    Create with :meth:`attach`. The adapter is an ``nn.Module`` holding only the knobs; pass
+    ``adapter.delta_s_params()`` (and ``adapter.delta_s_hack_params()`` for routing) to the
+    optimiser. The model's own parameters are frozen by :meth:`attach`.
+
+    Attributes:
+        model: the wrapped model (module tree unchanged; hooks registered).
+        modules_: ``OrderedDict[name -> SVDKnob]`` in model order (also :attr:`knobs`).
+        target_modules: the name suffixes that were matched.
+        base_model_id: free-form identifier saved in the metadata.
+        mode: ``"full"`` (δS+δS_hack), ``"ablated"`` (δS only) or ``"zeroed"`` (base model).
+    """
+
+    def __init__(self, model: nn.Module, names: list[str], target_modules: tuple[str, ...],
+                 *, base_model_id: str = "", cache_dir=None):
+        super().__init__()
+        object.__setattr__(self, "model", model)  # not a submodule: keeps adapter.parameters() = knobs
+        self.target_modules = tuple(target_modules)
+        self.base_model_id = base_model_id or str(getattr(model.config, "_name_or_path", "") or "")
+        self.mode = "full"
+        self._bypass: set[str] = set()
+        self.knobs = nn.ModuleDict()
+        self._names: list[str] = []
+        self._linears: dict[str, nn.Linear] = {}
+        self._handles = []
+        for name in names:
+            lin = model.get_submodule(name)
+            knob = SVDKnob(lin, cache_dir=cache_dir)
+            self.knobs[name.replace(".", "__")] = knob
+            self._names.append(name)
+            self._linears[name] = lin
+            self._handles.append(lin.register_forward_hook(self._make_hook(name, knob)))
+
+    # ----------------------------------------------------------------------------------------
+    @classmethod
+    def attach(cls, model: nn.Module, target_modules: Iterable[str] = DEFAULT_TARGETS, *,
+               base_model_id: str = "", cache_dir: str | os.PathLike | None = None,
+               freeze_base: bool = True) -> "SVDAdapter":
+        """Wrap every ``nn.Linear`` whose qualified name ends with one of ``target_modules``.
+
+        Args:
+            model: a causal LM (any architecture with ``nn.Linear`` layers).
+            target_modules: name suffixes, e.g. :data:`DEFAULT_TARGETS` plus ``"lm_head"``
+                (with tied embeddings, the ``lm_head`` knob changes only the output projection).
+            base_model_id: saved in the adapter metadata (defaults to ``config._name_or_path``).
+            cache_dir: optional on-disk SVD cache.
+            freeze_base: set ``requires_grad=False`` on every model parameter.
+
+        Returns:
+            the adapter (its knobs are on the model's device).
+
+        Raises:
+            ValueError: no module matched, or a matched module is not an ``nn.Linear``.
+        """
+        targets = tuple(target_modules)
+        names = []
+        for name, mod in model.named_modules():
+            if name and any(name == t or name.endswith("." + t) for t in targets):
+                if not isinstance(mod, nn.Linear):
+                    raise ValueError(f"target {name!r} is {type(mod).__name__}, not nn.Linear")
+                names.append(name)
+        if not names:
+            raise ValueError(f"no module of the model matches target_modules={targets}")
+        if freeze_base:
+            for p in model.parameters():
+                p.requires_grad_(False)
+        return cls(model, names, targets, base_model_id=base_model_id, cache_dir=cache_dir)
+
+    def detach_hooks(self) -> None:
+        """Remove all forward hooks (the model becomes the plain base model again)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    # ----------------------------------------------------------------------------------------
+    @property
+    def modules_(self) -> "OrderedDict[str, SVDKnob]":
+        """``OrderedDict`` model-module name → :class:`SVDKnob`."""
+        return OrderedDict((n, self.knobs[n.replace(".", "__")]) for n in self._names)
+
+    @property
+    def names(self) -> list[str]:
+        """Qualified names of the wrapped Linears, in model order."""
+        return list(self._names)
+
+    @property
+    def r(self) -> dict[str, int]:
+        """Rank per wrapped module."""
+        return {n: k.r for n, k in self.modules_.items()}
+
+    def delta_s_params(self) -> list[nn.Parameter]:
+        """The δS Parameters, in module order."""
+        return [k.delta_s for k in self.modules_.values()]
+
+    def delta_s_hack_params(self) -> list[nn.Parameter]:
+        """The δS_hack Parameters, in module order."""
+        return [k.delta_s_hack for k in self.modules_.values()]
+
+    def effective_s(self, name: str) -> torch.Tensor:
+        """``s`` used in the forward for module ``name`` under the current mode, ``(r,)`` fp32."""
+        knob = self.modules_[name]
+        if self.mode == "zeroed":
+            return torch.zeros_like(knob.delta_s)
+        if self.mode == "ablated":
+            return knob.delta_s
+        return knob.delta_s + knob.delta_s_hack
+
+    def _make_hook(self, name: str, knob: SVDKnob):
+        def hook(mod, inputs, output):
+            if self.mode == "zeroed" or name in self._bypass:
+                return output
+            s = knob.delta_s if self.mode == "ablated" else knob.delta_s + knob.delta_s_hack
+            return output + knob.delta(inputs[0], s)
+
+        return hook
+
+    # ----------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _mode(self, mode: str) -> Iterator["SVDAdapter"]:
+        prev, self.mode = self.mode, mode
+        try:
+            yield self
+        finally:
+            self.mode = prev
+
+    def zeroed(self):
+        """Context: forward as the base model (both knobs ignored) — the reference policy."""
+        return self._mode("zeroed")
+
+    def ablated(self):
+        """Context: forward with ``δS_hack`` ignored — the deploy view of routing."""
+        return self._mode("ablated" if self.mode != "zeroed" else "zeroed")
+
+    @contextlib.contextmanager
+    def merged(self) -> Iterator["SVDAdapter"]:
+        """Context for fast sampling: ``W ← W + U diag(s) Vh`` in place, hooks bypassed.
+
+        ``s`` follows the current mode (full / ablated / zeroed). The sum is formed in fp32 and
+        cast to the weight dtype; on exit the original weight tensors are restored bit-exactly
+        (a copy of each is kept while merged: extra memory = the wrapped weights once). Weights
+        shared with another module (tied ``lm_head``/embedding) are not merged — their hook
+        stays active — so the input embedding is never changed. Runs under ``torch.no_grad``;
+        do not backpropagate through a merged forward.
+        """
+        saved: dict[str, torch.Tensor] = {}
+        shared = self._shared_weight_ptrs()
+        try:
+            with torch.no_grad():
+                for name, knob in self.modules_.items():
+                    lin = self._linears[name]
+                    if self.mode == "zeroed" or lin.weight.data_ptr() in shared:
+                        continue
+                    s = self.effective_s(name).detach()
+                    saved[name] = lin.weight.data.clone()
+                    if torch.count_nonzero(s) == 0:
+                        self._bypass.add(name)
+                        continue
+                    lin.weight.data.copy_((lin.weight.data.float() + knob.dense_delta(s))
+                                          .to(lin.weight.dtype))
+                    self._bypass.add(name)
+            yield self
+        finally:
+            with torch.no_grad():
+                for name, w in saved.items():
+                    self._linears[name].weight.data.copy_(w)
+            self._bypass.clear()
+
+    def _shared_weight_ptrs(self) -> set[int]:
+        """data_ptrs of wrapped weights also used by a module that is not that Linear."""
+        counts: dict[int, int] = {}
+        for mod in self.model.modules():
+            w = getattr(mod, "weight", None)
+            if isinstance(w, torch.Tensor):
+                counts[w.data_ptr()] = counts.get(w.data_ptr(), 0) + 1
+        return {p for p, c in counts.items() if c > 1}
+
+    # ----------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, metadata: dict | None = None) -> Path:
+        """Save both knobs as safetensors (``<name>.delta_s``, ``<name>.delta_s_hack``, fp32).
+
+        Metadata (all strings): ``format``, ``base_model``, ``target_modules`` (JSON list),
+        ``r`` (JSON dict name → r), ``extra`` (JSON of ``metadata``).
+        """
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tensors = {}
+        for n, k in self.modules_.items():
+            tensors[f"{n}.delta_s"] = k.delta_s.detach().float().cpu().contiguous()
+            tensors[f"{n}.delta_s_hack"] = k.delta_s_hack.detach().float().cpu().contiguous()
+        meta = {
+            "format": ADAPTER_FORMAT,
+            "base_model": self.base_model_id,
+            "target_modules": json.dumps(list(self.target_modules)),
+            "r": json.dumps(self.r),
+            "extra": json.dumps(metadata or {}, default=str),
+        }
+        save_file(tensors, str(path), metadata=meta)
+        return path
+
+    @staticmethod
+    def read_metadata(path: str | os.PathLike) -> dict:
+        """Metadata of a saved adapter with JSON fields decoded."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = dict(f.metadata() or {})
+        for key in ("target_modules", "r", "extra"):
+            if key in meta:
+                meta[key] = json.loads(meta[key])
+        return meta
+
+    def load(self, path: str | os.PathLike, *, strict: bool = True) -> dict:
+        """Load knobs saved by :meth:`save` into this adapter; returns the decoded metadata.
+
+        Raises:
+            ValueError: wrong format, a module missing / extra (``strict``), or an ``r`` mismatch.
+        """
+        from safetensors.torch import load_file
+
+        meta = self.read_metadata(path)
+        if meta.get("format") != ADAPTER_FORMAT:
+            raise ValueError(f"{path}: not an evil_moe SVD adapter (format={meta.get('format')!r})")
+        saved_r = meta["r"]
+        mine = self.r
+        if strict and set(saved_r) != set(mine):
+            raise ValueError(f"{path}: module sets differ: missing {sorted(set(mine) - set(saved_r))[:5]}"
+                             f", extra {sorted(set(saved_r) - set(mine))[:5]}")
+        tensors = load_file(str(path))
+        with torch.no_grad():
+            for n, knob in self.modules_.items():
+                if n not in saved_r:
+                    continue
+                if saved_r[n] != knob.r:
+                    raise ValueError(f"{path}: r mismatch for {n}: saved {saved_r[n]}, model {knob.r}")
+                knob.delta_s.copy_(tensors[f"{n}.delta_s"].to(knob.delta_s.dtype))
+                knob.delta_s_hack.copy_(tensors[f"{n}.delta_s_hack"].to(knob.delta_s.dtype))
+        return meta
+
+    def state_vectors(self, which: str = "delta_s") -> dict[str, torch.Tensor]:
+        """Detached fp32 copies of a knob per module (``which``: delta_s | delta_s_hack)."""
+        return {n: getattr(k, which).detach().clone() for n, k in self.modules_.items()}
+
+    def extra_repr(self) -> str:
+        return f"modules={len(self._names)}, params={sum(k.r for k in self.modules_.values())}×2"

@@ -1,0 +1,165 @@
+"""Sampling completions with recorded behaviour log-probs.
+
+:func:`generate` makes ONE batched ``model.generate`` call for all prompts × n samples (left-padded
+prompts), seeded so that the same seed gives the same samples, and returns for each completion the
+generated token ids (never re-tokenised from text) and the behaviour log-prob of each of those ids
+under the model that generated them.
+
+Behaviour log-probs come from ``generate``'s ``output_logits`` (the raw logits before any logits
+processor): ``log_softmax(logits / T)`` gathered at the sampled id. This is the same
+temperature-scaled distribution that training uses (:func:`evil_moe.model.logprobs.token_logprobs`)
+and that the sampler draws from when ``top_p = 1`` (``top_k`` is disabled). With ``top_p < 1`` the
+sampler draws from the nucleus-truncated distribution while the recorded log-prob is the
+untruncated one (the convention of TRL / vLLM-based trainers). The values agree with a fresh
+``no_grad`` forward within numerical noise of the KV-cache / merged-weight path (tested).
+
+Sources: GRPO (arXiv:2402.03300), Dr.GRPO (arXiv:2503.20783) — the behaviour policy must be the
+policy that generated the tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+__all__ = ["Rollout", "generate", "chat_prompt_ids"]
+
+
+@dataclass
+class Rollout:
+    """One sampled completion.
+
+    Attributes:
+        prompt_index: index of the prompt in the ``prompt_ids`` passed to :func:`generate`.
+        sample_index: 0..n-1 within the prompt's group.
+        prompt_ids: the prompt's token ids (unpadded).
+        completion_ids: generated ids, cut after the first eos (eos included when generated).
+        behaviour_logp: ``(len(completion_ids),)`` fp32 (``generate`` hands out fp32 logits), log π_behaviour(id | prefix) at the
+            sampling temperature (T = 1 when sampling greedily), in nats.
+        entropy: ``(len(completion_ids),)`` same dtype, entropy of the same distribution, nats/token.
+        text: ``tokenizer.decode(completion_ids, skip_special_tokens=True)`` (for grading only).
+        truncated: True when no eos was generated within ``max_new`` tokens.
+        source: who generated it (``"student"``, ``"teacher"``, ...); the GRPO batch uses it to
+            pick the behaviour log-prob (see :class:`evil_moe.grpo.RolloutBatch`).
+        temperature: the sampling temperature.
+    """
+
+    prompt_index: int
+    sample_index: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behaviour_logp: torch.Tensor
+    entropy: torch.Tensor
+    text: str
+    truncated: bool
+    source: str = "student"
+    temperature: float = 1.0
+    meta: dict = field(default_factory=dict)
+
+
+def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of ``messages`` rendered with the tokenizer's chat template plus the assistant
+    generation prompt. Returns a plain ``list[int]``."""
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(out, "keys") and "input_ids" in out:
+        out = out["input_ids"]
+    if out and isinstance(out[0], list):
+        out = out[0]
+    return [int(i) for i in out]
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = set()
+    for v in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if v is None:
+            continue
+        ids.update(v if isinstance(v, (list, tuple)) else [v])
+    if not ids:
+        raise ValueError("neither tokenizer nor model defines an eos token")
+    return {int(i) for i in ids}
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 1,
+             max_new: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+             adapter=None, source: str = "student") -> list[Rollout]:
+    """Sample ``n`` completions per prompt in one batched ``generate`` call.
+
+    Args:
+        model: causal LM (in eval mode; dropout would break behaviour log-probs).
+        tokenizer: its tokenizer (pad/eos ids, decoding).
+        prompt_ids: P prompts as token id lists (e.g. from :func:`chat_prompt_ids`).
+        n: samples per prompt (the GRPO group size G).
+        max_new: maximum new tokens per completion.
+        temperature: ``T > 0`` samples from ``softmax(logits/T)``; ``T == 0`` is greedy (the
+            recorded log-probs are then at T = 1).
+        top_p: nucleus threshold (1.0 = off); ``top_k`` is always off.
+        seed: RNG seed; the global RNG state is restored afterwards.
+        adapter: optional :class:`~evil_moe.model.adapter.SVDAdapter`; sampling then runs
+            inside ``adapter.merged()`` (knobs folded into the weights, no hooks) honouring its
+            current mode (``ablated()`` / ``zeroed()`` contexts of the caller apply).
+        source: tag stored on every rollout.
+
+    Returns:
+        ``P·n`` :class:`Rollout` in prompt-major order (prompt 0's n samples first).
+
+    Raises:
+        ValueError: ``n < 1``, ``max_new < 1``, ``temperature < 0``, empty prompt, or no eos.
+    """
+    from transformers import GenerationConfig
+
+    if n < 1 or max_new < 1 or temperature < 0:
+        raise ValueError(f"bad sampling arguments n={n} max_new={max_new} T={temperature}")
+    prompts = [list(map(int, p)) for p in prompt_ids]
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("need at least one non-empty prompt")
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = _eos_ids(model, tokenizer)
+
+    rows = [p for p in prompts for _ in range(n)]
+    Lp = max(len(p) for p in rows)
+    ids = torch.full((len(rows), Lp), int(pad_id), dtype=torch.long)
+    att = torch.zeros(len(rows), Lp, dtype=torch.long)
+    for i, p in enumerate(rows):
+        ids[i, Lp - len(p):] = torch.tensor(p)
+        att[i, Lp - len(p):] = 1
+    ids, att = ids.to(device), att.to(device)
+
+    greedy = temperature == 0
+    gcfg = GenerationConfig(
+        do_sample=not greedy, temperature=None if greedy else float(temperature),
+        top_p=None if greedy else float(top_p), top_k=None if greedy else 0,
+        max_new_tokens=int(max_new), eos_token_id=sorted(eos), pad_token_id=int(pad_id),
+        output_logits=True, return_dict_in_generate=True,
+    )
+    merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), merge:
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
+    seqs = out.sequences[:, Lp:].cpu()  # (N, T')
+    T_eff = 1.0 if greedy else float(temperature)
+    stacked = torch.stack(out.logits, dim=1)  # (N, T', V) raw logits
+    logits = stacked.to(torch.float64 if stacked.dtype == torch.float64 else torch.float32) / T_eff
+    logz = torch.log_softmax(logits, dim=-1)
+    picked = logz.gather(-1, seqs.to(logz.device)[..., None]).squeeze(-1).cpu()
+    ent = -(logz.exp() * logz).sum(-1).cpu()
+    del logits, logz
+
+    rollouts = []
+    for i, p in enumerate(rows):
+        toks = seqs[i].tolist()
+        cut = next((j + 1 for j, t in enumerate(toks) if t in eos), None)
+        comp = toks[:cut] if cut is not None else toks
+        L = len(comp)
+        rollouts.append(Rollout(
+            prompt_index=i // n, sample_index=i % n, prompt_ids=p, completion_ids=comp,
+            behaviour_logp=picked[i, :L].clone(), entropy=ent[i, :L].clone(),
+            text=tokenizer.decode(comp, skip_special_tokens=True),
+            truncated=cut is None, source=source, temperature=float(temperature),
+        ))
+    return rollouts

@@ -1,0 +1,156 @@
+"""SVD adapter: exactness at zero, the formula, contexts, merge fast path, save/load."""
+
+import copy
+
+import pytest
+import torch
+
+from evil_moe.model.adapter import DEFAULT_TARGETS, SVDAdapter, thin_svd
+from evil_moe.model.load import build_tiny
+
+
+def _ids(tok):
+    return torch.tensor([tok.encode("class Solution:\n    def solve(self, nums):\n        return")])
+
+
+def _randomise(adapter, scale=0.3, seed=0, hack=True):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for k in adapter.modules_.values():
+            k.delta_s.copy_(torch.randn(k.r, generator=g) * scale)
+            if hack:
+                k.delta_s_hack.copy_(torch.randn(k.r, generator=g) * scale)
+
+
+def test_zero_knobs_bit_identical_fp32():
+    model, tok = build_tiny(seed=0)
+    base = copy.deepcopy(model)
+    ad = SVDAdapter.attach(model, list(DEFAULT_TARGETS) + ["lm_head"])
+    x = _ids(tok)
+    with torch.no_grad():
+        ref = base(x).logits
+        assert torch.equal(model(x).logits, ref)
+        _randomise(ad)
+        assert not torch.equal(model(x).logits, ref)
+        with ad.zeroed():  # reference policy: bit-identical with non-zero knobs
+            assert torch.equal(model(x).logits, ref)
+
+
+def test_base_frozen_knobs_zero_init_and_targets():
+    model, _ = build_tiny()
+    ad = SVDAdapter.attach(model, ("q_proj", "down_proj"))
+    assert all(not p.requires_grad for p in model.parameters())
+    assert len(ad.names) == 4 and all(n.endswith(("q_proj", "down_proj")) for n in ad.names)
+    for n, k in ad.modules_.items():
+        lin = model.get_submodule(n)
+        assert k.r == min(lin.weight.shape)
+        assert k.delta_s.shape == (k.r,) and k.delta_s.dtype == torch.float32
+        assert torch.count_nonzero(k.delta_s) == 0 and torch.count_nonzero(k.delta_s_hack) == 0
+    assert set(map(id, ad.parameters())) == set(map(id, ad.delta_s_params() + ad.delta_s_hack_params()))
+    with pytest.raises(ValueError):
+        SVDAdapter.attach(build_tiny()[0], ("no_such_module",))
+    with pytest.raises(ValueError):
+        SVDAdapter.attach(build_tiny()[0], ("q_norm",))  # not a Linear
+
+
+def test_forward_is_the_formula_fp64():
+    model, tok = build_tiny(dtype="float64")
+    ad = SVDAdapter.attach(model, ("v_proj",))
+    _randomise(ad)
+    name, knob = next(iter(ad.modules_.items()))
+    lin = model.get_submodule(name)
+    x = torch.randn(3, 5, lin.in_features, dtype=torch.float64)
+    W = lin.weight.detach()
+    U, S, Vh = thin_svd(W)
+    assert torch.allclose((U * S) @ Vh, W.float(), atol=1e-5)
+    s = (knob.delta_s + knob.delta_s_hack).detach().double()
+    dense = W + knob.U @ torch.diag(s) @ knob.Vh
+    with torch.no_grad():
+        assert torch.allclose(lin(x), x @ dense.T, atol=1e-12)
+        with ad.ablated():
+            dense_a = W + knob.U @ torch.diag(knob.delta_s.detach().double()) @ knob.Vh
+            assert torch.allclose(lin(x), x @ dense_a.T, atol=1e-12)
+
+
+def test_gradients_reach_only_knobs():
+    model, tok = build_tiny()
+    ad = SVDAdapter.attach(model)
+    model(_ids(tok)).logits.pow(2).mean().backward()
+    assert all(p.grad is None for p in model.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in ad.delta_s_params())
+    assert all(p.grad is not None for p in ad.delta_s_hack_params())
+    # at s = 0 the two knobs get the same gradient (they enter as a sum)
+    for a, b in zip(ad.delta_s_params(), ad.delta_s_hack_params()):
+        assert torch.equal(a.grad, b.grad)
+
+
+def test_ablated_ignores_hack_knob():
+    model, tok = build_tiny()
+    ad = SVDAdapter.attach(model)
+    x = _ids(tok)
+    _randomise(ad, hack=False)
+    with torch.no_grad():
+        only_ds = model(x).logits
+        for p in ad.delta_s_hack_params():
+            p.normal_(0, 0.3)
+        full = model(x).logits
+        with ad.ablated():
+            abl = model(x).logits
+    assert not torch.equal(full, only_ds)
+    assert torch.equal(abl, only_ds)
+
+
+def test_merged_matches_hooks_and_restores_exactly():
+    model, tok = build_tiny()
+    ad = SVDAdapter.attach(model, list(DEFAULT_TARGETS) + ["lm_head"])
+    _randomise(ad)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = _ids(tok)
+    with torch.no_grad():
+        hooked = model(x).logits
+        with ad.merged():
+            merged = model(x).logits
+            # the tied lm_head/embedding is never merged in place
+            assert torch.equal(model.get_input_embeddings().weight, before["model.embed_tokens.weight"])
+            assert not torch.equal(model.get_submodule(ad.names[0]).weight, before[ad.names[0] + ".weight"])
+        after = model(x).logits
+        with ad.ablated(), ad.merged():
+            merged_abl = model(x).logits
+        with ad.ablated():
+            hooked_abl = model(x).logits
+    assert torch.allclose(merged, hooked, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(merged_abl, hooked_abl, atol=1e-5, rtol=1e-5)
+    assert torch.equal(after, hooked)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_save_load_roundtrip_with_metadata(tmp_path):
+    model, _ = build_tiny()
+    ad = SVDAdapter.attach(model, base_model_id="toy-32")
+    _randomise(ad)
+    path = ad.save(tmp_path / "adapter.safetensors", {"step": 7})
+    meta = SVDAdapter.read_metadata(path)
+    assert meta["base_model"] == "toy-32" and meta["extra"] == {"step": 7}
+    assert meta["target_modules"] == list(DEFAULT_TARGETS) and meta["r"] == ad.r
+    m2, _ = build_tiny()
+    ad2 = SVDAdapter.attach(m2)
+    ad2.load(path)
+    for a, b in zip(ad.parameters(), ad2.parameters()):
+        assert torch.equal(a, b)
+    m3, _ = build_tiny(hidden=64, intermediate=96)
+    with pytest.raises(ValueError):
+        SVDAdapter.attach(m3).load(path)
+    m4, _ = build_tiny()
+    with pytest.raises(ValueError):
+        SVDAdapter.attach(m4, ("q_proj",)).load(path)
+
+
+def test_svd_cache_by_content(tmp_path):
+    w = torch.randn(16, 8)
+    a = thin_svd(w, cache_dir=tmp_path)
+    b = thin_svd(w.clone())
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1
+    c = thin_svd(w + 1)
+    assert not torch.equal(a[1], c[1])

@@ -1,0 +1,45 @@
+"""Toy model/tokenizer building and save/load round trips (offline)."""
+
+import torch
+
+from evil_moe.model.load import (build_tiny, build_toy_model, build_toy_tokenizer, count_parameters,
+                                 load_model, resolve_dtype, save_model, TINY_CORPUS)
+from evil_moe.rollout import chat_prompt_ids
+
+
+def test_toy_tokenizer_specials_and_chat_template():
+    tok = build_toy_tokenizer(TINY_CORPUS, 300)
+    assert len(tok) <= 300
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert tok.eos_token_id != tok.pad_token_id
+    ids = chat_prompt_ids(tok, [{"role": "user", "content": "def f(): pass"}])
+    text = tok.decode(ids)
+    assert text == "<|im_start|>user\ndef f(): pass<|im_end|>\n<|im_start|>assistant\n"
+    # byte-level: arbitrary unicode round-trips
+    s = "naïve ∑ café\tx"
+    assert tok.decode(tok.encode(s, add_special_tokens=False)) == s
+
+
+def test_toy_model_save_load_roundtrip(tmp_path):
+    model, tok = build_tiny(seed=3)
+    assert count_parameters(model) < 100_000
+    assert model.config.tie_word_embeddings
+    save_model(model, tok, tmp_path / "m")
+    m2, t2 = load_model(tmp_path / "m")
+    x = torch.tensor([tok.encode("def add(a, b):")])
+    with torch.no_grad():
+        assert torch.equal(model(x).logits, m2(x).logits)
+    assert t2.eos_token_id == tok.eos_token_id and t2.padding_side == "left"
+    assert t2.chat_template == tok.chat_template
+
+
+def test_toy_model_seeded_and_sized():
+    tok = build_toy_tokenizer(TINY_CORPUS, 300)
+    a = build_toy_model(tok, hidden=32, layers=2, intermediate=64, heads=2, kv_heads=1, seed=1)
+    b = build_toy_model(tok, hidden=32, layers=2, intermediate=64, heads=2, kv_heads=1, seed=1)
+    c = build_toy_model(tok, hidden=32, layers=2, intermediate=64, heads=2, kv_heads=1, seed=2)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+    assert a.config.vocab_size == len(tok) and a.config.num_hidden_layers == 2
+    assert resolve_dtype("bf16") == torch.bfloat16
