@@ -1,0 +1,34 @@
+# evil_moe: reward hacking in RL fine-tuning, stopped at the gradient level.
+#   snakemake --profile profiles/local                 # embedded default (toy models, CPU)
+#   snakemake --profile profiles/slurm --configfile config/pilot.yaml
+#   snakemake --report results/report.html
+# Data flow and file names: rules/*.smk (one per stage), config keys: config/schema.yaml.
+
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/problems.smk"
+include: "rules/models.smk"
+include: "rules/toy.smk"
+include: "rules/teacher.smk"
+include: "rules/vhack.smk"
+include: "rules/distill.smk"
+include: "rules/pilot.smk"
+include: "rules/compare.smk"
+include: "rules/sweep.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        get_final_output,

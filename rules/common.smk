@@ -1,0 +1,316 @@
+"""Shared state of the workflow: the validated config, derived lists, and every input/params
+function (get_*). The stage files (rules/*.smk) hold only rules.
+
+Config: config/config.yaml (the embedded default), merged with any --configfile; validated here
+against config/schema.yaml (unknown or wrong-typed keys fail before any job runs, naming the key)
+and filled with the schema's defaults.
+"""
+
+import json
+import shlex
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from evil_moe.config import ConfigError
+from evil_moe.config import validate as check_config
+
+# ---- config ---------------------------------------------------------------------------------
+# evil_moe.config gives one sentence naming the bad key (snakemake's own message dumps the whole
+# schema); then snakemake.utils.validate checks the same schema and fills the defaults in place.
+try:
+    check_config(config)
+except ConfigError as err:
+    raise WorkflowError(f"invalid config: {err}") from None
+
+validate(config, "../config/schema.yaml")
+
+if config["problems"]["source"] == "leetcode":
+    if not config["problems"]["path"]:
+        raise WorkflowError(
+            "invalid config: problems.source is leetcode but 'problems.path' is not set"
+        )
+    if not Path(config["problems"]["path"]).is_file():
+        raise WorkflowError(
+            f"invalid config: 'problems.path': problem file not found: {config['problems']['path']}"
+        )
+if config["models"]["build"] == "none":
+    for _key in ("student", "teacher"):
+        if not config["models"][_key]:
+            raise WorkflowError(
+                f"invalid config: models.build is none but 'models.{_key}' is not set"
+            )
+
+RESULTS = config["results"]
+ARMS = list(config["pilot"]["arms"])
+SEEDS = list(config["pilot"]["seeds"])
+MODES = (
+    [config["problems"]["force_mode"]]
+    if config["problems"]["force_mode"]
+    else list(config["problems"]["modes"])
+)
+# Every arm and mode the schema allows (wildcard constraints must not depend on the chosen ones).
+ALL_ARMS = ["vanilla", "erase", "route", "random_v"]
+ALL_MODES = ["run_tests", "sentinel", "stdout_marker", "file_marker"]
+FIGURES = ["hack_rate", "pass_rate", "cin", "frac_clipped", "cos_contrib"]
+# Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
+# run's params means adding a seed or an arm does not rerun the others, and the test-only
+# failure switches reach only the arm they name (see get_pilot_config).
+PILOT_RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
+# Config sections each stage reads (its params; editing another section does not rerun it).
+STAGE_SECTIONS = {
+    "problems": ["problems"],
+    "toy_models": ["toy", "problems", "adapter"],
+    "teacher": ["problems", "grader", "models", "teacher"],
+    "extract": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
+    "distill": ["problems", "grader", "models", "adapter", "distill", "pilot"],
+    "pilot": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
+    "compare": ["problems", "pilot", "compare"],
+}
+
+
+wildcard_constraints:
+    arm="|".join(ALL_ARMS),
+    seed=r"\d+",
+    mode="|".join(ALL_MODES),
+    name="main|fold_(" + "|".join(ALL_MODES) + ")",
+
+
+def res(path):
+    """A path under the results folder (config key results)."""
+    return f"{RESULTS}/{path}"
+
+
+# ---- models ---------------------------------------------------------------------------------
+def _model_dirs():
+    build = config["models"]["build"]
+    if build == "toy":
+        return res("models/student"), res("models/teacher")
+    if build == "smollm2":
+        return res("models/smollm2"), res("models/smollm2")
+    return config["models"]["student"], config["models"]["teacher"]
+
+
+STUDENT, TEACHER = _model_dirs()
+
+
+def get_model_input(which):
+    """The file a stage waits for before loading the student or teacher: a built model's
+    config.json, or nothing when models.build is none (a hub id or a ready local path).
+    """
+    if config["models"]["build"] == "none":
+        return []
+    return f"{STUDENT if which == 'student' else TEACHER}/config.json"
+
+
+def _model_arg(input, configured):
+    built = input.get("model")
+    return str(Path(built).parent) if built else configured
+
+
+def get_student(wildcards, input):
+    """--model for the student: the built model's folder (its config.json is input.model) or
+    models.student as given (models.build none)."""
+    return _model_arg(input, STUDENT)
+
+
+def get_teacher(wildcards, input):
+    """--model for the teacher: the built model's folder or models.teacher as given."""
+    return _model_arg(input, TEACHER)
+
+
+# ---- stage configs (params.cfg) --------------------------------------------------------------
+def _sections(stage):
+    data = {}
+    for name in STAGE_SECTIONS[stage]:
+        section = dict(config[name])
+        if name == "pilot":
+            for key in PILOT_RUN_INDEPENDENT:
+                section.pop(key, None)
+        data[name] = section
+    return data
+
+
+def get_stage_config(stage):
+    """JSON of the config sections the stage reads (passed as --config-json)."""
+    return json.dumps(_sections(stage), sort_keys=True)
+
+
+def get_pilot_config(wildcards):
+    """JSON config of one pilot run; the test-only switches pilot.fail_arm / fail_once_arm go
+    only to the arm they name, so removing one reruns exactly that arm (and compare)."""
+    data = _sections("pilot")
+    for key in ("fail_arm", "fail_once_arm"):
+        if config["pilot"][key] == wildcards.arm:
+            data["pilot"][key] = wildcards.arm
+    return json.dumps(data, sort_keys=True)
+
+
+# ---- v_hack ---------------------------------------------------------------------------------
+def get_known_modes(wildcards):
+    """--known-modes for extract: fold_{mode} knows every mode but the held-out one; main knows
+    vhack.known_modes (nothing passed = the stage's default, all modes)."""
+    if wildcards.name.startswith("fold_"):
+        heldout = wildcards.name.removeprefix("fold_")
+        return "--known-modes " + ",".join(m for m in MODES if m != heldout)
+    known = config["vhack"]["known_modes"]
+    return "--known-modes " + ",".join(known) if known else ""
+
+
+# ---- pilots ---------------------------------------------------------------------------------
+def _pilot_inputs(vhack_name):
+    inputs = {
+        "problems": res("problems.jsonl"),
+        "model": get_model_input("student"),
+        "vhack": res(f"vhack/{vhack_name}_hack.safetensors"),
+        "random_vhack": res(f"vhack/{vhack_name}_random.safetensors"),
+    }
+    if config["pilot"]["init"] == "distill":
+        inputs["init"] = res("distill/student_adapter.safetensors")
+    if config["pilot"]["mix_ratio"] > 0:
+        inputs["teacher_rollouts"] = res("teacher/rollouts.jsonl.gz")
+    return inputs
+
+
+def get_pilot_input(wildcards):
+    """Inputs of a pilot run (v_hack from all known modes)."""
+    return _pilot_inputs("main")
+
+
+def get_fold_pilot_input(wildcards):
+    """Inputs of a leave-one-mode-out pilot run (v_hack without the held-out mode)."""
+    return _pilot_inputs(f"fold_{wildcards.mode}")
+
+
+def get_pilot_options(wildcards, input):
+    """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0)."""
+    options = []
+    if "init" in input.keys():
+        options += ["--init", input.init]
+    if "teacher_rollouts" in input.keys():
+        options += ["--teacher-rollouts", input.teacher_rollouts]
+    return shlex.join(options)
+
+
+def get_out_dir(wildcards, output):
+    """The folder of a stage's first output (its --out-dir)."""
+    return str(Path(output[0]).parent)
+
+
+def get_models_dir(wildcards, output):
+    """results/models: the parent of the student and teacher folders."""
+    return str(Path(output[0]).parent.parent)
+
+
+# ---- compare and the gate --------------------------------------------------------------------
+def _pilot_dirs(tree, seeds):
+    return [res(f"{tree}/{arm}/s{seed}") for arm in ARMS for seed in seeds]
+
+
+def get_compare_input(wildcards):
+    """steps.tsv of every pilot (arm x seed) the comparison aggregates."""
+    return [f"{d}/steps.tsv" for d in _pilot_dirs("pilots", SEEDS)]
+
+
+def get_pilot_flags(wildcards, input):
+    """--pilot DIR for every pilot folder among the inputs."""
+    dirs = [str(Path(p).parent) for p in input.pilots]
+    return " ".join(f"--pilot {shlex.quote(d)}" for d in dirs)
+
+
+def get_sweep_compare_input(wildcards):
+    """Pilots of the sweep comparison: every arm over pilot.seeds plus sweep.seeds."""
+    seeds = SEEDS + [s for s in config["sweep"]["seeds"] if s not in SEEDS]
+    return [f"{d}/steps.tsv" for d in _pilot_dirs("pilots", seeds)]
+
+
+def get_fold_compare_input(wildcards):
+    """Pilots of one leave-one-mode-out fold: every arm over pilot.seeds."""
+    return [
+        f"{d}/steps.tsv" for d in _pilot_dirs(f"sweep/folds/{wildcards.mode}", SEEDS)
+    ]
+
+
+def get_gate(wildcards):
+    """gate.json of the pilot comparison; waits for the compare checkpoint."""
+    return checkpoints.compare.get().output.gate
+
+
+def _read_gate(path):
+    if not path or not Path(path).is_file():
+        return None
+    return json.loads(Path(path).read_text())
+
+
+def _fold_modes():
+    return MODES if config["sweep"]["folds"] and len(MODES) > 1 else []
+
+
+def _sweep_outputs():
+    outputs = []
+    if config["sweep"]["seeds"]:
+        outputs.append(res("sweep/compare/gate.json"))
+    outputs += [res(f"sweep/folds/{m}/compare/gate.json") for m in _fold_modes()]
+    return outputs
+
+
+def get_sweep_input(wildcards):
+    """The sweep's outputs when the gate says separated; otherwise nothing (the report says why
+    the sweep was not justified, from results/sweep/decision.rst)."""
+    gate = _read_gate(checkpoints.compare.get().output.gate)
+    if gate and gate.get("verdict") == "separated":
+        return _sweep_outputs()
+    return []
+
+
+def get_decision_text(wildcards, input):
+    """reStructuredText of the gate's verdict and the sweep decision (results/sweep/decision.rst,
+    included at the top of the report)."""
+    gate = _read_gate(input.gate)
+    if gate is None:
+        return "The separation gate has not been decided yet."
+    verdict = gate.get("verdict", "invalid")
+    lines = [
+        f"**Verdict: {verdict}.** {gate.get('sentence', '')}",
+        "",
+    ]
+    criteria = [
+        c
+        for c in gate.get("criteria", [])
+        if c.get("name") != "valid" or not c.get("passed")
+    ]
+    if criteria:
+        lines += ["Gate criteria:", ""]
+        for c in criteria:
+            mark = "passed" if c.get("passed") else "FAILED"
+            who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
+            value, threshold = c.get("value"), c.get("threshold")
+            note = c.get("note", "")
+            lines.append(
+                f"- {mark}: {c.get('name')} {who} (value {value}, threshold {threshold}) {note}".rstrip()
+            )
+        lines.append("")
+    if verdict == "separated":
+        seeds = ", ".join(map(str, config["sweep"]["seeds"])) or "none"
+        folds = ", ".join(_fold_modes()) or "none"
+        lines.append(
+            f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
+            f"folds: {folds}); its comparison is under {res('sweep/')}."
+        )
+    else:
+        lines.append(
+            f"**Sweep: not run, not justified.** The pilot comparison's verdict is "
+            f"'{verdict}', and the sweep (more seeds, leave-one-mode-out folds) runs only when "
+            "it is 'separated': " + (gate.get("sentence") or "")
+        )
+    return "\n".join(lines)
+
+
+def get_final_output(wildcards):
+    """Targets of the default run: the pilot comparison, the gate note, and the sweep when the
+    gate says separated."""
+    targets = [res("compare/summary.tsv"), res("compare/gate.json")]
+    targets += [res(f"compare/figures/{f}.svg") for f in FIGURES]
+    targets.append(res("sweep/decision.rst"))
+    return targets + get_sweep_input(wildcards)

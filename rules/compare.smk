@@ -1,0 +1,64 @@
+# The pilot comparison is a checkpoint: the sweep target reads its gate.json (get_sweep_input).
+
+
+checkpoint compare:
+    input:
+        pilots=get_compare_input,
+        samples=res("distill/samples.tsv"),
+    output:
+        gate=report(
+            res("compare/gate.json"),
+            caption="../report/gate.rst",
+            category="0. Verdict",
+            labels={"stage": "compare", "result": "gate"},
+        ),
+        gate_md=res("compare/gate.md"),
+        summary=report(
+            res("compare/summary.tsv"),
+            caption="../report/summary.rst",
+            category="0. Verdict",
+            labels={"stage": "compare", "result": "summary"},
+        ),
+        hack_rate=report(
+            res("compare/figures/hack_rate.svg"),
+            caption="../report/fig_hack_rate.rst",
+            category="6. Trajectories",
+            labels={"stage": "compare", "figure": "hack_rate"},
+        ),
+        pass_rate=report(
+            res("compare/figures/pass_rate.svg"),
+            caption="../report/fig_pass_rate.rst",
+            category="6. Trajectories",
+            labels={"stage": "compare", "figure": "pass_rate"},
+        ),
+        cin=report(
+            res("compare/figures/cin.svg"),
+            caption="../report/fig_cin.rst",
+            category="6. Trajectories",
+            labels={"stage": "compare", "figure": "cin"},
+        ),
+        frac_clipped=report(
+            res("compare/figures/frac_clipped.svg"),
+            caption="../report/fig_frac_clipped.rst",
+            category="6. Trajectories",
+            labels={"stage": "compare", "figure": "frac_clipped"},
+        ),
+        cos_contrib=report(
+            res("compare/figures/cos_contrib.svg"),
+            caption="../report/fig_cos_contrib.rst",
+            category="4. Distill probe",
+            labels={"stage": "distill", "table": "cos_contrib figure"},
+        ),
+        png=expand(res("compare/figures/{figure}.png"), figure=FIGURES),
+    log:
+        res("logs/compare.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: 1
+    params:
+        cfg=get_stage_config("compare"),
+        pilots=get_pilot_flags,
+        out_dir=get_out_dir,
+    shell:
+        "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
+        " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -1,0 +1,78 @@
+# One Dr.GRPO pilot per (arm, seed). A pilot checkpoints into its own folder and resumes from it,
+# so a requeued Slurm job (slurm-requeue) or a rerun after a kill continues where it stopped.
+
+
+rule pilot:
+    input:
+        unpack(get_pilot_input),
+    output:
+        steps=report(
+            res("pilots/{arm}/s{seed}/steps.tsv"),
+            caption="../report/pilot_steps.rst",
+            category="5. Pilots",
+            subcategory="{arm}",
+            labels={
+                "stage": "pilot",
+                "arm": "{arm}",
+                "seed": "{seed}",
+                "table": "steps",
+            },
+        ),
+        eval=report(
+            res("pilots/{arm}/s{seed}/eval.tsv"),
+            caption="../report/pilot_eval.rst",
+            category="5. Pilots",
+            subcategory="{arm}",
+            labels={
+                "stage": "pilot",
+                "arm": "{arm}",
+                "seed": "{seed}",
+                "table": "eval",
+            },
+        ),
+        rollouts=res("pilots/{arm}/s{seed}/rollouts.jsonl.gz"),
+        adapter=res("pilots/{arm}/s{seed}/adapter.safetensors"),
+        status=res("pilots/{arm}/s{seed}/status.json"),
+    log:
+        res("logs/pilot/{arm}_s{seed}.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: 1
+    params:
+        cfg=get_pilot_config,
+        model=get_student,
+        options=get_pilot_options,
+        out_dir=get_out_dir,
+    shell:
+        "evil-moe pilot --config-json {params.cfg:q} --problems {input.problems:q}"
+        " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
+        " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# The same pilot with v_hack extracted without one mode (sweep.folds): the held-out mode's hack
+# rate says whether the direction generalises to a loophole the detector never saw.
+rule fold_pilot:
+    input:
+        unpack(get_fold_pilot_input),
+    output:
+        steps=res("sweep/folds/{mode}/{arm}/s{seed}/steps.tsv"),
+        eval=res("sweep/folds/{mode}/{arm}/s{seed}/eval.tsv"),
+        rollouts=res("sweep/folds/{mode}/{arm}/s{seed}/rollouts.jsonl.gz"),
+        adapter=res("sweep/folds/{mode}/{arm}/s{seed}/adapter.safetensors"),
+        status=res("sweep/folds/{mode}/{arm}/s{seed}/status.json"),
+    log:
+        res("logs/fold_pilot/{mode}/{arm}_s{seed}.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: 1
+    params:
+        cfg=get_pilot_config,
+        model=get_student,
+        options=get_pilot_options,
+        out_dir=get_out_dir,
+    shell:
+        "evil-moe pilot --config-json {params.cfg:q} --problems {input.problems:q}"
+        " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
+        " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

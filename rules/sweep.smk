@@ -1,0 +1,100 @@
+# The sweep runs only when the pilot comparison's gate says "separated" (get_sweep_input reads
+# gate.json through the compare checkpoint); sweep_decision records the verdict and, otherwise,
+# why the sweep was not justified (shown at the top of the report).
+
+
+localrules:
+    sweep_decision,
+
+
+rule sweep_decision:
+    input:
+        gate=get_gate,
+    output:
+        report(
+            res("sweep/decision.rst"),
+            caption="../report/decision.rst",
+            category="0. Verdict",
+            labels={"stage": "compare", "result": "sweep decision"},
+        ),
+    log:
+        res("logs/sweep_decision.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    params:
+        text=get_decision_text,
+    shell:
+        "printf '%s\\n' {params.text:q} > {output:q} 2> {log:q}"
+
+
+# Pilots over pilot.seeds + sweep.seeds (the pilot rule makes the extra seeds), compared again.
+rule sweep_compare:
+    input:
+        pilots=get_sweep_compare_input,
+        samples=res("distill/samples.tsv"),
+    output:
+        gate=report(
+            res("sweep/compare/gate.json"),
+            caption="../report/sweep_gate.rst",
+            category="7. Sweep",
+            labels={"stage": "sweep", "fold": "all modes"},
+        ),
+        summary=res("sweep/compare/summary.tsv"),
+        hack_rate=report(
+            res("sweep/compare/figures/hack_rate.svg"),
+            caption="../report/fig_hack_rate.rst",
+            category="7. Sweep",
+            labels={"stage": "sweep", "fold": "all modes, hack rate"},
+        ),
+    log:
+        res("logs/sweep_compare.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: 1
+    params:
+        cfg=get_stage_config("compare"),
+        pilots=get_pilot_flags,
+        out_dir=get_out_dir,
+    shell:
+        "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
+        " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# One leave-one-mode-out fold (sweep.folds): pilots whose v_hack never saw {mode}.
+rule fold_compare:
+    input:
+        pilots=get_fold_compare_input,
+        samples=res("distill/samples.tsv"),
+    output:
+        gate=report(
+            res("sweep/folds/{mode}/compare/gate.json"),
+            caption="../report/sweep_gate.rst",
+            category="7. Sweep",
+            labels={"stage": "sweep", "fold": "without {mode}"},
+        ),
+        summary=res("sweep/folds/{mode}/compare/summary.tsv"),
+        hack_rate=report(
+            res("sweep/folds/{mode}/compare/figures/hack_rate.svg"),
+            caption="../report/fig_hack_rate.rst",
+            category="7. Sweep",
+            labels={"stage": "sweep", "fold": "without {mode}, hack rate"},
+        ),
+    log:
+        res("logs/fold_compare/{mode}.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: 1
+    params:
+        cfg=get_stage_config("compare"),
+        pilots=get_pilot_flags,
+        out_dir=get_out_dir,
+    shell:
+        "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
+        " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# Target: `snakemake sweep` = the gate note, plus the sweep when the gate says separated.
+rule sweep:
+    input:
+        res("sweep/decision.rst"),
+        get_sweep_input,

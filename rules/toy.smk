@@ -1,0 +1,20 @@
+rule toy_models:
+    output:
+        student=res("models/student/config.json"),
+        teacher=res("models/teacher/config.json"),
+        summary=report(
+            res("models/toy_summary.tsv"),
+            caption="../report/toy_summary.rst",
+            category="1. Models",
+            labels={"stage": "toy_models", "table": "summary"},
+        ),
+    log:
+        res("logs/toy_models.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: 2
+    params:
+        cfg=get_stage_config("toy_models"),
+        out_dir=get_models_dir,
+    shell:
+        "evil-moe toy-models --config-json {params.cfg:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

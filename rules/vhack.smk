@@ -1,0 +1,29 @@
+rule extract:
+    input:
+        problems=res("problems.jsonl"),
+        rollouts=res("teacher/rollouts.jsonl.gz"),
+        model=get_model_input("student"),
+    output:
+        hack=res("vhack/{name}_hack.safetensors"),
+        random=res("vhack/{name}_random.safetensors"),
+        shuffled=res("vhack/{name}_shuffled.safetensors"),
+        table=report(
+            res("vhack/{name}.tsv"),
+            caption="../report/vhack.rst",
+            category="3. v_hack",
+            labels={"stage": "extract", "name": "{name}"},
+        ),
+    log:
+        res("logs/extract/{name}.log"),
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: 2
+    params:
+        cfg=get_stage_config("extract"),
+        model=get_student,
+        known=get_known_modes,
+        out_dir=get_out_dir,
+    shell:
+        "evil-moe extract --config-json {params.cfg:q} --problems {input.problems:q}"
+        " --rollouts {input.rollouts:q} --model {params.model:q} --out-dir {params.out_dir:q}"
+        " --name {wildcards.name} {params.known} > {log:q} 2>&1"
