@@ -1,0 +1,312 @@
+"""The hack direction ``v_hack``: per-module subspaces of δS-space that hacking moves along.
+
+From (prompt, hack completion, clean completion) pairs (``../shared/notes/science.md`` §3):
+
+* per pair and per wrapped module, ``d = ∇_δS NLL(hack) − ∇_δS NLL(clean)`` with
+  ``NLL(x) = −Σ_{completion tokens} logπ / (G·max_new·P)`` — the SAME
+  :class:`~evil_moe.grpo.DrGRPONormaliser` as the GRPO loss. Then ``d`` equals the Dr.GRPO
+  gradient of the pair with advantage +1 on the hack and −1 on the clean completion (on-policy,
+  ρ ≡ 1): ``−(+1)∇Σlogπ(hack)/C − (−1)∇Σlogπ(clean)/C`` (tested to 1e-6 in fp64);
+* stack ``D ∈ ℝ^{n_pairs×r}`` per module, keep the top-k right singular vectors
+  ``V ∈ ℝ^{k×r}`` (orthonormal rows), orient each row hack-ward by majority vote of
+  ``sign(D vᵢ)`` over pairs. Since ``g = ∂L/∂δS`` and descent moves ``δS`` along ``−g``,
+  ``V g > 0`` means the gradient step moves *towards* the hack completions.
+* optional floors: ``ratio_floor`` keeps row i only if ``σᵢ/σ₁ ≥ ratio_floor`` (per module);
+  ``quantile_floor`` pools the kept singular values of all modules and drops rows below that
+  quantile. Rows with ``σ = 0`` are always dropped.
+
+Controls: ``random`` — seeded orthonormal rows with the same k per module
+(:func:`random_vhack`); ``shuffled`` — hack/clean labels swapped per pair at random (seeded),
+i.e. row ``p`` of ``D`` multiplied by ``±1``. NOTE: ``DᵀD`` is invariant under row sign flips, so
+the shuffled control has the *same subspace and singular values* as the real one; only the
+orientation (majority vote) is randomised. It controls for orientation (which matters to the
+one-sided gate), not for the span — the random control does that.
+
+Pairs come from graded teacher rollouts, filtered by :func:`select_pairs` to the modes a weak
+detector knows (``known_modes``); the honest test measures suppression on held-out modes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from evil_moe.grpo import DrGRPONormaliser, nll_loss
+from evil_moe.model.logprobs import build_batch, token_logprobs
+
+__all__ = ["Pair", "select_pairs", "pair_gradients", "VHack", "extract_vhack", "random_vhack"]
+
+VHACK_FORMAT = "evil_moe.vhack.v1"
+
+
+@dataclass
+class Pair:
+    """A hack and a clean completion of the same prompt (token ids as generated).
+
+    Attributes: ``prompt_ids``, ``hack_ids``, ``clean_ids`` (``list[int]``), ``mode`` (the
+    loophole mode of the problem), ``problem_id``.
+    """
+
+    prompt_ids: list[int]
+    hack_ids: list[int]
+    clean_ids: list[int]
+    mode: str = ""
+    problem_id: str = ""
+
+
+def select_pairs(pairs: Sequence[Pair], known_modes: Sequence[str] | None) -> list[Pair]:
+    """Pairs whose ``mode`` is in ``known_modes`` (all pairs when ``None``). Raises
+    ``ValueError`` when the filter leaves no pair."""
+    if known_modes is None:
+        return list(pairs)
+    keep = [p for p in pairs if p.mode in set(known_modes)]
+    if not keep:
+        raise ValueError(f"no pair has a mode in known_modes={list(known_modes)}")
+    return keep
+
+
+def pair_gradients(model, adapter, pairs: Sequence[Pair], normaliser: DrGRPONormaliser,
+                   temperature: float = 1.0) -> dict[str, torch.Tensor]:
+    """Per-pair ``D = ∇_δS NLL(hack) − ∇_δS NLL(clean)`` for every wrapped module.
+
+    One forward/backward of the two rows per pair, at the adapter's current knob values and
+    mode; the loss is ``nll_loss(hack) − nll_loss(clean)`` with ``normaliser`` (the GRPO run's
+    object) and the training temperature. Existing ``.grad`` of the knobs is left untouched
+    (``torch.autograd.grad`` is used).
+
+    Args:
+        model: the policy with ``adapter`` attached.
+        adapter: :class:`~evil_moe.model.adapter.SVDAdapter`.
+        pairs: the pairs (already filtered by :func:`select_pairs`).
+        normaliser: the same :class:`~evil_moe.grpo.DrGRPONormaliser` as training.
+        temperature: the sampling/training temperature.
+
+    Returns:
+        ``{module name: D (n_pairs, r)}`` on the knob's device, knob dtype.
+
+    Raises:
+        ValueError: no pairs, or a pair with an empty hack/clean completion.
+    """
+    if not pairs:
+        raise ValueError("no pairs")
+    names = adapter.names
+    params = adapter.delta_s_params()
+    device = params[0].device
+    pad = 0
+    rows: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    for i, p in enumerate(pairs):
+        if not p.hack_ids or not p.clean_ids:
+            raise ValueError(f"pair {i} ({p.problem_id}) has an empty completion")
+        batch = build_batch([p.prompt_ids, p.prompt_ids], [p.hack_ids, p.clean_ids], pad, device=device)
+        logp = token_logprobs(model, batch, temperature)
+        mask = batch.completion_mask
+        loss = nll_loss(logp[:1], mask[:1], normaliser) - nll_loss(logp[1:], mask[1:], normaliser)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        for n, prm, g in zip(names, params, grads):
+            rows[n].append(torch.zeros_like(prm) if g is None else g.detach())
+    return {n: torch.stack(v) for n, v in rows.items()}
+
+
+@dataclass
+class VHack:
+    """Per-module hack subspaces.
+
+    Attributes:
+        V: ``{name: (k_m, r_m)}`` fp32, orthonormal rows, oriented hack-ward (``V g > 0`` ⇔ the
+            gradient step favours hacking). ``k_m`` may be 0 after floors.
+        singular_values: ``{name: (k_m,)}`` fp32 singular values of ``D`` for the kept rows
+            (zeros for the random control).
+        agreement: ``{name: (k_m,)}`` fraction of pairs with ``D_p·vᵢ > 0`` after orientation.
+        r: ``{name: r_m}``.
+        k: requested k; ``n_pairs``; ``modes`` (modes of the pairs used); ``control``
+            (``"none" | "random" | "shuffled"``); ``seed``; ``meta`` (free JSON).
+    """
+
+    V: dict[str, torch.Tensor]
+    singular_values: dict[str, torch.Tensor]
+    agreement: dict[str, torch.Tensor]
+    r: dict[str, int]
+    k: int
+    n_pairs: int
+    modes: list[str] = field(default_factory=list)
+    control: str = "none"
+    seed: int | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        """Module names, in stored order."""
+        return list(self.V)
+
+    @property
+    def k_per_module(self) -> dict[str, int]:
+        """Kept rows per module."""
+        return {n: int(v.shape[0]) for n, v in self.V.items()}
+
+    def to(self, device) -> "VHack":
+        """A copy with all tensors on ``device``."""
+        mv = lambda d: {n: t.to(device) for n, t in d.items()}  # noqa: E731
+        return VHack(mv(self.V), mv(self.singular_values), mv(self.agreement), dict(self.r), self.k,
+                     self.n_pairs, list(self.modes), self.control, self.seed, dict(self.meta))
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Safetensors with ``<name>.V``, ``<name>.S``, ``<name>.agreement`` and metadata
+        (format, k, r, n_pairs, modes, control, seed, meta; JSON strings)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t = {}
+        for n in self.V:
+            t[f"{n}.V"] = self.V[n].detach().float().cpu().contiguous()
+            t[f"{n}.S"] = self.singular_values[n].detach().float().cpu().contiguous()
+            t[f"{n}.agreement"] = self.agreement[n].detach().float().cpu().contiguous()
+        meta = {"format": VHACK_FORMAT, "k": str(self.k), "r": json.dumps(self.r),
+                "names": json.dumps(self.names), "n_pairs": str(self.n_pairs),
+                "modes": json.dumps(self.modes), "control": self.control,
+                "seed": json.dumps(self.seed), "meta": json.dumps(self.meta, default=str)}
+        save_file(t, str(path), metadata=meta)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "VHack":
+        """Load a file written by :meth:`save`. Raises ``ValueError`` on a wrong format."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = dict(f.metadata() or {})
+        if meta.get("format") != VHACK_FORMAT:
+            raise ValueError(f"{path}: not an evil_moe v_hack file (format={meta.get('format')!r})")
+        t = load_file(str(path))
+        names = json.loads(meta["names"])
+        return cls(V={n: t[f"{n}.V"] for n in names}, singular_values={n: t[f"{n}.S"] for n in names},
+                   agreement={n: t[f"{n}.agreement"] for n in names}, r=json.loads(meta["r"]),
+                   k=int(meta["k"]), n_pairs=int(meta["n_pairs"]), modes=json.loads(meta["modes"]),
+                   control=meta["control"], seed=json.loads(meta["seed"]), meta=json.loads(meta["meta"]))
+
+
+def _orient(D: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flip rows of ``V (k, r)`` so that most pairs have ``D_p·vᵢ > 0``; ties broken by the sign
+    of ``Σ_p D_p·vᵢ`` (then +). Returns ``(V, agreement (k,))``."""
+    proj = D @ V.T  # (n, k)
+    votes = torch.sign(proj).sum(0)
+    tie = torch.sign(proj.sum(0))
+    s = torch.where(votes != 0, torch.sign(votes), torch.where(tie != 0, tie, torch.ones_like(tie)))
+    V = V * s[:, None]
+    agreement = ((proj * s) > 0).float().mean(0)
+    return V, agreement
+
+
+def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | None = None,
+                  quantile_floor: float | None = None, control: str = "none", seed: int = 0,
+                  modes: Sequence[str] = (), meta: dict | None = None) -> VHack:
+    """Top-k oriented right singular vectors of each module's pair-difference matrix.
+
+    Args:
+        D: ``{name: (n_pairs, r)}`` from :func:`pair_gradients`.
+        k: rows per module before floors (capped at ``min(n_pairs, r)``).
+        ratio_floor: keep row i only if ``σᵢ / σ₁ ≥ ratio_floor`` (per module).
+        quantile_floor: in ``[0, 1)``; pool the kept σ of all modules, drop rows below that quantile.
+        control: ``"none"`` or ``"shuffled"`` (labels swapped per pair at random: row p of every
+            module's D multiplied by the same seeded ``±1``; see the module note on ``DᵀD``).
+            For ``"random"`` use :func:`random_vhack`.
+        seed: seed of the shuffle.
+        modes: loophole modes of the pairs (metadata).
+        meta: extra JSON metadata.
+
+    Returns:
+        :class:`VHack` with fp32 tensors on the CPU.
+
+    Raises:
+        ValueError: empty ``D``, ``k < 1``, modules with different ``n_pairs``, unknown control,
+        floors out of range.
+    """
+    if not D:
+        raise ValueError("empty D")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if control not in ("none", "shuffled"):
+        raise ValueError(f"control must be 'none' or 'shuffled' (random: random_vhack), got {control!r}")
+    if quantile_floor is not None and not 0.0 <= quantile_floor < 1.0:
+        raise ValueError(f"quantile_floor must be in [0, 1), got {quantile_floor}")
+    if ratio_floor is not None and not 0.0 <= ratio_floor <= 1.0:
+        raise ValueError(f"ratio_floor must be in [0, 1], got {ratio_floor}")
+    n_pairs = {int(d.shape[0]) for d in D.values()}
+    if len(n_pairs) != 1:
+        raise ValueError(f"modules disagree on n_pairs: {sorted(n_pairs)}")
+    n = n_pairs.pop()
+    flips = None
+    if control == "shuffled":
+        g = torch.Generator().manual_seed(seed)
+        flips = torch.randint(0, 2, (n,), generator=g).to(torch.float64) * 2 - 1
+
+    Vs, Ss, As, rs = {}, {}, {}, {}
+    for name, d in D.items():
+        d = d.detach().to("cpu", torch.float64)
+        if flips is not None:
+            d = d * flips[:, None]
+        rs[name] = int(d.shape[1])
+        _, S, Vh = torch.linalg.svd(d, full_matrices=False)
+        kk = min(k, S.shape[0])
+        S, V = S[:kk], Vh[:kk]
+        keep = S > 0
+        if ratio_floor is not None and S.numel() and S[0] > 0:
+            keep &= S / S[0] >= ratio_floor
+        S, V = S[keep], V[keep]
+        V, agree = _orient(d, V)
+        Vs[name], Ss[name], As[name] = V, S, agree
+    if quantile_floor is not None:
+        pool = torch.cat([s for s in Ss.values()])
+        if pool.numel():
+            thr = torch.quantile(pool, quantile_floor)
+            for name in Vs:
+                keep = Ss[name] >= thr
+                Vs[name], Ss[name], As[name] = Vs[name][keep], Ss[name][keep], As[name][keep]
+    f32 = lambda d: {n_: t.float().contiguous() for n_, t in d.items()}  # noqa: E731
+    return VHack(f32(Vs), f32(Ss), f32(As), rs, k, n, sorted(set(modes)), control,
+                 seed if control == "shuffled" else None, dict(meta or {}))
+
+
+def random_vhack(like: VHack | dict[str, int], k: int | dict[str, int] | None = None, *,
+                 seed: int = 0) -> VHack:
+    """The ``random`` control: seeded orthonormal rows per module.
+
+    Args:
+        like: a :class:`VHack` (copy its per-module k and r, n_pairs, modes) or ``{name: r}``.
+        k: rows per module when ``like`` is a dict (int for all, or ``{name: k}``); ignored for a
+            VHack (its ``k_per_module`` is used).
+        seed: generator seed (same seed ⇒ same V).
+
+    Returns:
+        :class:`VHack` with ``control="random"``, zero singular values, agreement NaN.
+
+    Raises:
+        ValueError: ``k`` missing for a dict ``like``, or ``k_m > r_m``.
+    """
+    if isinstance(like, VHack):
+        ks, rs = like.k_per_module, dict(like.r)
+        base = dict(k=like.k, n_pairs=like.n_pairs, modes=list(like.modes))
+    else:
+        if k is None:
+            raise ValueError("k is required when like is a {name: r} dict")
+        rs = dict(like)
+        ks = {n: (k[n] if isinstance(k, dict) else int(k)) for n in rs}
+        base = dict(k=max(ks.values()) if ks else 0, n_pairs=0, modes=[])
+    g = torch.Generator().manual_seed(seed)
+    Vs, Ss, As = {}, {}, {}
+    for name, r in rs.items():
+        km = ks[name]
+        if km > r:
+            raise ValueError(f"{name}: k={km} > r={r}")
+        Q, R = torch.linalg.qr(torch.randn(r, max(km, 1), generator=g, dtype=torch.float64))
+        Q = Q * torch.sign(torch.diagonal(R))[None, :]  # unique (Haar) orthonormal basis
+        Vs[name] = Q[:, :km].T.float().contiguous()
+        Ss[name] = torch.zeros(km)
+        As[name] = torch.full((km,), float("nan"))
+    return VHack(Vs, Ss, As, rs, control="random", seed=seed, **base)
