@@ -81,5 +81,23 @@ def compare_cmd(cfg, pilots_dir, pilot_dirs, distill_samples, out_dir) -> None:
     click.echo(gate["sentence"])
 
 
+@main.command("install-profiles")
+@click.option("--target", type=click.Path(file_okay=False), default=None,
+              help="Directory to link into (default: Snakemake's user config directory, "
+                   "$XDG_CONFIG_HOME/snakemake or ~/.config/snakemake).")
+def install_profiles_cmd(target) -> None:
+    """Link profiles/slurm and profiles/local where Snakemake finds them by name, so that
+    `snakemake --profile slurm` works from the repository root (idempotent; never overwrites)."""
+    from evil_moe.profiles import ProfileError, install_profiles
+
+    try:
+        installed = install_profiles(target)
+    except ProfileError as err:
+        raise click.ClickException(str(err)) from err
+    for item in installed:
+        click.echo(f"{item.status}: {item.link} -> {item.source}")
+    click.echo("now: snakemake --profile local   or   snakemake --profile slurm")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
