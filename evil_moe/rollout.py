@@ -6,7 +6,8 @@ generated token ids (never re-tokenised from text) and the behaviour log-prob of
 under the model that generated them.
 
 Behaviour log-probs come from ``generate``'s ``output_logits`` (the raw logits before any logits
-processor): ``log_softmax(logits / T)`` gathered at the sampled id. This is the same
+processor; or, for big vocabularies, from one ``no_grad`` forward of the sampled ids under the
+same merged model — ``behaviour="forward"``): ``log_softmax(logits / T)`` gathered at the sampled id. This is the same
 temperature-scaled distribution that training uses (:func:`evil_moe.model.logprobs.token_logprobs`)
 and that the sampler draws from when ``top_p = 1`` (``top_k`` is disabled). With ``top_p < 1`` the
 sampler draws from the nucleus-truncated distribution while the recorded log-prob is the
@@ -26,6 +27,8 @@ from typing import Sequence
 import torch
 
 __all__ = ["Rollout", "generate", "chat_prompt_ids"]
+
+FORWARD_ROWS = 8  # rows per no_grad forward when behaviour="forward"
 
 
 @dataclass
@@ -85,7 +88,7 @@ def _eos_ids(model, tokenizer) -> set[int]:
 @torch.no_grad()
 def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 1,
              max_new: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-             adapter=None, source: str = "student") -> list[Rollout]:
+             adapter=None, source: str = "student", behaviour: str = "auto") -> list[Rollout]:
     """Sample ``n`` completions per prompt in one batched ``generate`` call.
 
     Args:
@@ -102,6 +105,10 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
             inside ``adapter.merged()`` (knobs folded into the weights, no hooks) honouring its
             current mode (``ablated()`` / ``zeroed()`` contexts of the caller apply).
         source: tag stored on every rollout.
+        behaviour: where the behaviour log-probs come from: ``"generate"`` (``output_logits``,
+            no extra compute, but generate keeps ``N × T × V`` fp32 logits), ``"forward"`` (one
+            ``no_grad`` forward of the sampled ids under the same (merged) model, chunked), or
+            ``"auto"`` (generate when that logit store is ≤ 2 GiB, else forward).
 
     Returns:
         ``P·n`` :class:`Rollout` in prompt-major order (prompt 0's n samples first).
@@ -130,30 +137,60 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
     ids, att = ids.to(device), att.to(device)
 
     greedy = temperature == 0
+    T_eff = 1.0 if greedy else float(temperature)
+    if behaviour == "auto":
+        vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
+        behaviour = "generate" if len(rows) * max_new * vocab * 4 <= 2 * 2**30 else "forward"
+    if behaviour not in ("generate", "forward"):
+        raise ValueError(f"behaviour must be 'auto', 'generate' or 'forward', got {behaviour!r}")
     gcfg = GenerationConfig(
         do_sample=not greedy, temperature=None if greedy else float(temperature),
         top_p=None if greedy else float(top_p), top_k=None if greedy else 0,
         max_new_tokens=int(max_new), eos_token_id=sorted(eos), pad_token_id=int(pad_id),
-        output_logits=True, return_dict_in_generate=True,
+        output_logits=behaviour == "generate", return_dict_in_generate=True,
     )
     merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), merge:
         torch.manual_seed(seed)
         out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
-    seqs = out.sequences[:, Lp:].cpu()  # (N, T')
-    T_eff = 1.0 if greedy else float(temperature)
-    stacked = torch.stack(out.logits, dim=1)  # (N, T', V) raw logits
-    logits = stacked.to(torch.float64 if stacked.dtype == torch.float64 else torch.float32) / T_eff
-    logz = torch.log_softmax(logits, dim=-1)
-    picked = logz.gather(-1, seqs.to(logz.device)[..., None]).squeeze(-1).cpu()
-    ent = -(logz.exp() * logz).sum(-1).cpu()
-    del logits, logz
+        seqs = out.sequences[:, Lp:]  # (N, T')
+        if behaviour == "generate":
+            picked_l, ent_l = [], []
+            for t, step_logits in enumerate(out.logits):  # each (N, V), raw (fp32 from generate)
+                z = step_logits.float() / T_eff
+                logz = torch.log_softmax(z, dim=-1)
+                picked_l.append(logz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
+                ent_l.append(-(logz.exp() * logz).sum(-1))
+            picked = torch.stack(picked_l, 1).cpu() if picked_l else torch.zeros(len(rows), 0)
+            ent = torch.stack(ent_l, 1).cpu() if ent_l else torch.zeros(len(rows), 0)
+            del out
+    seqs = seqs.cpu()
+    cuts = []
+    for i in range(len(rows)):
+        toks = seqs[i].tolist()
+        cuts.append(next((j + 1 for j, t in enumerate(toks) if t in eos), None))
+    if behaviour == "forward":
+        from evil_moe.model.logprobs import build_batch, token_logprobs
+
+        comps = [seqs[i, :c].tolist() if c is not None else seqs[i].tolist() for i, c in enumerate(cuts)]
+        T_out = max(len(c) for c in comps)
+        picked = torch.zeros(len(rows), T_out)
+        ent = torch.zeros(len(rows), T_out)
+        with adapter.merged() if adapter is not None else contextlib.nullcontext():
+            for r0 in range(0, len(rows), FORWARD_ROWS):
+                sl = slice(r0, r0 + FORWARD_ROWS)
+                b = build_batch(rows[sl], comps[sl], pad_id, device=device)
+                lp, en = token_logprobs(model, b, T_eff, with_entropy=True)
+                for j, c in enumerate(comps[sl]):
+                    p0 = len(rows[r0 + j])
+                    picked[r0 + j, :len(c)] = lp[j, p0:p0 + len(c)].float().cpu()
+                    ent[r0 + j, :len(c)] = en[j, p0:p0 + len(c)].float().cpu()
 
     rollouts = []
     for i, p in enumerate(rows):
         toks = seqs[i].tolist()
-        cut = next((j + 1 for j, t in enumerate(toks) if t in eos), None)
+        cut = cuts[i]
         comp = toks[:cut] if cut is not None else toks
         L = len(comp)
         rollouts.append(Rollout(

@@ -64,6 +64,14 @@ def test_behaviour_logp_matches_a_forward(toy):
     rec = b.align([r.behaviour_logp for r in rs])
     assert torch.allclose(lp, rec, atol=2e-5)
     assert (rec[b.completion_mask] < 0).all()
+    # the forward path (for big vocabularies) gives the same samples and log-probs
+    fw = generate(model, tok, _prompts(tok), n=4, max_new=16, temperature=0.8, seed=1, behaviour="forward")
+    assert [r.completion_ids for r in fw] == [r.completion_ids for r in rs]
+    for a, c in zip(fw, rs):
+        assert torch.allclose(a.behaviour_logp, c.behaviour_logp, atol=2e-5)
+        assert torch.allclose(a.entropy, c.entropy, atol=2e-5)
+    with pytest.raises(ValueError):
+        generate(model, tok, _prompts(tok), n=1, max_new=4, behaviour="psychic")
 
 
 def test_adapter_merged_sampling_matches_hooked(toy):
