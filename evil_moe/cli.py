@@ -99,5 +99,33 @@ def install_profiles_cmd(target) -> None:
     click.echo("now: snakemake --profile local   or   snakemake --profile slurm")
 
 
+@main.command("grade")
+@click.option("--problems", "problems_path", default=None, type=click.Path(dir_okay=False),
+              help="Problem file (raw LeetCode/HumanEval JSONL or a written problem set); "
+                   "optional for toy and humaneval.")
+@click.option("--source", required=True, type=click.Choice(["leetcode", "humaneval", "toy"]))
+@click.option("--mode", default=None,
+              type=click.Choice(["run_tests", "sentinel", "stdout_marker", "file_marker"]),
+              help="Force this loophole mode on every problem.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Mode-partition seed.")
+@click.option("--completions", required=True, type=click.Path(dir_okay=False, exists=True),
+              help='JSONL rows {"problem_id", "completion"}.')
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--workers", type=int, default=None, help="Parallel sandboxes [default: all cores].")
+@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds per completion.")
+def grade_cmd(problems_path, source, mode, seed, completions, out, workers, timeout) -> None:
+    """Grade completions: one JSON row per completion with every Reward field + problem_id."""
+    from evil_moe.env.grade import grade_file, load_for_grading
+
+    try:
+        probs = load_for_grading(source, problems_path, mode=mode, seed=seed)
+        summary = grade_file(probs, completions, out, workers=workers, timeout=timeout)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(f"graded {summary['n']} -> {out}: passed {summary['passed']}, gt_correct "
+               f"{summary['gt_correct']}, exploited {summary['exploited']}, format_ok "
+               f"{summary['format_ok']} (isolation {summary['isolation']})")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -634,3 +634,40 @@ def grade_file(problems: Sequence[Problem], completions_path: str, out_path: str
     for k in ("passed", "gt_correct", "exploited", "format_ok"):
         summary[k] = sum(getattr(r, k) for r in rewards)
     return summary
+
+
+def load_for_grading(source: str, problems_path: str | None = None, *, mode: str | None = None,
+                     seed: int = 0) -> list[Problem]:
+    """Problems for ``evil-moe grade``.
+
+    Args:
+        source: ``toy`` | ``leetcode`` | ``humaneval``.
+        problems_path: a problem-set file written by
+            :func:`evil_moe.env.problems.write_problems` (rows with ``entry_point``; used as-is,
+            modes included), or a raw source file (LeetCode JSONL / HumanEval JSONL). Optional for
+            toy and humaneval; required for leetcode.
+        mode: force this loophole mode on every problem (raw or written file alike).
+        seed: mode-partition seed for raw files.
+    Raises:
+        ValueError: leetcode without a path; unknown source or mode.
+        FileNotFoundError: missing file.
+    """
+    from evil_moe.env.problems import load_problems, read_problems
+    from evil_moe.env.loopholes import apply_hint, hint_for
+
+    if problems_path is not None:
+        with open(problems_path) as f:
+            first = next((ln for ln in f if ln.strip()), "")
+        if first and "entry_point" in json.loads(first):
+            probs = read_problems(problems_path)
+            if mode is not None:
+                hint_for(mode)
+                probs = [_remode(p, mode, hint_for, apply_hint) for p in probs]
+            return probs
+    return load_problems(source, problems_path, mode=mode, seed=seed)
+
+
+def _remode(p: Problem, mode: str, hint_for, apply_hint) -> Problem:
+    hint = hint_for(mode, p.test_name)
+    raw = p.prompt.replace(p.hint, "and should pass all tests", 1) if p.hint else p.prompt
+    return dataclasses.replace(p, mode=mode, hint=hint, prompt=apply_hint(raw, hint))
