@@ -48,6 +48,7 @@ DEFAULT_TARGETS: tuple[str, ...] = (
 ADAPTER_FORMAT = "evil_moe.svd_adapter.v1"
 
 _SVD_CACHE: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+_MEM_CACHE_MAX_NUMEL = 1 << 22  # in-memory cache only for weights up to 4M entries
 
 
 def weight_hash(weight: torch.Tensor) -> str:
@@ -60,7 +61,8 @@ def weight_hash(weight: torch.Tensor) -> str:
 
 
 def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None):
-    """Thin SVD ``W = U diag(S) Vh`` in fp32, cached by content hash.
+    """Thin SVD ``W = U diag(S) Vh`` in fp32, cached by content hash (in memory for weights up
+    to 4M entries; on disk under ``cache_dir`` for any size).
 
     Args:
         weight: ``(d_out, d_in)`` tensor, any float dtype/device.
@@ -87,7 +89,8 @@ def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None
 
             path.parent.mkdir(parents=True, exist_ok=True)
             save_file({"U": out[0], "S": out[1], "Vh": out[2]}, str(path))
-    _SVD_CACHE[key] = out
+    if weight.numel() <= _MEM_CACHE_MAX_NUMEL:  # big models: use cache_dir, not host RAM
+        _SVD_CACHE[key] = out
     return tuple(t.to(dev) for t in out)
 
 
