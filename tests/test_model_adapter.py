@@ -118,6 +118,9 @@ def test_merged_matches_hooks_and_restores_exactly():
             merged_abl = model(x).logits
         with ad.ablated():
             hooked_abl = model(x).logits
+    with ad.merged(), pytest.raises(RuntimeError):
+        with ad.ablated():
+            pass
     assert torch.allclose(merged, hooked, atol=1e-5, rtol=1e-5)
     assert torch.allclose(merged_abl, hooked_abl, atol=1e-5, rtol=1e-5)
     assert torch.equal(after, hooked)

@@ -248,6 +248,9 @@ class SVDAdapter(nn.Module):
     # ----------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _mode(self, mode: str) -> Iterator["SVDAdapter"]:
+        if self._bypass:
+            raise RuntimeError("cannot change the adapter mode inside merged(): enter "
+                               "zeroed()/ablated() first, then merged()")
         prev, self.mode = self.mode, mode
         try:
             yield self
