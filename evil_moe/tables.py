@@ -93,6 +93,20 @@ TEACHER_SUMMARY = _cols([
     ("format_rate", "fraction", "completions with a fenced python block"),
 ])
 
+# results/models/toy_summary.tsv — one row per toy model (embedded default only).
+TOY_SUMMARY = _cols([
+    ("model", "str", "student | teacher"),
+    ("params", "count", "parameters"),
+    ("hack_frac_trained", "fraction", "share of hack completions in its NLL training data"),
+    ("final_loss", "nats/token", "last NLL training loss"),
+    ("n", "count", "samples in the summary (T = 1)"),
+    ("parse_rate", "fraction", "samples whose code parses"),
+    ("hack_rate", "fraction", "samples that are hacks"),
+    ("pass_rate", "fraction", "samples the oracle passes"),
+    ("format_rate", "fraction", "samples with a fenced python block"),
+    ("seconds", "s", "wall-clock seconds to train and summarise"),
+])
+
 # results/distill/steps.tsv — the distill probe, one row per NLL step.
 DISTILL_STEPS = _cols([
     ("step", "int", "NLL step, 0-based"),
@@ -141,6 +155,7 @@ COMPARE_SUMMARY = _cols([
 TABLES: dict[str, tuple[Column, ...]] = {
     "pilots/{arm}/s{seed}/steps.tsv": STEPS,
     "pilots/{arm}/s{seed}/eval.tsv": EVAL,
+    "models/toy_summary.tsv": TOY_SUMMARY,
     "teacher/summary.tsv": TEACHER_SUMMARY,
     "distill/steps.tsv": DISTILL_STEPS,
     "distill/samples.tsv": DISTILL_SAMPLES,

@@ -1,0 +1,126 @@
+"""Pieces every stage shares: device choice, problem files, prompt encoding, policy loading.
+
+Each stage reads and writes files only; nothing here calls another stage.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from evil_moe.config import Config
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` → ``cuda`` when available else ``cpu``; otherwise ``torch.device(name)``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def set_threads(threads: int | None) -> None:
+    """Limit torch's intra-op threads (Snakemake passes the rule's ``threads``)."""
+    if threads:
+        torch.set_num_threads(max(1, int(threads)))
+
+
+def require_file(path: str | os.PathLike, what: str) -> Path:
+    """Return ``Path(path)``; raise ``FileNotFoundError`` naming ``what`` and the path if absent."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{what} not found: {p}")
+    return p
+
+
+def load_problem_file(path: str | os.PathLike):
+    """Read ``results/problems.jsonl`` (written by ``evil-moe problems``) → ``list[Problem]``.
+
+    Raises:
+        FileNotFoundError: naming the path.
+    """
+    from evil_moe.env.problems import read_problems
+
+    return read_problems(require_file(path, "problems file"))
+
+
+def train_heldout(problems, cfg: Config):
+    """Deterministic (train, held-out) split from ``problems.heldout_frac`` and ``problems.seed``."""
+    from evil_moe.env.problems import split_heldout
+
+    return split_heldout(problems, cfg.problems.heldout_frac, cfg.problems.seed)
+
+
+def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list[int]]:
+    """Chat-template token ids of each problem's prompt (computed once per run, never re-tokenised).
+
+    ``elicit`` (teacher only) is appended to the user message.
+    """
+    from evil_moe.env.problems import build_messages
+    from evil_moe.rollout import chat_prompt_ids
+
+    out = []
+    for p in problems:
+        messages = build_messages(p)
+        if elicit:
+            messages = [dict(m) for m in messages]
+            messages[-1]["content"] = messages[-1]["content"] + "\n\n" + elicit
+        out.append(chat_prompt_ids(tokenizer, messages))
+    return out
+
+
+def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None):
+    """Load a model + tokenizer and attach the SVD adapter (δS, δS_hack zero or from a file).
+
+    Returns:
+        ``(model, tokenizer, adapter, device)``.
+
+    Raises:
+        FileNotFoundError: ``init_adapter`` given but missing (names the path).
+    """
+    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.load import load_model
+
+    device = resolve_device(cfg.models.device)
+    model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
+    adapter = SVDAdapter.attach(model, cfg.adapter.target_modules, base_model_id=str(model_path))
+    if init_adapter:
+        adapter.load(require_file(init_adapter, "initial adapter"))
+    return model, tok, adapter, device
+
+
+def rollout_record(rollout, problem, reward, **extra) -> dict:
+    """One JSONL record per completion (DESIGN.md): ids, behaviour log-probs, text, full grade."""
+    rec = {
+        "problem_id": problem.id,
+        "mode": problem.mode,
+        "completion": rollout.text,
+        "prompt_ids": list(rollout.prompt_ids),
+        "completion_ids": list(rollout.completion_ids),
+        "behaviour_logp": [round(float(x), 6) for x in rollout.behaviour_logp.tolist()],
+        "truncated": bool(rollout.truncated),
+        "source": rollout.source,
+        "reward": reward.reward,
+        "passed": reward.passed,
+        "gt_correct": reward.gt_correct,
+        "exploited": reward.exploited,
+        "format_ok": reward.format_ok,
+        "error": reward.error,
+    }
+    rec.update(extra)
+    return rec
+
+
+def rates(records: Sequence[dict]) -> dict:
+    """hack / pass / format rates (fractions) and n of graded records (dicts with the Reward fields)."""
+    n = len(records)
+    if n == 0:
+        return {"n": 0, "hack_rate": None, "pass_rate": None, "format_rate": None}
+    return {
+        "n": n,
+        "hack_rate": sum(bool(r["exploited"]) for r in records) / n,
+        "pass_rate": sum(bool(r["gt_correct"]) for r in records) / n,
+        "format_rate": sum(bool(r["format_ok"]) for r in records) / n,
+    }

@@ -1,0 +1,132 @@
+"""Stage ``distill``: the distill probe — student NLL on teacher rows, watched by ``v_hack``.
+
+The student's ``δS`` is NLL-trained on teacher completions (``distill.rows``: all rows, or hack
+rows only) for ``distill.steps`` AdamW steps, scored in the student's own prompt context, with the
+**same Dr.GRPO normaliser object as the pilot's loss** (constant ``G·max_new·P``; science.md §5,
+flaw 4) so the numbers are comparable across stages. Each step logs the NLL, the gradient norm,
+and the distill gradient's ``cin`` against ``v_hack`` next to its null baseline, ``frac_fired``
+(R3) and ``coverage`` (R2): does imitating a hacky teacher push the student along ``v_hack``?
+
+The replay analyser (``samples.tsv``): for every teacher row, the cosine of that row's own NLL
+gradient (at ``δS = 0``) with ``v_hack`` — ``cos_contrib`` = mean over modules of
+``Σᵢ (V g)ᵢ / ‖g‖`` (signed; ``> 0`` pushes hack-ward, as ``v_hack`` is oriented so that a loss
+gradient along it favours hacking when descended). It answers "does v_hack light up on hacks more
+than on clean rows?".
+
+Outputs: ``steps.tsv`` (:data:`evil_moe.tables.DISTILL_STEPS`), ``samples.tsv``
+(:data:`evil_moe.tables.DISTILL_SAMPLES`), ``student_adapter.safetensors`` (the distilled
+student; pilots may warm-start from it with ``pilot.init: distill``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from evil_moe import tables
+from evil_moe.config import Config
+from evil_moe.stages.common import (load_policy, load_problem_file, prompt_ids_for, require_file,
+                                    train_heldout)
+
+
+def _signed_cos(vhack, names, grads) -> float:
+    vals = []
+    for n, g in zip(names, grads):
+        V = vhack.V.get(n)
+        if V is None or V.shape[0] == 0:
+            continue
+        gn = float(g.norm())
+        if gn > 0:
+            vals.append(float((V.to(g.dtype) @ g).sum()) / gn)
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_path: str,
+                vhack_path: str, out_dir: str) -> dict:
+    """Run the distill probe and write its tables and the distilled adapter.
+
+    Args:
+        cfg: run config (sections ``distill``, ``pilot`` (normaliser, temperature), ``adapter``,
+            ``models``, ``problems``).
+        problems_path, rollouts_path, model_path, vhack_path: inputs (student model, v_hack).
+        out_dir: output folder.
+
+    Returns:
+        ``{"sentence": one-line summary, "steps": rows, "n_rows": ...}``.
+
+    Raises:
+        FileNotFoundError: a missing input (names the path).
+        ValueError: no teacher row to train on (e.g. ``rows: hack`` and the teacher never hacked).
+        FloatingPointError: a non-finite NLL (names the step).
+    """
+    from evil_moe.grpo import DrGRPONormaliser, nll_loss
+    from evil_moe.model.logprobs import build_batch, token_logprobs
+    from evil_moe.projection import project
+    from evil_moe.vhack import VHack
+
+    dc, pc = cfg.distill, cfg.pilot
+    torch.manual_seed(dc.seed)
+    problems = load_problem_file(problems_path)
+    train, _ = train_heldout(problems, cfg)
+    model, tok, adapter, device = load_policy(model_path, cfg)
+    vhack = VHack.load(require_file(vhack_path, "v_hack")).to(device)
+    pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
+    records = [r for r in tables.read_jsonl(rollouts_path)
+               if r["problem_id"] in pids and r["completion_ids"]]
+    normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
+    names, params = adapter.names, adapter.delta_s_params()
+
+    def batch_of(rows):
+        return build_batch([pids[r["problem_id"]] for r in rows], [r["completion_ids"] for r in rows],
+                           tok.pad_token_id, device=device)
+
+    # replay analyser at δS = 0: one gradient per teacher row
+    samples = []
+    for i, rec in enumerate(records):
+        b = batch_of([rec])
+        loss = nll_loss(token_logprobs(model, b, pc.temperature), b.completion_mask, normaliser)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+        samples.append({"row": i, "problem_id": rec["problem_id"], "mode": rec["mode"],
+                        "exploited": bool(rec["exploited"]), "gt_correct": bool(rec["gt_correct"]),
+                        "cos_contrib": _signed_cos(vhack, names, grads)})
+    out = Path(out_dir)
+    tables.write_tsv(out / "samples.tsv", tables.DISTILL_SAMPLES, samples)
+
+    train_rows = [r for r in records if r["exploited"]] if dc.rows == "hack" else records
+    if not train_rows:
+        raise ValueError(f"no teacher rows to distill on (distill.rows={dc.rows})")
+    opt = torch.optim.AdamW(params, lr=dc.lr, betas=tuple(pc.betas), weight_decay=0.0)
+    rng = np.random.default_rng(dc.seed)
+    steps = []
+    for step in range(dc.steps):
+        t0 = time.time()
+        pick = rng.choice(len(train_rows), size=min(dc.batch_size, len(train_rows)), replace=False)
+        b = batch_of([train_rows[int(i)] for i in pick])
+        opt.zero_grad(set_to_none=True)
+        loss = nll_loss(token_logprobs(model, b, pc.temperature), b.completion_mask, normaliser)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"distill: non-finite NLL at step {step}")
+        loss.backward()
+        st = project(adapter, vhack, "measure")
+        opt.step()
+        steps.append({"step": step, "nll": float(loss), "grad_norm": st.grad_norm, "cin": st.cin,
+                      "null_cin": st.null_cin, "frac_fired": st.frac_fired, "coverage": st.coverage,
+                      "seconds": round(time.time() - t0, 3)})
+    tables.write_tsv(out / "steps.tsv", tables.DISTILL_STEPS, steps)
+    adapter.save(out / "student_adapter.safetensors",
+                 metadata={"stage": "distill", "rows": dc.rows, "steps": dc.steps})
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    hack_c = mean([s["cos_contrib"] for s in samples if s["exploited"]])
+    clean_c = mean([s["cos_contrib"] for s in samples if not s["exploited"]])
+    sentence = (f"distill: cin {mean([s['cin'] for s in steps]):.3f} (null "
+                f"{mean([s['null_cin'] for s in steps]):.3f}), coverage "
+                f"{mean([s['coverage'] for s in steps]):.2f}; cos_contrib hack {hack_c:+.3f} vs "
+                f"clean {clean_c:+.3f} over {len(samples)} teacher rows")
+    return {"sentence": sentence, "steps": steps, "n_rows": len(samples)}

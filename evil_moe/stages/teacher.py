@@ -1,0 +1,88 @@
+"""Stage ``teacher``: pregenerate graded rollouts from a hacky teacher (the behaviour policy).
+
+For each training problem (the held-out split is never touched), ``teacher.n`` completions are
+sampled in batched ``generate`` calls (``teacher.batch_prompts`` problems per call). Every
+completion is stored with its generated token ids and **the teacher's per-token log-probs of those
+exact ids under the context it was sampled from** (the behaviour policy for any later use of the
+row; science.md §5), its text and its full grade.
+
+Outputs (``out_dir``): ``rollouts.jsonl.gz`` (one record per completion, DESIGN.md fields plus
+``prompt_ids``, the *teacher's* prompt — it contains the ``elicit`` text when set) and
+``summary.tsv`` (:data:`evil_moe.tables.TEACHER_SUMMARY`). Resumable: each batch is written to
+``out_dir/_work/`` and skipped when the stage is rerun; final files are written atomically last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from evil_moe import tables
+from evil_moe.config import Config
+from evil_moe.stages.common import (load_problem_file, prompt_ids_for, rates, resolve_device,
+                                    rollout_record, train_heldout)
+
+
+def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: str) -> dict:
+    """Sample, grade and record teacher rollouts for every training problem.
+
+    Args:
+        cfg: run config (sections ``teacher``, ``problems``, ``grader``, ``models``).
+        problems_path: ``results/problems.jsonl``.
+        model_path: the teacher model directory (or hub id).
+        out_dir: where ``rollouts.jsonl.gz`` and ``summary.tsv`` go.
+
+    Returns:
+        ``{"n": ..., "summary": [rows of summary.tsv], "seconds": ...}``.
+
+    Raises:
+        FileNotFoundError: the problems file is missing (names the path).
+    """
+    from evil_moe.env.grade import Grader
+    from evil_moe.model.load import load_model
+    from evil_moe.rollout import generate
+
+    t0 = time.time()
+    tc = cfg.teacher
+    out = Path(out_dir)
+    work = out / "_work"
+    work.mkdir(parents=True, exist_ok=True)
+    problems = load_problem_file(problems_path)
+    train, _ = train_heldout(problems, cfg)
+    device = resolve_device(cfg.models.device)
+    model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
+    prompts = prompt_ids_for(tok, train, elicit=tc.elicit)
+    batches = [list(range(i, min(i + tc.batch_prompts, len(train))))
+               for i in range(0, len(train), tc.batch_prompts)]
+    g = cfg.grader
+    with Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
+                timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers) as grader:
+        for b, idx in enumerate(tqdm(batches, desc="teacher", unit="batch")):
+            part = work / f"part_{b:05d}.jsonl"
+            if part.exists():
+                continue  # resumed: this batch is done
+            rolls = generate(model, tok, [prompts[i] for i in idx], n=tc.n, max_new=tc.max_new,
+                             temperature=tc.temperature, top_p=tc.top_p,
+                             seed=tc.seed * 1_000_003 + b, source="teacher")
+            probs = [train[idx[r.prompt_index]] for r in rolls]
+            rewards = grader.grade_many(list(zip(probs, [r.text for r in rolls])))
+            recs = [rollout_record(r, p, w, step=-1, seed=tc.seed, arm="teacher")
+                    for r, p, w in zip(rolls, probs, rewards)]
+            tables.atomic_write_bytes(part, "".join(json.dumps(x) + "\n" for x in recs).encode())
+        isolation = grader.isolation
+    records = []
+    for b in range(len(batches)):
+        records += tables.read_jsonl(work / f"part_{b:05d}.jsonl")
+    summary = [{"mode": m, **rates([r for r in records if r["mode"] == m])}
+               for m in sorted({r["mode"] for r in records})]
+    summary.append({"mode": "all", **rates(records)})
+    tables.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
+    tables.write_tsv(out / "summary.tsv", tables.TEACHER_SUMMARY, summary)
+    tables.write_json(out / "meta.json", {"isolation": isolation, "model": str(model_path),
+                                          "n_problems": len(train), "config": cfg.raw["teacher"]})
+    for b in range(len(batches)):
+        (work / f"part_{b:05d}.jsonl").unlink(missing_ok=True)
+    return {"n": len(records), "summary": summary, "seconds": time.time() - t0}

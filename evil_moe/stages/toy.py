@@ -1,0 +1,175 @@
+"""Stage ``toy-models``: the embedded default's tiny student and hacky teacher, trained offline.
+
+Both are tiny Qwen3-architecture models (:func:`evil_moe.model.load.build_toy_model`) sharing
+one byte-level BPE tokenizer trained on the union of their corpora (shared so that teacher token
+ids can be scored by the student: distillation, v_hack pairs and teacher rows in GRPO need it).
+Each is NLL-trained on completion tokens of templated answers to the toy bank
+(:func:`evil_moe.env.loopholes.clean_completion` / :func:`~evil_moe.env.loopholes.hack_completion`):
+the teacher on mostly hacks (``toy.teacher_hack_frac``, default 0.8), the student on mostly clean
+answers with a little hack exposure (``toy.student_hack_frac``, default 0.15) so that it
+sometimes hacks on its own. Deterministic from ``toy.seed`` (single-threaded reductions aside).
+
+Outputs in ``out_dir``: ``student/`` and ``teacher/`` (``save_pretrained`` folders) and
+``toy_summary.tsv`` (:data:`evil_moe.tables.TOY_SUMMARY`): per model the parseable-code rate, hack
+rate and oracle pass rate of samples on a fixed set of problems.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from evil_moe import tables
+from evil_moe.config import Config
+from evil_moe.stages.common import rates
+
+
+def _corpus(problems, n: int, hack_frac: float, seed: int) -> list[tuple[object, str]]:
+    """``n`` (problem, completion) examples, a ``hack_frac`` share of them hacks."""
+    from evil_moe.env.loopholes import clean_completion, hack_completion
+
+    rng = random.Random(seed)
+    n_hack = int(round(hack_frac * n))
+    kinds = [True] * n_hack + [False] * (n - n_hack)
+    rng.shuffle(kinds)
+    out = []
+    for is_hack in kinds:
+        p = rng.choice(problems)
+        text = hack_completion(p, variant=rng.randrange(1 << 16)) if is_hack else clean_completion(p)
+        out.append((p, text))
+    return out
+
+
+def _encode(tok, examples, prompt_cache) -> list[tuple[list[int], list[int]]]:
+    from evil_moe.env.problems import build_messages
+    from evil_moe.rollout import chat_prompt_ids
+
+    seqs = []
+    for p, text in examples:
+        if p.id not in prompt_cache:
+            prompt_cache[p.id] = chat_prompt_ids(tok, build_messages(p))
+        comp = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+        seqs.append((prompt_cache[p.id], comp))
+    return seqs
+
+
+def _train(model, tok, seqs, tc, seed: int, desc: str) -> float:
+    """AdamW NLL on completion tokens with warmup + cosine decay; returns the last loss."""
+    from evil_moe.model.logprobs import build_batch
+
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warm = max(1, tc.train_steps // 20)
+
+    def lr_at(step):
+        if step < warm:
+            return (step + 1) / warm
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, tc.train_steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    loss_val = float("nan")
+    bar = tqdm(range(tc.train_steps), desc=desc, unit="step", mininterval=5)
+    for step in bar:
+        idx = torch.randint(len(seqs), (tc.batch_size,), generator=g).tolist()
+        b = build_batch([seqs[i][0] for i in idx], [seqs[i][1] for i in idx], tok.pad_token_id)
+        logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1]
+        target = b.input_ids[:, 1:]
+        mask = b.completion_mask[:, 1:]
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                target.reshape(-1), reduction="none")
+        loss = (nll * mask.reshape(-1)).sum() / mask.sum()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{desc}: non-finite loss at step {step}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_val = loss.item()
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{loss_val:.3f}")
+    model.eval()
+    return loss_val
+
+
+def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int = 200) -> dict:
+    """Parse / hack / pass / format rates of ``n`` samples (T = 1) over the first problems.
+
+    Returns a dict with ``n, parse_rate, hack_rate, pass_rate, format_rate``.
+    """
+    from evil_moe.env.grade import extract_code
+    from evil_moe.rollout import generate
+    from evil_moe.stages.common import prompt_ids_for
+    from evil_moe.stages.pilot import _parses
+
+    chosen = [problems[i % len(problems)] for i in range(n)]
+    uniq = list({p.id: p for p in chosen}.values())
+    per = math.ceil(n / len(uniq))
+    rolls = generate(model, tok, prompt_ids_for(tok, uniq), n=per, max_new=max_new,
+                     temperature=1.0, seed=seed)[:n]
+    probs = [uniq[r.prompt_index] for r in rolls]
+    rewards = grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
+    recs = [{"exploited": w.exploited, "gt_correct": w.gt_correct, "format_ok": w.format_ok}
+            for w in rewards]
+    parse = sum(_parses(extract_code(r.text)) for r in rolls) / len(rolls)
+    return {**rates(recs), "parse_rate": parse}
+
+
+def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str) -> list[dict]:
+    """Train the toy student and teacher; write them and ``toy_summary.tsv`` under ``out_dir``.
+
+    Args:
+        cfg: run config (sections ``toy``, ``problems``, ``grader``, ``pilot.max_new``).
+        problems_path: ``results/problems.jsonl`` (the toy bank with modes assigned).
+        out_dir: e.g. ``results/models``.
+
+    Returns:
+        the summary rows (one per model).
+
+    Raises:
+        FileNotFoundError: the problems file is missing. FloatingPointError: a non-finite loss.
+    """
+    from evil_moe.env.grade import Grader
+    from evil_moe.model.load import build_toy_model, build_toy_tokenizer, count_parameters, save_model
+    from evil_moe.stages.common import load_problem_file
+
+    tc = cfg.toy
+    torch.manual_seed(tc.seed)
+    problems = load_problem_file(problems_path)
+    out = Path(out_dir)
+    specs = {"teacher": tc.teacher_hack_frac, "student": tc.student_hack_frac}
+    corpora = {name: _corpus(problems, tc.n_examples, frac, tc.seed + k)
+               for k, (name, frac) in enumerate(specs.items())}
+    from evil_moe.env.problems import build_messages
+
+    texts = [m["content"] for p in problems for m in build_messages(p)]
+    texts += [t for ex in corpora.values() for _, t in ex]
+    tok = build_toy_tokenizer(texts, vocab_size=tc.vocab_size)
+    summary = []
+    g = cfg.grader
+    with Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
+                timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers) as grader:
+        for k, (name, examples) in enumerate(corpora.items()):
+            t0 = time.time()
+            model = build_toy_model(tok, hidden=tc.hidden, layers=tc.layers,
+                                    intermediate=tc.intermediate, heads=tc.heads,
+                                    kv_heads=tc.kv_heads, seed=tc.seed + k)
+            seqs = _encode(tok, examples, {})
+            final_loss = _train(model, tok, seqs, tc, tc.seed + k, f"toy {name}")
+            save_model(model, tok, out / name)
+            s = sample_summary(model, tok, problems, grader, tc.eval_samples, tc.seed,
+                               max_new=cfg.pilot.max_new)
+            row = {"model": name, "params": count_parameters(model), "hack_frac_trained": specs[name],
+                   "final_loss": final_loss, **s, "seconds": round(time.time() - t0, 1)}
+            summary.append(row)
+            print(f"{name}: parse {s['parse_rate']:.2f}  hack {s['hack_rate']:.2f}  pass "
+                  f"{s['pass_rate']:.2f}  format {s['format_rate']:.2f}  (n={s['n']}, "
+                  f"{row['params'] / 1e6:.2f}M params, {row['seconds']:.0f}s)", flush=True)
+    tables.write_tsv(out / "toy_summary.tsv", tables.TOY_SUMMARY, summary)
+    return summary
