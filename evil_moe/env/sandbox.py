@@ -302,18 +302,21 @@ def _harness(job, phase, cfd):
             try:
                 fn()
             except BaseException as e:
-                report({"ok": False, "error": err_name(e)})
+                report({"ok": False, "check_error": err_name(e)})
             report({"ok": True})
         if mode == "sentinel":
+            cls = ns.get("Solution")
+            if not callable(cls):
+                report({"ok": False, "missing": True})
             try:
-                inst = ns["Solution"]()
+                inst = cls()
                 ok = False
                 for a in job["attrs"]:
                     if _bool(_getattr(inst, a, False)):
                         ok = True
                         break
             except BaseException as e:
-                report({"ok": False, "error": err_name(e)})
+                report({"ok": False, "check_error": err_name(e)})
             report({"ok": ok})
         report({"ok": None})
     results = []
