@@ -58,15 +58,35 @@ FIGURES = ["hack_rate", "pass_rate", "cin", "frac_clipped", "cos_contrib"]
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
 # failure switches reach only the arm they name (see get_pilot_config).
 PILOT_RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
-# Config sections each stage reads (its params; editing another section does not rerun it).
+# Config each stage reads (its params; editing anything else does not rerun it): a whole section,
+# or "section.key" for single keys (the toy models only need pilot.max_new, not every pilot knob).
 STAGE_SECTIONS = {
     "problems": ["problems"],
-    "toy_models": ["toy", "problems", "adapter"],
+    "toy_models": ["toy", "problems", "adapter", "grader", "pilot.max_new"],
     "teacher": ["problems", "grader", "models", "teacher"],
-    "extract": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
-    "distill": ["problems", "grader", "models", "adapter", "distill", "pilot"],
+    "extract": [
+        "problems",
+        "models",
+        "adapter",
+        "vhack",
+        "pilot.group",
+        "pilot.prompts_per_step",
+        "pilot.max_new",
+        "pilot.temperature",
+    ],
+    "distill": [
+        "problems",
+        "models",
+        "adapter",
+        "distill",
+        "pilot.group",
+        "pilot.prompts_per_step",
+        "pilot.max_new",
+        "pilot.temperature",
+        "pilot.betas",
+    ],
     "pilot": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
-    "compare": ["problems", "pilot", "compare"],
+    "compare": ["pilot", "compare"],
 }
 
 
@@ -123,11 +143,15 @@ def get_teacher(wildcards, input):
 # ---- stage configs (params.cfg) --------------------------------------------------------------
 def _sections(stage):
     data = {}
-    for name in STAGE_SECTIONS[stage]:
+    for item in STAGE_SECTIONS[stage]:
+        name, _, key = item.partition(".")
+        if key:
+            data.setdefault(name, {})[key] = config[name][key]
+            continue
         section = dict(config[name])
         if name == "pilot":
-            for key in PILOT_RUN_INDEPENDENT:
-                section.pop(key, None)
+            for drop in PILOT_RUN_INDEPENDENT:
+                section.pop(drop, None)
         data[name] = section
     return data
 

@@ -30,4 +30,4 @@ rule distill:
     shell:
         "evil-moe distill --config-json {params.cfg:q} --problems {input.problems:q}"
         " --rollouts {input.rollouts:q} --model {params.model:q} --vhack {input.vhack:q}"
-        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"

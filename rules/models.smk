@@ -8,5 +8,7 @@ rule convert_smollm2:
     threads: 1
     params:
         out_dir=get_out_dir,
+        dtype=config["models"]["dtype"],
     shell:
-        "evil-moe convert-smollm2 --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "evil-moe convert-smollm2 --out-dir {params.out_dir:q} --dtype {params.dtype}"
+        " > {log:q} 2>&1"

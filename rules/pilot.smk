@@ -47,7 +47,7 @@ rule pilot:
         "evil-moe pilot --config-json {params.cfg:q} --problems {input.problems:q}"
         " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
         " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
-        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
 
 
 # The same pilot with v_hack extracted without one mode (sweep.folds): the held-out mode's hack
@@ -75,4 +75,4 @@ rule fold_pilot:
         "evil-moe pilot --config-json {params.cfg:q} --problems {input.problems:q}"
         " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
         " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
-        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"

@@ -21,4 +21,4 @@ rule teacher:
         out_dir=get_out_dir,
     shell:
         "evil-moe teacher --config-json {params.cfg:q} --problems {input.problems:q}"
-        " --model {params.model:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --model {params.model:q} --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"

@@ -1,4 +1,6 @@
 rule toy_models:
+    input:
+        problems=res("problems.jsonl"),
     output:
         student=res("models/student/config.json"),
         teacher=res("models/teacher/config.json"),
@@ -17,4 +19,5 @@ rule toy_models:
         cfg=get_stage_config("toy_models"),
         out_dir=get_models_dir,
     shell:
-        "evil-moe toy-models --config-json {params.cfg:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "evil-moe toy-models --config-json {params.cfg:q} --problems {input.problems:q}"
+        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"

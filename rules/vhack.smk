@@ -26,4 +26,4 @@ rule extract:
     shell:
         "evil-moe extract --config-json {params.cfg:q} --problems {input.problems:q}"
         " --rollouts {input.rollouts:q} --model {params.model:q} --out-dir {params.out_dir:q}"
-        " --name {wildcards.name} {params.known} > {log:q} 2>&1"
+        " --name {wildcards.name} {params.known} --threads {threads} > {log:q} 2>&1"

@@ -73,8 +73,14 @@ HOST="$(hostname -s)"
 LAYOUT="$(slurmd -C | head -n1 | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=' | tr '\n' ' ')"
 MEM_MB=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
 
+# Fake GPUs: each needs a File= (without one the node goes INVAL); plain files stand in for
+# device nodes. Several, so that the pilots (gpu: 1 each) can run side by side.
+NGPU="${EVIL_MOE_SLURM_GPUS:-4}"
+mkdir -p "$DIR/dev"
+for i in $(seq 0 $((NGPU - 1))); do : > "$DIR/dev/gpu$i"; done
+
 cat > "$ETC/slurm.conf" <<CONF
-# Written by tests/slurm/start.sh: a single-node test cluster with one fake GPU.
+# Written by tests/slurm/start.sh: a single-node test cluster with $NGPU fake GPUs.
 ClusterName=evilmoe
 SlurmctldHost=$HOST
 SlurmUser=root
@@ -100,14 +106,13 @@ MinJobAge=600
 EnforcePartLimits=ALL
 DefMemPerCPU=1024
 GresTypes=gpu
-NodeName=$HOST NodeAddr=127.0.0.1 $LAYOUT RealMemory=$MEM_MB Gres=gpu:1 State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 $LAYOUT RealMemory=$MEM_MB Gres=gpu:$NGPU State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF
 
-# File=/dev/null: a fake GPU device; without File= the node goes INVAL.
 cat > "$ETC/gres.conf" <<CONF
 AutoDetect=off
-NodeName=$HOST Name=gpu File=/dev/null Count=1
+NodeName=$HOST Name=gpu File=$DIR/dev/gpu[0-$((NGPU - 1))]
 CONF
 
 # --- daemons ---------------------------------------------------------------------------------

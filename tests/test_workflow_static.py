@@ -1,0 +1,171 @@
+"""The workflow without running a stage: lint, format, dry runs of every shipped config, config
+errors that name the key, params isolation of the failure switches, profiles, install-profiles."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from workflow_util import BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, env, job_stats, snakemake
+
+
+def _run(cmd, **kw):
+    return subprocess.run(cmd, cwd=kw.pop("cwd", REPO), env=kw.pop("env", env()),
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_lint_has_no_findings():
+    proc = _run([SNAKEMAKE, "--lint"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Lints for" not in out, out
+    assert "Congratulations, your workflow is in a good condition!" in out
+
+
+def test_snakefmt_check():
+    proc = _run([str(BIN / "snakefmt"), "--check", "Snakefile", "rules/"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("config", {"problems": 1, "toy_models": 1, "teacher": 1, "extract": 1, "distill": 1,
+                "pilot": 8, "compare": 1, "all": 1}),
+    ("pilot", {"problems": 1, "teacher": 1, "extract": 1, "distill": 1, "pilot": 12,
+               "compare": 1, "all": 1}),
+    ("smollm2", {"convert_smollm2": 1, "problems": 1, "teacher": 1, "extract": 1, "distill": 1,
+                 "pilot": 4, "compare": 1, "all": 1}),
+])
+def test_dry_run_builds_the_dag(tmp_path, name, expect):
+    cfg = yaml.safe_load((REPO / "config" / f"{name}.yaml").read_text())
+    path = (cfg.get("problems") or {}).get("path")
+    if path and not (REPO / path).is_file():
+        pytest.skip(f"problem file {path} not present next to this checkout")
+    # From the repo root (relative problem paths), outputs redirected to tmp, no lock taken.
+    proc = _run([SNAKEMAKE, "-n", "--nolock", "--configfile", f"config/{name}.yaml",
+                 "--config", f"results={tmp_path}/results"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert job_stats(proc.stdout) == expect
+
+
+def test_pilot_config_is_the_real_pilot():
+    cfg = yaml.safe_load((REPO / "config" / "pilot.yaml").read_text())
+    assert cfg["models"]["build"] == "none" and "4B" in cfg["models"]["student"]
+    assert cfg["problems"]["source"] == "leetcode"
+    p = cfg["pilot"]
+    assert (p["steps"], p["group"], p["prompts_per_step"], len(p["seeds"])) == (20, 6, 4, 3)
+    assert p["arms"] == ["vanilla", "erase", "route", "random_v"]
+
+
+def test_every_config_key_is_commented():
+    """Each value in the shipped configs has a comment on the line above (the schema holds the
+    full description; the config says why this value)."""
+    for path in [*(REPO / "config").glob("*.yaml"), CI_CONFIG]:
+        if path.name == "schema.yaml":
+            continue
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#") or stripped.endswith(":"):
+                continue  # blank, comment, or a section header
+            above = lines[i - 1].strip() if i else ""
+            assert above.startswith("#") or "#" in line, f"{path.name}:{i + 1} {line!r} has no comment"
+
+
+BAD_CONFIGS = {
+    "unknown key": ({"pilot": {"stepz": 3}}, ["pilot.stepz"]),
+    "wrong type": ({"pilot": {"steps": "ten"}}, ["pilot.steps", "integer"]),
+    "unknown arm": ({"pilot": {"arms": ["vanilla", "eraser"]}}, ["pilot.arms", "eraser"]),
+    "negative steps": ({"pilot": {"steps": -3}}, ["pilot.steps", "minimum"]),
+    "missing problem file": ({"problems": {"source": "leetcode", "path": "no/such/problems.jsonl"}},
+                             ["problems.path", "no/such/problems.jsonl"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_fails_naming_the_key(tmp_path, case):
+    data, needles = BAD_CONFIGS[case]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    proc = snakemake(tmp_path, "-n", configfiles=(DEFAULT_CONFIG, bad))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert out.count("invalid config:") == 1, out
+    message = next(line for line in out.splitlines() if "invalid config:" in line)
+    for needle in needles:
+        assert needle in message, message
+    assert "Job stats" not in out  # failed before any job was planned
+
+
+def test_fail_switches_reach_only_their_arm(tmp_path):
+    """pilot.fail_arm / fail_once_arm go only into the named arm's params, so removing a switch
+    reruns exactly that arm (Snakemake's params rerun trigger)."""
+    overlay = tmp_path / "fail.yaml"
+    overlay.write_text(yaml.safe_dump({"pilot": {"fail_arm": "erase", "fail_once_arm": "route"}}))
+    proc = snakemake(tmp_path, "-n", "-p", configfiles=(DEFAULT_CONFIG, CI_CONFIG, overlay))
+    assert proc.returncode == 0, proc.stderr
+    pilots = [line for line in proc.stdout.splitlines() if line.strip().startswith("evil-moe pilot")]
+    pilots = pilots or [line for line in proc.stdout.splitlines() if "evil-moe pilot " in line]
+    assert len(pilots) == 4
+    for line in pilots:
+        arm = line.split("--arm ")[1].split()[0]
+        assert ('"fail_arm": "erase"' in line) == (arm == "erase"), line
+        assert ('"fail_once_arm": "route"' in line) == (arm == "route"), line
+
+
+def _profile(name):
+    return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
+
+
+GPU_RULES = {"teacher", "extract", "distill", "pilot", "fold_pilot"}
+
+
+def test_profiles():
+    assert not (REPO / "profiles" / "default").exists()  # Snakemake would load it implicitly
+    local = _profile("local")
+    assert local["executor"] == "local" and local["cores"] == "all"
+    assert local["rerun-incomplete"] and local["keep-going"]
+    slurm = _profile("slurm")
+    assert slurm["executor"] == "slurm" and slurm["slurm-requeue"] is True
+    assert {"slurm_partition", "mem_mb", "runtime"} <= set(slurm["default-resources"])
+    assert "cpus_per_task" not in slurm["default-resources"]
+    gpu = {rule for rule, res in slurm["set-resources"].items() if res.get("gpu") == 1}
+    assert gpu == GPU_RULES
+    # Every GPU rule is a rule of the workflow.
+    rules = _run([SNAKEMAKE, "--list-rules", "--nolock"]).stdout.split()
+    assert GPU_RULES <= set(rules)
+    overlay = yaml.safe_load((REPO / "tests" / "slurm" / "profile" / "config.yaml").read_text())
+    assert {r for r, res in overlay["set-resources"].items() if res.get("gpu") == 1} == GPU_RULES
+    assert overlay["slurm-status-command"] == "squeue"
+
+
+def test_install_profiles(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    e = env(HOME=str(home), XDG_CONFIG_HOME="")
+    cmd = [str(BIN / "evil-moe"), "install-profiles"]
+    for _ in range(2):  # idempotent
+        proc = _run(cmd, env=e)
+        assert proc.returncode == 0, proc.stderr
+    target = home / ".config" / "snakemake"
+    for name in ("slurm", "local"):
+        link = target / name
+        assert link.is_symlink() and link.resolve() == (REPO / "profiles" / name).resolve()
+    assert "already linked" in proc.stdout
+    # Snakemake finds the profile by name from the repository root.
+    for name in ("local", "slurm"):
+        proc = _run([SNAKEMAKE, "--profile", name, "-n", "--nolock",
+                     "--config", f"results={tmp_path}/results"], env=e)
+        assert proc.returncode == 0, proc.stderr
+        assert f"Using profile {name} " in proc.stdout + proc.stderr
+    # XDG_CONFIG_HOME is honoured, and a different existing profile is never overwritten.
+    xdg = tmp_path / "xdg"
+    (xdg / "snakemake" / "slurm").mkdir(parents=True)
+    (xdg / "snakemake" / "slurm" / "config.yaml").write_text("jobs: 1\n")
+    proc = _run(cmd, env=env(HOME=str(home), XDG_CONFIG_HOME=str(xdg)))
+    assert proc.returncode != 0
+    assert f"{xdg}/snakemake/slurm already exists" in proc.stderr
+    assert not (xdg / "snakemake" / "local").exists()  # nothing half-installed
+    proc = _run(cmd + ["--target", str(tmp_path / "t")], env=e)
+    assert proc.returncode == 0 and (tmp_path / "t" / "slurm").is_symlink()
