@@ -54,7 +54,7 @@ _WARNED_FALLBACK = False
 
 # The zygote: runs as `python -I -S -c ZYGOTE_SRC ROOT DROP`. Stdlib only.
 ZYGOTE_SRC = r'''
-import os, sys, json, struct, signal, resource, ctypes, time, select, shutil, random, builtins
+import os, sys, json, struct, signal, resource, ctypes, time, select, shutil, random, builtins, ast
 import collections, functools, itertools, heapq, bisect, math, string, operator, re, typing
 import datetime, copy, fractions, decimal, statistics, array, io
 ROOT = sys.argv[1]
@@ -178,20 +178,25 @@ def _file_marker(d):
 
 def _harness(job, phase, cfd):
     """Runs in the child after limits are set. Never returns."""
-    _write, _dumps, _exit, _type = os.write, json.dumps, os._exit, type
+    _write, _repr, _exit, _type = os.write, repr, os._exit, type
     _stdout = sys.stdout
+    _bsaved = dict(builtins.__dict__)
+    _bupdate = builtins.__dict__.update
     nonce = job["nonce"]
     _list, _tuple, _set, _fset, _dict, _str, _int, _float, _bool = (
         list, tuple, set, frozenset, dict, str, int, float, bool)
     _len, _getattr, _id = len, getattr, id
 
     def report(obj):
+        # The record is the repr() of builtin containers of exact builtin types (C-level, cannot
+        # be patched by the code), parsed with ast.literal_eval by the zygote.
         try:
+            _bupdate(_bsaved)
             _stdout.flush()
         except BaseException:
             pass
         obj["nonce"] = nonce
-        data = ("\n" + _dumps(obj) + "\n").encode()
+        data = ("\n" + _repr(obj) + "\n").encode()
         while data:
             k = _write(cfd, data)
             data = data[k:]
@@ -332,6 +337,7 @@ def _harness(job, phase, cfd):
             results.append(["error", err_name(e)])
             continue
         try:
+            _bupdate(_bsaved)
             results.append(["ok", enc(r)])
         except BaseException:
             results.append(["ok", {"x": "unserialisable"}])
@@ -396,9 +402,11 @@ def _read_chan(fd, nonce):
     for line in reversed(data.split(b"\n")):
         if not line.strip():
             continue
+        if len(line) > (48 << 20):
+            continue
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = ast.literal_eval(line.decode("utf-8", "replace"))
+        except BaseException:
             continue
         if isinstance(rec, dict) and rec.get("nonce") == nonce:
             return rec
