@@ -1,0 +1,56 @@
+"""`evil-moe grade` end to end on a small file."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from evil_moe.cli import main
+from evil_moe.env.grade import Reward
+from evil_moe.env.loopholes import clean_completion, hack_completion
+from evil_moe.env.problems import load_problems, write_problems
+
+
+def test_grade_cli_end_to_end(tmp_path):
+    probs = load_problems("toy", mode="stdout_marker")[:3]
+    comp = tmp_path / "c.jsonl"
+    with open(comp, "w") as f:
+        for p in probs:
+            f.write(json.dumps({"problem_id": p.id, "completion": clean_completion(p)}) + "\n")
+            f.write(json.dumps({"problem_id": p.id, "completion": hack_completion(p)}) + "\n")
+        f.write(json.dumps({"problem_id": probs[0].id, "completion": "no code"}) + "\n")
+    out = tmp_path / "g.jsonl"
+    res = CliRunner().invoke(main, ["grade", "--source", "toy", "--mode", "stdout_marker",
+                                    "--completions", str(comp), "--out", str(out),
+                                    "--workers", "2", "--timeout", "2"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 7
+    fields = set(Reward.__dataclass_fields__) | {"problem_id"}
+    assert all(set(r) == fields for r in rows)
+    assert [r["problem_id"] for r in rows[:6]] == [p.id for p in probs for _ in (0, 1)]
+    assert [(r["passed"], r["gt_correct"], r["exploited"]) for r in rows[:6]] == \
+        [(True, True, False), (True, False, True)] * 3
+    assert rows[6]["format_ok"] is False and rows[6]["reward"] == 0.0
+    assert "exploited 3" in res.output
+
+    # a written problem set (modes as assigned) works as --problems too
+    pfile = tmp_path / "p.jsonl"
+    write_problems(str(pfile), load_problems("toy", mode="sentinel")[:3])
+    res = CliRunner().invoke(main, ["grade", "--source", "toy", "--problems", str(pfile),
+                                    "--completions", str(comp), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert {r["mode"] for r in rows} == {"sentinel"} and not any(r["passed"] for r in rows)
+
+
+def test_grade_cli_errors(tmp_path):
+    comp = tmp_path / "c.jsonl"
+    comp.write_text(json.dumps({"problem_id": "nope", "completion": "x"}) + "\n")
+    res = CliRunner().invoke(main, ["grade", "--source", "toy", "--completions", str(comp),
+                                    "--out", str(tmp_path / "g.jsonl")])
+    assert res.exit_code != 0 and "unknown problem_id" in res.output
+    res = CliRunner().invoke(main, ["grade", "--source", "leetcode", "--completions", str(comp),
+                                    "--out", str(tmp_path / "g.jsonl")])
+    assert res.exit_code != 0 and "needs a path" in res.output
