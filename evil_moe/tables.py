@@ -270,5 +270,30 @@ def readme_section() -> str:
     return "\n".join(parts)
 
 
+START, END = "<!-- columns:start -->", "<!-- columns:end -->"
+
+
+def update_readme(path: str | Path) -> bool:
+    """Rewrite the README's generated column section (between the ``columns`` markers).
+
+    Returns True when the file changed. Raises ValueError when the markers are missing.
+    """
+    path = Path(path)
+    text = path.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{path}: markers {START} / {END} not found")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{START}\n{readme_section()}{END}{tail}"
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(readme_section())
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "--update":
+        print("updated" if update_readme(sys.argv[2]) else "unchanged")
+    else:
+        print(readme_section())

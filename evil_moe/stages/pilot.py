@@ -47,6 +47,8 @@ from evil_moe.stages.common import (load_policy, load_problem_file, prompt_ids_f
                                     require_file, rollout_record, train_heldout)
 
 ARMS = ("vanilla", "erase", "route", "random_v")
+# pilot keys that do not change what one (arm, seed) run computes: left out of its checkpoint key
+RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
 
 
 class PilotInvalid(RuntimeError):
@@ -194,7 +196,9 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     pad_id = tok.pad_token_id
 
     ckpt_path = out / "checkpoint.pt"
-    digest = cfg.digest("pilot", "problems", "adapter", "models", "grader")
+    run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
+    digest = cfg.digest("problems", "adapter", "models", "grader") + Config(
+        {"pilot": run_keys}).digest("pilot")
     rows: list[dict] = []
     start = 0
     if ckpt_path.exists():

@@ -1,0 +1,50 @@
+"""The column table is defined once (evil_moe/tables.py) and the README shows exactly it."""
+
+from pathlib import Path
+
+import pytest
+
+from evil_moe import tables
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_readme_columns_match_tables():
+    text = (REPO / "README.md").read_text()
+    section = text.split(tables.START, 1)[1].split(tables.END, 1)[0]
+    assert section.strip() == tables.readme_section().strip(), \
+        "README columns are stale: run python -m evil_moe.tables --update README.md"
+
+
+def test_column_names_are_unique_snake_case():
+    for path, cols in tables.TABLES.items():
+        names = tables.names(cols)
+        assert len(names) == len(set(names)), path
+        for n in names:
+            assert n == n.lower() and " " not in n and "-" not in n, (path, n)
+
+
+def test_design_md_minimum_step_columns_present():
+    # DESIGN.md's minimum steps.tsv columns (one hack_rate_<mode> per mode)
+    required = ("step arm seed reward_mean hack_rate pass_rate format_rate parse_rate "
+                "hack_parsed_rate entropy frac_zero_std loss grad_norm cin cin_student "
+                "cin_teacher cout cout_update frac_fired coverage null_cin frac_clipped "
+                "ratio_p05 ratio_p50 ratio_p95 delta_s_norm delta_s_hack_norm tokens seconds").split()
+    required += [f"hack_rate_{m}" for m in tables.MODES]
+    assert set(required) <= set(tables.names(tables.STEPS))
+
+
+def test_writer_rejects_undefined_column(tmp_path):
+    with pytest.raises(KeyError, match="not_a_column"):
+        tables.write_tsv(tmp_path / "x.tsv", tables.EVAL, [{"not_a_column": 1}])
+
+
+def test_write_tsv_is_atomic_and_formats(tmp_path):
+    out = tmp_path / "e.tsv"
+    tables.write_tsv(out, tables.EVAL, [{"step": 3, "arm": "erase", "hack_rate": 0.25,
+                                         "pass_rate": float("nan"), "n": 8}])
+    lines = out.read_text().splitlines()
+    assert lines[0].split("\t") == tables.names(tables.EVAL)
+    row = dict(zip(lines[0].split("\t"), lines[1].split("\t")))
+    assert row["step"] == "3" and row["hack_rate"] == "0.25" and row["pass_rate"] == "" and row["view"] == ""
+    assert not list(tmp_path.glob(".*tmp"))
