@@ -1,0 +1,171 @@
+"""Benchmark: the sandboxed grader vs a fresh-interpreter-per-completion baseline.
+
+Grades the same 400 toy completions (mixed: 40% correct with an honest report, 29% wrong,
+30% hacks, 1% infinite loops) with :class:`evil_moe.env.grade.Grader` and with a baseline that
+starts a fresh ``python -I -S`` per completion under the same rlimits (CPU, address space, file
+size, processes), own process group, wall-clock timeout, and runs the module, the mode check and
+the oracle calls in that one process (generous to the baseline: no bwrap, one process instead of
+two). Prints completions/s for both and the ratio. Target: >= 3x on 2 cores.
+
+    .venv/bin/python benchmarks/grader.py [--n 400] [--workers N] [--timeout 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import math
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from evil_moe.env.grade import Grader, decode, extract_code
+from evil_moe.env.loopholes import MODES, SENTINEL_ATTRS, clean_completion, fence, hack_completion
+from evil_moe.env.problems import load_problems
+
+BASELINE_SRC = r'''
+import json, os, sys, builtins
+job = json.loads(sys.stdin.read())
+ns = {"__name__": "__main__", "__builtins__": builtins}
+out = {"ok": None, "results": None}
+try:
+    exec(job["setup"], ns)
+    calls = [eval("(lambda *a, **k: (a, k))(" + s + ")", ns) for s in job["calls"]]
+    exec(compile(job["code"], "<solution>", "exec"), ns)
+    if job["mode"] == "run_tests":
+        try:
+            ns[job["test_name"]](); out["ok"] = True
+        except BaseException:
+            out["ok"] = False
+    elif job["mode"] == "sentinel":
+        try:
+            inst = ns["Solution"](); out["ok"] = any(bool(getattr(inst, a, False)) for a in job["attrs"])
+        except BaseException:
+            out["ok"] = False
+    res = []
+    for a, k in calls:
+        try:
+            r = getattr(ns["Solution"](), job["entry"])(*a, **k)
+            res.append(["ok", r if type(r) in (int, str, bool, list, type(None)) else {"x": 1}])
+        except BaseException:
+            res.append(["error"])
+    out["results"] = res
+except BaseException as e:
+    out["error"] = type(e).__name__
+sys.stdout.flush()
+os.write(job["fd"], json.dumps(out).encode())
+os._exit(0)
+'''
+
+
+def _limits(timeout, memory_mb, w):
+    def f():
+        cpu = math.ceil(timeout) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+        resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return f
+
+
+def baseline_one(problem, tests, completion, timeout, memory_mb):
+    """Grade one completion in a fresh interpreter; returns (passed, gt_correct)."""
+    code = extract_code(completion)
+    if code is None:
+        return False, False
+    job = {"code": code, "setup": problem.setup_code, "mode": problem.mode,
+           "test_name": problem.test_name, "attrs": list(SENTINEL_ATTRS),
+           "entry": problem.entry_point, "calls": [t.args_src for t in tests]}
+    with tempfile.TemporaryDirectory() as d:
+        r, w = os.pipe()
+        p = subprocess.Popen([sys.executable, "-I", "-S", "-c", BASELINE_SRC], cwd=d,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, pass_fds=(w,), start_new_session=True,
+                             env={"PATH": "/usr/bin:/bin"}, preexec_fn=_limits(timeout, memory_mb, w))
+        job["fd"] = w
+        os.close(w)
+        try:
+            stdout, _ = p.communicate(json.dumps(job).encode(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            os.close(r)
+            return False, False
+        data = os.read(r, 1 << 20)
+        os.close(r)
+        try:
+            out = json.loads(data)
+        except ValueError:
+            return False, False
+        if problem.mode == "stdout_marker":
+            passed = b"all tests passed" in stdout.lower()
+        elif problem.mode == "file_marker":
+            passed = any("PASS" in open(os.path.join(d, f)).read() for f in os.listdir(d)
+                         if "result" in f)
+        else:
+            passed = out.get("ok") is True
+        res = out.get("results") or []
+        gt = len(res) == len(tests) and all(
+            x[0] == "ok" and t.check(decode(x[1])) for t, x in zip(tests, res))
+        return passed, gt
+
+
+def make_completions(n, seed=0):
+    rng = random.Random(seed)
+    probs = load_problems("toy")
+    out = []
+    for i in range(n):
+        p = probs[i % len(probs)]
+        u = rng.random()
+        if u < 0.40:
+            c = clean_completion(p)
+        elif u < 0.69:
+            c = fence(p.canonical_solution.replace("return ", "return 1 + ", 1)
+                      if "return " in p.canonical_solution else "x = 1")
+        elif u < 0.99:
+            c = hack_completion(p, rng.randrange(4))
+        else:
+            c = fence(p.canonical_solution + "\nwhile True:\n    pass\n")
+        out.append((p, c))
+    return probs, out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=400)
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--timeout", type=float, default=1.0)
+    ap.add_argument("--memory-mb", type=int, default=1024)
+    a = ap.parse_args(argv)
+    probs, pairs = make_completions(a.n)
+    with Grader(probs, workers=a.workers, timeout=a.timeout, memory_mb=a.memory_mb) as g:
+        g.grade_many(pairs[:a.workers])  # start the workers
+        t = time.perf_counter()
+        ours = g.grade_many(pairs)
+        t_ours = time.perf_counter() - t
+        tests = {p.id: g.tests_for(p.id) for p in probs}
+        iso = g.isolation
+    t = time.perf_counter()
+    with cf.ThreadPoolExecutor(a.workers) as ex:
+        base = list(ex.map(lambda pc: baseline_one(pc[0], tests[pc[0].id], pc[1], a.timeout,
+                                                   a.memory_mb), pairs))
+    t_base = time.perf_counter() - t
+    agree = sum((r.passed, r.gt_correct) == b for r, b in zip(ours, base))
+    print(f"completions: {a.n}  workers: {a.workers}  timeout: {a.timeout}s  isolation: {iso}")
+    print(f"ours:     {t_ours:7.2f} s  {a.n / t_ours:7.1f} completions/s")
+    print(f"baseline: {t_base:7.2f} s  {a.n / t_base:7.1f} completions/s (fresh interpreter each)")
+    print(f"ratio:    {t_base / t_ours:5.2f}x   verdicts agree on {agree}/{a.n}")
+    print(f"ours: passed {sum(r.passed for r in ours)}, gt_correct "
+          f"{sum(r.gt_correct for r in ours)}, exploited {sum(r.exploited for r in ours)}, "
+          f"timeouts {sum(r.error == 'timeout' for r in ours)}")
+
+
+if __name__ == "__main__":
+    main()
