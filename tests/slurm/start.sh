@@ -8,7 +8,8 @@
 # ../shared/notes/local-slurm.md.
 #
 #   tests/slurm/start.sh            # state dir $EVIL_MOE_SLURM_DIR or /tmp/evil_moe_slurm
-#   export SLURM_CONF=/tmp/evil_moe_slurm/etc/slurm.conf   # clients (sinfo, sbatch) need this
+# Clients (sinfo, sbatch, srun) find the config through /etc/slurm/slurm.conf, a link into the
+# state dir made here (refused if a real config is there); stop.sh removes the link.
 #   tests/slurm/stop.sh
 set -euo pipefail
 
@@ -114,6 +115,19 @@ cat > "$ETC/gres.conf" <<CONF
 AutoDetect=off
 NodeName=$HOST Name=gpu File=$DIR/dev/gpu[0-$((NGPU - 1))]
 CONF
+
+# Clients find the config at Slurm's default path too: the Snakemake plugin's job step drops
+# every SLURM_* variable (SLURM_CONF included) before its nested srun. Link it there, but never
+# replace a real cluster's config.
+SYS_CONF=/etc/slurm/slurm.conf
+if [[ -L "$SYS_CONF" && "$(readlink "$SYS_CONF")" == "$SLURM_CONF" ]]; then
+  :
+elif [[ -e "$SYS_CONF" || -L "$SYS_CONF" ]]; then
+  die "$SYS_CONF exists and is not this test cluster's (a link to $SLURM_CONF); not touching it"
+else
+  mkdir -p /etc/slurm
+  ln -s "$SLURM_CONF" "$SYS_CONF"
+fi
 
 # --- daemons ---------------------------------------------------------------------------------
 setsid nohup slurmctld -D -i -f "$SLURM_CONF" > "$LOGS/slurmctld.out" 2>&1 < /dev/null &

@@ -30,4 +30,7 @@ stop_pid() {  # name
 stop_pid slurmd
 stop_pid slurmctld
 stop_pid munged
+if [[ -L /etc/slurm/slurm.conf && "$(readlink /etc/slurm/slurm.conf)" == "$SLURM_CONF" ]]; then
+  rm -f /etc/slurm/slurm.conf
+fi
 exit 0
