@@ -32,8 +32,10 @@ then exits (143) so a requeued job resumes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -49,6 +51,8 @@ from evil_moe.stages.common import (load_policy, load_problem_file, prompt_ids_f
 ARMS = ("vanilla", "erase", "route", "random_v")
 # pilot keys that do not change what one (arm, seed) run computes: left out of its checkpoint key
 RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
+# the gradient projection each arm applies (vanilla: none, it only measures)
+PROJECTION_MODE = {"erase": "erase", "random_v": "erase", "route": "route"}
 
 
 class PilotInvalid(RuntimeError):
@@ -197,8 +201,9 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
 
     ckpt_path = out / "checkpoint.pt"
     run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
-    digest = cfg.digest("problems", "adapter", "models", "grader") + Config(
-        {"pilot": run_keys}).digest("pilot")
+    digest = _file_digest(cfg.digest("problems", "adapter", "models", "grader"),
+                          Config({"pilot": run_keys}).digest("pilot"), str(model_path),
+                          vhack_path, random_vhack_path, init_adapter, teacher_rollouts)
     rows: list[dict] = []
     start = 0
     if ckpt_path.exists():
@@ -286,18 +291,19 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
             grad_norm = _flat_norm([p.grad for p in ds])
             measured = project(adapter, vhack, "measure")
             projected = measured
-            if arm in ("erase", "random_v"):
-                projected = project(adapter, proj_v, "erase", gate=pc.gate,
+            mode = PROJECTION_MODE.get(arm)
+            if mode and not pc.project_update:
+                projected = project(adapter, proj_v, mode, gate=pc.gate,
                                     preserve_magnitude=pc.preserve_magnitude)
-            elif arm == "route":
-                projected = project(adapter, proj_v, "route", gate=pc.gate,
-                                    preserve_magnitude=pc.preserve_magnitude)
+            if mode == "route" and pc.project_update:
+                for p in dsh:
+                    p.grad = None  # δS_hack moves only by the routed part of the update
             torch.nn.utils.clip_grad_norm_(params, pc.max_grad_norm)
             before = [p.detach().clone() for p in ds]
             opt.step()
-            if pc.project_update and arm != "vanilla":
-                project(adapter, proj_v, "erase" if arm != "route" else "route", gate=pc.gate,
-                        update_from=before)
+            if mode and pc.project_update:
+                projected = project(adapter, proj_v, mode, gate=pc.gate,
+                                    preserve_magnitude=pc.preserve_magnitude, update_from=before)
             cout_update = update_cosine(vhack, adapter.names, before, [p.detach() for p in ds])
 
             if stats is not None and stats.frac_clipped > pc.max_frac_clipped:
@@ -337,8 +343,28 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     tables.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
     adapter.save(out / "adapter.safetensors", metadata={"arm": arm, "seed": seed, "config": digest})
     status = _write_status(status_path, "ok", "", pc.steps - 1, isolation=isolation)
+    # a finished run keeps no resume state: a later rerun (new inputs) starts afresh
     (out / "steps.partial.tsv").unlink(missing_ok=True)
+    ckpt_path.unlink(missing_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
     return status
+
+
+def _file_digest(*parts) -> str:
+    """SHA-256 over strings and the bytes of existing files (None skipped): the checkpoint key.
+
+    A checkpoint is resumed only when the config, the model path and every input file (v_hack,
+    controls, initial adapter, teacher rows) are byte-identical to those it was written with.
+    """
+    h = hashlib.sha256()
+    for part in parts:
+        if part is None:
+            continue
+        p = Path(part)
+        if p.is_file():
+            h.update(p.read_bytes())
+        h.update(str(part).encode())
+    return h.hexdigest()[:16]
 
 
 def _write_status(path: Path, status: str, reason: str, step: int, **extra) -> dict:
