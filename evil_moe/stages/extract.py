@@ -8,6 +8,9 @@ round-robin over problems (so no problem dominates), up to ``vhack.max_pairs``. 
 their generated token ids; they are scored in the *student's* prompt context (the teacher's
 ``elicit`` text is not part of it).
 
+With ``vhack.source: templates`` the pairs are instead the environment's hack and clean answer
+templates for each training problem (:func:`template_pairs`).
+
 Per module, ``D = ∇NLL(hack) − ∇NLL(clean)`` on the student (δS = 0) with the pilot's Dr.GRPO
 normaliser, top-k right singular vectors, majority-vote orientation (:mod:`evil_moe.vhack`).
 
@@ -74,6 +77,32 @@ def build_pairs(records: list[dict], prompt_ids: dict, known_modes, max_pairs: i
     return pairs
 
 
+def template_pairs(problems, prompt_ids: dict, tokenizer, known_modes, max_pairs: int) -> list:
+    """(hack, clean) pairs from the environment's answer templates (``vhack.source: templates``).
+
+    For each problem (round-robin, known modes only): ``hack_completion(p, variant=i)`` vs
+    ``clean_completion(p)``, tokenised with the student's tokenizer plus its eos token (these are
+    written texts, not rollouts, so tokenising them is the only way to get ids).
+
+    Raises:
+        ValueError: no problem in the known modes.
+    """
+    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.vhack import Pair
+
+    eos = [tokenizer.eos_token_id]
+    probs = [p for p in problems if p.id in prompt_ids and (not known_modes or p.mode in known_modes)]
+    if not probs:
+        raise ValueError(f"no training problem in modes {known_modes}")
+    pairs = []
+    for i in range(max_pairs):
+        p = probs[i % len(probs)]
+        hack = tokenizer.encode(hack_completion(p, variant=i // len(probs)), add_special_tokens=False) + eos
+        clean = tokenizer.encode(clean_completion(p), add_special_tokens=False) + eos
+        pairs.append(Pair(list(prompt_ids[p.id]), hack, clean, mode=p.mode, problem_id=p.id))
+    return pairs
+
+
 def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_path: str,
                 out_dir: str, name: str = "main", known_modes=None) -> dict:
     """Extract ``v_hack`` and the ``random`` / ``shuffled`` controls; write them and a TSV.
@@ -100,14 +129,17 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     modes = list(known_modes) if known_modes else (list(vc.known_modes) if vc.known_modes else None)
     problems = load_problem_file(problems_path)
     train, _ = train_heldout(problems, cfg)
-    records = tables.read_jsonl(rollouts_path)
     model, tok, adapter, _ = load_policy(model_path, cfg)
     pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
-    pairs = build_pairs(records, pids, modes, vc.max_pairs)
+    if vc.source == "templates":
+        pairs = template_pairs(train, pids, tok, modes, vc.max_pairs)
+    else:
+        pairs = build_pairs(tables.read_jsonl(rollouts_path), pids, modes, vc.max_pairs)
     normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
     D = pair_gradients(model, adapter, pairs, normaliser, temperature=pc.temperature)
     used = sorted({p.mode for p in pairs})
-    meta = {"model": str(model_path), "config": cfg.digest("vhack", "pilot", "adapter")}
+    meta = {"model": str(model_path), "config": cfg.digest("vhack", "pilot", "adapter"),
+            "source": vc.source}
     v = extract_vhack(D, vc.k, ratio_floor=vc.ratio_floor, quantile_floor=vc.quantile_floor,
                       modes=used, meta=meta)
     out = Path(out_dir)
