@@ -1,0 +1,277 @@
+"""Benchmark: our Dr.GRPO pilot step against TRL's ``GRPOTrainer`` on the same toy student (CPU).
+
+Both sides get the same student (a toy Qwen3 from :func:`evil_moe.stages.toy.train_toy_models`,
+or ``--model DIR``), the same SVD adapter (trainable ``delta_s`` only, base frozen, the same AdamW
+settings), the same prompts in the same order (our paired prompt schedule for seed 0, fed to TRL
+as an unshuffled dataset), ``group 6``, ``prompts_per_step 4``, the same ``max_new`` /
+temperature / top_p / clip, Dr.GRPO (``loss_type="dr_grpo"``, ``scale_rewards=False``, beta = 0)
+and a reward function that calls our sandboxed :class:`~evil_moe.env.grade.Grader`. TRL trains
+through the adapter's forward hooks (it has no merged-weight sampling path for a custom
+adapter, as with an unmerged PEFT adapter); we sample with the adapter merged into the weights.
+
+Timing: blocks of ``--steps`` optimiser steps, alternated ours-vanilla, TRL, ours-erase, repeated
+``--rounds`` times (A B C A B C). A step's time is the wall clock from the start of one step to
+the start of the next (ours: everything in ``run_pilot``'s loop, including grading, the rollout
+file, steps.partial.tsv and checkpoints; TRL: ``on_step_begin`` to ``on_step_begin``, the last
+step to ``on_step_end``). Model loading, the grader start-up of the first step excepted, and the
+final held-out evaluation are outside the timed region. The first step of every block is
+dropped (warm-up: the grader's worker pool starts lazily on both sides). Prints the median
+seconds/step of each, completion tokens/step, and the ratios.
+
+    .venv/bin/python benchmarks/pilot_vs_trl.py [--steps 6] [--rounds 2] [--max-new 200] [--model DIR]
+    .venv/bin/python benchmarks/pilot_vs_trl.py --quick      # smoke mode: tiny model, 2 steps, 1 round
+
+Needs ``trl`` (``benchmarks/requirements.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+# the toy student: the stage tests' toy world (tests/stage_fixtures.py: hidden 64, 2 layers, half
+# trained so that rewards vary within a group), built once and cached
+TOY_SETS = ["problems.limit=12", "toy.hidden=64", "toy.layers=2", "toy.intermediate=128",
+            "toy.vocab_size=400", "toy.train_steps=120", "toy.lr=0.015", "toy.batch_size=8",
+            "toy.n_examples=120", "toy.teacher_hack_frac=0.8", "toy.eval_samples=4"]
+QUICK_TOY_SETS = ["toy.hidden=64", "toy.layers=2", "toy.intermediate=128", "toy.vocab_size=400",
+                  "toy.train_steps=30", "toy.n_examples=60", "toy.eval_samples=2", "problems.limit=12"]
+
+
+def bench_config(extra: list[str]):
+    from evil_moe.config import load_config
+
+    return load_config([REPO / "config" / "config.yaml"],
+                       ["models.device=cpu", "grader.workers=2", "pilot.heldout_samples=1",
+                        "pilot.eval_every=0", "pilot.group=6", "pilot.prompts_per_step=4",
+                        "pilot.beta=0.0", "pilot.scale_std=false"] + extra)
+
+
+def build_world(cache: Path, cfg, model_dir: str | None) -> dict:
+    """problems.jsonl, the student (trained once, cached by config digest) and a v_hack file."""
+    import torch
+
+    from evil_moe.stages.common import load_policy
+    from evil_moe.stages.problems import write_problem_set
+    from evil_moe.vhack import random_vhack
+
+    key = cfg.digest("toy", "problems")
+    root = cache / f"world_{key}"
+    root.mkdir(parents=True, exist_ok=True)
+    problems = root / "problems.jsonl"
+    if not problems.exists():
+        write_problem_set(cfg, str(problems))
+    if model_dir is None:
+        model_dir = str(root / "models" / "student")
+        if not (Path(model_dir) / "config.json").exists():
+            from evil_moe.stages.toy import train_toy_models
+
+            t0 = time.time()
+            print(f"building the toy student into {root / 'models'} ...", flush=True)
+            train_toy_models(cfg, problems_path=str(problems), out_dir=str(root / "models"))
+            print(f"  built in {time.time() - t0:.0f} s", flush=True)
+    vh = root / f"vhack_{Path(model_dir).name}.safetensors"
+    if not vh.exists():
+        # the erase arm's cost does not depend on which directions V holds: a seeded random V
+        # with the config's k stands in for an extracted v_hack
+        _, _, adapter, _ = load_policy(model_dir, cfg)
+        random_vhack(adapter.r, k=cfg.vhack.k, seed=0).save(vh)
+        del adapter
+    torch.set_num_threads(torch.get_num_threads())
+    return {"problems": str(problems), "model": model_dir, "vhack": str(vh)}
+
+
+# ------------------------------------------------------------------------------------------
+def run_ours(cfg, world: dict, arm: str, out_dir: Path) -> dict:
+    """One ``run_pilot`` block; per-step wall times from stamps at the top of each step."""
+    from evil_moe.stages import pilot
+
+    stamps: list[float] = []
+    orig_sched, orig_eval = pilot.prompt_schedule, pilot.evaluate
+
+    def sched(*a, **k):
+        stamps.append(time.perf_counter())
+        return orig_sched(*a, **k)
+
+    def ev(*a, **k):
+        stamps.append(time.perf_counter())
+        return orig_eval(*a, **k)
+
+    pilot.prompt_schedule, pilot.evaluate = sched, ev
+    try:
+        pilot.run_pilot(cfg, problems_path=world["problems"], model_path=world["model"],
+                        vhack_path=world["vhack"], random_vhack_path=world["vhack"], arm=arm,
+                        seed=0, out_dir=str(out_dir))
+    finally:
+        pilot.prompt_schedule, pilot.evaluate = orig_sched, orig_eval
+    with open(out_dir / "steps.tsv") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    return {"step_s": [b - a for a, b in zip(stamps, stamps[1:])],
+            "tokens": [int(r["tokens"]) for r in rows],
+            "reward": [float(r["reward_mean"]) for r in rows]}
+
+
+def run_trl(cfg, world: dict, out_dir: Path) -> dict:
+    """One TRL ``GRPOTrainer`` block of ``pilot.steps`` steps on the same student, adapter, prompts."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from evil_moe.env.grade import Grader
+    from evil_moe.env.problems import build_messages
+    from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
+    from evil_moe.stages.pilot import prompt_schedule
+
+    pc, g = cfg.pilot, cfg.grader
+    torch.manual_seed(0)
+    problems = load_problem_file(world["problems"])
+    train, _ = train_heldout(problems, cfg)
+    model, tok, adapter, _ = load_policy(world["model"], cfg)
+    order = [i for s in range(pc.steps) for i in prompt_schedule(len(train), pc.prompts_per_step, 0, s)]
+    data = Dataset.from_list([{"prompt": build_messages(train[i]), "problem_id": train[i].id}
+                              for i in order])
+    grader = Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
+                    timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers)
+    tokens: list[int] = []
+
+    def reward_fn(prompts, completions, problem_id, completion_ids=None, **_kw):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        if completion_ids is not None:
+            tokens.append(sum(len(c) for c in completion_ids))
+        return [w.reward for w in grader.grade_many(list(zip(problem_id, texts)))]
+
+    reward_fn.__name__ = "evil_moe_grader"
+    stamps: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            stamps.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step >= pc.steps:
+                stamps.append(time.perf_counter())
+
+    G, P = pc.group, pc.prompts_per_step
+    args = GRPOConfig(
+        output_dir=str(out_dir), max_steps=pc.steps, per_device_train_batch_size=G * P,
+        gradient_accumulation_steps=1, num_generations=G, steps_per_generation=1,
+        num_iterations=1, max_completion_length=pc.max_new, temperature=pc.temperature,
+        top_p=pc.top_p, top_k=0, loss_type="dr_grpo", scale_rewards=False, beta=0.0,
+        epsilon=pc.clip_eps, learning_rate=pc.lr, lr_scheduler_type="constant", warmup_steps=0,
+        max_grad_norm=pc.max_grad_norm, weight_decay=pc.weight_decay, shuffle_dataset=False,
+        gradient_checkpointing=False, bf16=False, fp16=False, use_cpu=True, seed=0,
+        logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    opt = torch.optim.AdamW(adapter.delta_s_params(), lr=pc.lr, betas=tuple(pc.betas),
+                            weight_decay=pc.weight_decay)
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=data,
+                          processing_class=tok, callbacks=[Clock()], optimizers=(opt, None))
+    try:
+        trainer.train()
+    finally:
+        grader.close()
+    logs = [x for x in trainer.state.log_history if "reward" in x]
+    return {"step_s": [b - a for a, b in zip(stamps, stamps[1:])], "tokens": tokens,
+            "reward": [float(x["reward"]) for x in logs],
+            "grad_norm": [float(x.get("grad_norm", float("nan"))) for x in logs]}
+
+
+# ------------------------------------------------------------------------------------------
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=6, help="optimiser steps per block (default 6)")
+    ap.add_argument("--rounds", type=int, default=2, help="A B C rounds (default 2)")
+    ap.add_argument("--max-new", type=int, default=None, help="max new tokens (default: config, 200)")
+    ap.add_argument("--model", default=None, help="student model folder (default: build a toy one)")
+    ap.add_argument("--cache", default=str(HERE / ".cache"), help="where the toy world is cached")
+    ap.add_argument("--only", choices=["all", "ours", "trl"], default="all",
+                    help="run only one side (e.g. for profiling)")
+    ap.add_argument("--arms", default="vanilla,erase", help="our arms to time (default vanilla,erase)")
+    ap.add_argument("--quick", action="store_true", help="smoke mode: tiny model, 2 steps, 1 round")
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    steps, rounds, toy = a.steps, a.rounds, TOY_SETS
+    max_new = a.max_new
+    if a.quick:
+        steps, rounds, toy = 2, 1, QUICK_TOY_SETS
+        max_new = max_new or 24
+    extra = toy + [f"pilot.steps={steps}", f"pilot.checkpoint_every=5"]
+    if max_new:
+        extra.append(f"pilot.max_new={max_new}")
+    cfg = bench_config(extra)
+    world = build_world(Path(a.cache), cfg, a.model)
+    arms = [x for x in a.arms.split(",") if x]
+    load = os.getloadavg()
+    print(f"pilot_vs_trl: model={world['model']} steps/block={steps} rounds={rounds} "
+          f"group={cfg.pilot.group} prompts/step={cfg.pilot.prompts_per_step} "
+          f"max_new={cfg.pilot.max_new} torch threads={torch.get_num_threads()} "
+          f"load(1,5,15 min)={load[0]:.1f},{load[1]:.1f},{load[2]:.1f} cores={os.cpu_count()}", flush=True)
+
+    order = ([f"ours:{arm}" for arm in arms[:1]] if a.only != "trl" else []) \
+        + (["trl"] if a.only != "ours" else []) \
+        + ([f"ours:{arm}" for arm in arms[1:]] if a.only != "trl" else [])
+    res: dict[str, dict] = {k: {"step_s": [], "tokens": [], "reward": []} for k in order}
+    with tempfile.TemporaryDirectory(prefix="pilot_vs_trl_") as tmp:
+        for r in range(rounds):
+            for k in order:
+                out = Path(tmp) / f"{k.replace(':', '_')}_r{r}"
+                t0 = time.perf_counter()
+                got = run_trl(cfg, world, out) if k == "trl" else run_ours(cfg, world, k.split(":")[1], out)
+                res[k]["step_s"] += got["step_s"][1:]  # drop the warm-up step of the block
+                res[k]["tokens"] += got["tokens"][1:]
+                res[k]["reward"] += got["reward"]
+                print(f"  round {r} {k:14s} block {time.perf_counter() - t0:6.1f} s  steps "
+                      + " ".join(f"{x:.2f}" for x in got["step_s"])
+                      + f"  tokens/step {med(got['tokens']):.0f}", flush=True)
+
+    print("\nmedian over steps (first step of each block dropped):")
+    fig = {"load": load, "steps": steps, "rounds": rounds, "max_new": cfg.pilot.max_new}
+    for k in order:
+        s, tk = med(res[k]["step_s"]), med(res[k]["tokens"])
+        fig[k] = {"s_per_step": s, "tokens_per_step": tk, "n": len(res[k]["step_s"])}
+        print(f"  {k:14s} {s:7.3f} s/step  {tk:6.0f} completion tokens/step  "
+              f"{1000 * s / max(tk, 1):6.2f} s per 1k tokens  (n={len(res[k]['step_s'])})")
+    if "trl" in res:
+        t = fig["trl"]
+        for k in order:
+            if k == "trl":
+                continue
+            ratio = fig[k]["s_per_step"] / t["s_per_step"]
+            per_tok = (fig[k]["s_per_step"] / max(fig[k]["tokens_per_step"], 1)) / \
+                (t["s_per_step"] / max(t["tokens_per_step"], 1))
+            target = 0.8 if k.endswith("vanilla") else 1.0
+            fig[k]["ratio_vs_trl"], fig[k]["ratio_per_token_vs_trl"] = ratio, per_tok
+            print(f"  {k} / trl = {ratio:.2f}x per step, {per_tok:.2f}x per completion token "
+                  f"(target <= {target})")
+    end_load = os.getloadavg()
+    fig["load_end"] = end_load
+    print(f"load at the end (1,5,15 min) = {end_load[0]:.1f},{end_load[1]:.1f},{end_load[2]:.1f}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(fig, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Benchmark: how long Snakemake takes to build the DAG of a big sweep (a dry run).
+
+Writes a ``--configfile`` overlay on ``config/config.yaml`` with ``--seeds`` pilot seeds × the four
+arms (default 80 × 4 = 320 pilot jobs, plus problems, toy models, teacher, extract, distill,
+compare, ...) and an empty temporary ``results`` folder, then times ``snakemake -n`` (the whole
+command: interpreter start, Snakefile parse, config validation, DAG, job listing). Sizing the
+pilot arms × seeds avoids faking a "separated" gate.json: the sweep rules only add jobs after the
+compare checkpoint has run. Prints wall and CPU seconds (CPU: the figure a loaded machine does
+not inflate) and the job count of each repetition, and the medians.
+Target: <= 5 s for >= 300 jobs.
+
+    .venv/bin/python benchmarks/workflow_dag.py [--seeds 80] [--repeat 3]
+    .venv/bin/python benchmarks/workflow_dag.py --quick     # 76 seeds (>= 300 jobs), 1 repetition
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def snakemake_exe() -> str:
+    exe = Path(sys.executable).parent / "snakemake"
+    return str(exe) if exe.exists() else "snakemake"
+
+
+def dry_run(overlay: Path) -> tuple[float, float, int, str]:
+    """``snakemake -n`` with the overlay; returns (wall seconds, CPU seconds, jobs, output)."""
+    cmd = [snakemake_exe(), "-n", "--cores", "1", "--configfile", str(REPO / "config" / "config.yaml"),
+           str(overlay)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    out = p.stdout + p.stderr
+    if p.returncode != 0:
+        raise RuntimeError(f"snakemake -n failed ({p.returncode}):\n{out[-3000:]}")
+    m = re.search(r"^total\s+(\d+)", out, re.M)
+    if not m:
+        raise RuntimeError(f"no job total in the dry run output:\n{out[-3000:]}")
+    return dt, cpu, int(m.group(1)), out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=80, help="pilot seeds (x 4 arms)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="76 seeds, one repetition")
+    a = ap.parse_args(argv)
+    seeds, repeat = (76, 1) if a.quick else (a.seeds, a.repeat)
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="workflow_dag_") as tmp:
+        overlay = Path(tmp) / "sweep.yaml"
+        overlay.write_text(
+            f"results: {Path(tmp) / 'results'}\n"
+            "pilot:\n"
+            "  arms: [vanilla, erase, route, random_v]\n"
+            f"  seeds: [{', '.join(str(s) for s in range(seeds))}]\n"
+        )
+        times, cpus, jobs = [], [], 0
+        for r in range(repeat):
+            dt, cpu, jobs, _ = dry_run(overlay)
+            times.append(dt)
+            cpus.append(cpu)
+            print(f"  dry run {r}: {dt:.2f} s wall, {cpu:.2f} s CPU, {jobs} jobs", flush=True)
+    m, mc = statistics.median(times), statistics.median(cpus)
+    print(f"workflow_dag: {seeds} seeds x 4 arms -> {jobs} jobs; snakemake -n median {m:.2f} s "
+          f"wall ({mc:.2f} s CPU) over {repeat} run(s) (target <= 5 s); "
+          f"{1000 * m / max(jobs, 1):.1f} ms/job; "
+          f"load(1,5,15 min)={load[0]:.1f},{load[1]:.1f},{load[2]:.1f} cores={os.cpu_count()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
