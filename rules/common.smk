@@ -324,9 +324,9 @@ def get_decision_text(wildcards, input):
         )
     else:
         lines.append(
-            f"**Sweep: not run, not justified.** The pilot comparison's verdict is "
-            f"'{verdict}', and the sweep (more seeds, leave-one-mode-out folds) runs only when "
-            "it is 'separated': " + (gate.get("sentence") or "")
+            "**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, "
+            f"leave-one-mode-out folds); the verdict is '{verdict}', so the sweep was not "
+            "justified (reasons above)."
         )
     return "\n".join(lines)
 
