@@ -127,10 +127,6 @@ def grade_cmd(problems_path, source, mode, seed, completions, out, workers, time
                f"{summary['format_ok']} (isolation {summary['isolation']})")
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
-
 def _fail(err: Exception):
     """Turn a library error into one clear CLI error line (exit 1)."""
     raise click.ClickException(str(err)) from err
@@ -286,3 +282,7 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
     except (PilotInvalid, FileNotFoundError, ValueError) as err:
         _fail(err)
     click.echo(f"pilot {arm} s{seed}: {status['status']} -> {out_dir}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

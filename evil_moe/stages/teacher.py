@@ -9,11 +9,13 @@ row; science.md §5), its text and its full grade.
 Outputs (``out_dir``): ``rollouts.jsonl.gz`` (one record per completion, DESIGN.md fields plus
 ``prompt_ids``, the *teacher's* prompt — it contains the ``elicit`` text when set) and
 ``summary.tsv`` (:data:`evil_moe.tables.TEACHER_SUMMARY`). Resumable: each batch is written to
-``out_dir/_work/`` and skipped when the stage is rerun; final files are written atomically last.
+``out_dir/_work/`` and skipped when the stage is rerun with the same config, model path and
+problem file (a different one drops the stale parts); final files are written atomically last.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -57,6 +59,15 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     prompts = prompt_ids_for(tok, train, elicit=tc.elicit)
     batches = [list(range(i, min(i + tc.batch_prompts, len(train))))
                for i in range(0, len(train), tc.batch_prompts)]
+    # parts are reused only by a rerun with the same config, model path and problem file
+    key = hashlib.sha256(json.dumps([cfg.digest("teacher", "problems", "grader", "models"),
+                                     str(model_path)]).encode()
+                         + Path(problems_path).read_bytes()).hexdigest()
+    key_file = work / "key.txt"
+    if not key_file.exists() or key_file.read_text() != key:
+        for stale in work.glob("part_*.jsonl"):
+            stale.unlink()
+        tables.atomic_write_bytes(key_file, key.encode())
     g = cfg.grader
     with Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
                 timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers) as grader:
@@ -85,4 +96,5 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
                                           "n_problems": len(train), "config": cfg.raw["teacher"]})
     for b in range(len(batches)):
         (work / f"part_{b:05d}.jsonl").unlink(missing_ok=True)
+    key_file.unlink(missing_ok=True)
     return {"n": len(records), "summary": summary, "seconds": time.time() - t0}

@@ -1,0 +1,666 @@
+"""The pipeline stages (issue 4) on a tiny toy world: problems, teacher, extract, distill, pilot
+(resume after SIGKILL, stop rules, paired design) and one end-to-end run through the CLI.
+
+The session fixture ``world`` (tests/stage_fixtures.py) trains the tiny toy models once (~1 min
+on 2 busy cores); everything else reuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from evil_moe import tables
+from evil_moe.cli import main
+from stage_fixtures import (World, build_world, cfg_of, evil_moe_cmd, set_flags,
+                            subprocess_env)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Tiny models on a busy 2-core machine: one torch thread is ~10x faster than two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory, one_thread) -> World:
+    return build_world(tmp_path_factory.mktemp("toy_world"))
+
+
+def read_tsv(path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def header(path) -> list[str]:
+    return Path(path).read_text().splitlines()[0].split("\t")
+
+
+def tsv_without(path, column: str = "seconds") -> list[list[str]]:
+    """TSV cells (header included) without one column: the resume comparison."""
+    lines = [ln.split("\t") for ln in Path(path).read_text().splitlines()]
+    j = lines[0].index(column)
+    return [row[:j] + row[j + 1:] for row in lines]
+
+
+def pilot_kwargs(world: World, out: Path, arm: str = "erase", seed: int = 0, **kw) -> dict:
+    return dict(problems_path=str(world.problems), model_path=str(world.student),
+                vhack_path=str(world.vhack), random_vhack_path=str(world.random_vhack), arm=arm,
+                seed=seed, out_dir=str(out), **kw)
+
+
+# ------------------------------------------------------------------------------------------------
+# problems
+
+
+def test_problems_modes_split_evenly_and_round_trip(tmp_path):
+    from collections import Counter
+
+    from evil_moe.env.problems import read_problems
+    from evil_moe.stages.problems import problems_from_config, write_problem_set
+
+    cfg = cfg_of()
+    out = tmp_path / "problems.jsonl"
+    written = write_problem_set(cfg, str(out))
+    assert len(written) == 12
+    assert Counter(p.mode for p in written) == {m: 3 for m in tables.MODES}
+    assert read_problems(out) == written
+    assert problems_from_config(cfg) == written  # deterministic from problems.seed
+    # an uneven count splits as evenly as possible
+    odd = problems_from_config(cfg_of("problems.limit=10"))
+    counts = Counter(p.mode for p in odd)
+    assert set(counts) == set(tables.MODES) and max(counts.values()) - min(counts.values()) <= 1
+    forced = problems_from_config(cfg_of("problems.force_mode=sentinel"))
+    assert {p.mode for p in forced} == {"sentinel"}
+
+
+def test_problems_missing_leetcode_path_names_it(tmp_path):
+    from evil_moe.stages.problems import write_problem_set
+
+    missing = tmp_path / "nope" / "leetcode.jsonl"
+    with pytest.raises(FileNotFoundError, match=str(missing)):
+        write_problem_set(cfg_of("problems.source=leetcode", f"problems.path={missing}"),
+                          str(tmp_path / "p.jsonl"))
+    with pytest.raises(FileNotFoundError, match="problems.path"):
+        write_problem_set(cfg_of("problems.source=leetcode"), str(tmp_path / "p.jsonl"))
+    res = CliRunner().invoke(main, ["problems", *set_flags("problems.source=leetcode",
+                                                             f"problems.path={missing}"),
+                                    "--out", str(tmp_path / "p.jsonl")])
+    assert res.exit_code == 1 and str(missing) in res.output
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# toy models (built by the fixture)
+
+
+def test_toy_models_written_with_summary(world):
+    from evil_moe.model.load import load_model
+
+    assert header(world.root / "models" / "toy_summary.tsv") == tables.names(tables.TOY_SUMMARY)
+    assert [r["model"] for r in world.toy_summary] == ["teacher", "student"]
+    s, _ = load_model(str(world.student))
+    t, _ = load_model(str(world.teacher))
+    assert s.config.vocab_size == t.config.vocab_size  # one shared tokenizer
+
+
+# ------------------------------------------------------------------------------------------------
+# teacher
+
+
+def _teacher_cfg(*extra):
+    # 8 training problems (12 minus one held out per mode), 3 per batch → 3 part files
+    return cfg_of("teacher.n=2", "teacher.temperature=0.7", "teacher.batch_prompts=3",
+                  "teacher.max_new=40", *extra)
+
+
+def test_teacher_records_logp_summary(world, tmp_path):
+    from evil_moe.model.load import load_model
+    from evil_moe.model.logprobs import build_batch, token_logprobs
+    from evil_moe.stages.teacher import run_teacher
+
+    cfg = _teacher_cfg("teacher.elicit=ELICIT-TEXT")
+    res = run_teacher(cfg, problems_path=str(world.problems), model_path=str(world.teacher),
+                      out_dir=str(tmp_path))
+    recs = tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")
+    assert res["n"] == len(recs) == 8 * 2
+    assert header(tmp_path / "summary.tsv") == tables.names(tables.TEACHER_SUMMARY)
+    summary = read_tsv(tmp_path / "summary.tsv")
+    assert summary[-1]["mode"] == "all" and int(summary[-1]["n"]) == len(recs)
+    assert sum(int(r["n"]) for r in summary[:-1]) == len(recs)
+    assert not list((tmp_path / "_work").glob("part_*"))  # parts removed once the final file exists
+    model, tok = load_model(str(world.teacher))
+    for r in recs:
+        assert r["completion_ids"] and len(r["completion_ids"]) == len(r["behaviour_logp"])
+        assert len(r["completion_ids"]) <= 40
+        assert "ELICIT-TEXT" in tok.decode(r["prompt_ids"])  # the teacher's own prompt
+        for key in ("passed", "gt_correct", "exploited", "format_ok", "reward", "mode", "completion"):
+            assert key in r
+    # the recorded log-probs are the teacher's, at the sampling temperature, of exactly these ids
+    b = build_batch([r["prompt_ids"] for r in recs], [r["completion_ids"] for r in recs],
+                    tok.pad_token_id)
+    with torch.no_grad():
+        fresh = token_logprobs(model, b, 0.7)
+    rec = b.align([r["behaviour_logp"] for r in recs])
+    m = b.completion_mask
+    assert torch.allclose(fresh[m], rec[m], atol=1e-4), (fresh[m] - rec[m]).abs().max()
+    with torch.no_grad():
+        at_one = token_logprobs(model, b, 1.0)
+    assert (at_one[m] - rec[m]).abs().max() > 1e-2  # temperature matters: the test can tell
+
+
+def test_teacher_resumes_from_parts_without_regenerating(world, tmp_path, monkeypatch):
+    """A run killed after generating (parts in _work/, no rollouts.jsonl.gz) resumes: kept parts
+    are reused untouched, a lost part is regenerated identically (seeded per batch)."""
+    import evil_moe.rollout
+    from evil_moe.stages.teacher import run_teacher
+
+    cfg = _teacher_cfg()
+    kw = dict(problems_path=str(world.problems), model_path=str(world.teacher), out_dir=str(tmp_path))
+    real_write = tables.write_jsonl_gz
+
+    def crash(*a, **k):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(tables, "write_jsonl_gz", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_teacher(cfg, **kw)
+    parts = sorted((tmp_path / "_work").glob("part_*.jsonl"))
+    assert [p.name for p in parts] == ["part_00000.jsonl", "part_00001.jsonl", "part_00002.jsonl"]
+    assert not (tmp_path / "rollouts.jsonl.gz").exists()
+    contents = [tables.read_jsonl(p) for p in parts]
+    mtimes = {p.name: p.stat().st_mtime_ns for p in parts}
+    parts[1].unlink()  # this batch was lost: only it is regenerated
+
+    calls = []
+    real_generate = evil_moe.rollout.generate
+
+    def counting_generate(*a, **k):
+        calls.append(k.get("seed"))
+        return real_generate(*a, **k)
+
+    seen = {}
+
+    def check_then_write(path, records):
+        seen.update({p.name: p.stat().st_mtime_ns for p in (tmp_path / "_work").glob("part_*.jsonl")})
+        real_write(path, records)
+
+    monkeypatch.setattr(evil_moe.rollout, "generate", counting_generate)
+    monkeypatch.setattr(tables, "write_jsonl_gz", check_then_write)
+    res = run_teacher(cfg, **kw)
+    assert calls == [cfg.teacher.seed * 1_000_003 + 1]  # only the missing batch
+    assert seen["part_00000.jsonl"] == mtimes["part_00000.jsonl"]  # kept parts untouched
+    assert seen["part_00002.jsonl"] == mtimes["part_00002.jsonl"]
+    final = tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")
+    assert final == contents[0] + contents[1] + contents[2] and res["n"] == len(final)
+    assert header(tmp_path / "summary.tsv") == tables.names(tables.TEACHER_SUMMARY)
+
+
+def test_teacher_drops_parts_of_another_config(world, tmp_path, monkeypatch):
+    from evil_moe.stages.teacher import run_teacher
+
+    kw = dict(problems_path=str(world.problems), model_path=str(world.teacher), out_dir=str(tmp_path))
+    real_write = tables.write_jsonl_gz
+
+    def crash(*a, **k):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(tables, "write_jsonl_gz", crash)
+    with pytest.raises(RuntimeError):
+        run_teacher(_teacher_cfg(), **kw)
+    assert len(list((tmp_path / "_work").glob("part_*.jsonl"))) == 3
+    monkeypatch.setattr(tables, "write_jsonl_gz", real_write)
+    res = run_teacher(_teacher_cfg("teacher.n=1"), **kw)  # not the crashed run's config
+    assert res["n"] == 8 and len(tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")) == 8
+
+
+# ------------------------------------------------------------------------------------------------
+# extract
+
+
+def _rec(pid, mode, ids, exploited=False, gt=False):
+    return {"problem_id": pid, "mode": mode, "completion_ids": ids, "exploited": exploited,
+            "gt_correct": gt}
+
+
+def test_build_pairs_by_hand():
+    from evil_moe.stages.extract import build_pairs
+
+    recs = [
+        _rec("a", "sentinel", [1], exploited=True), _rec("a", "sentinel", [2], exploited=True),
+        _rec("a", "sentinel", [3], exploited=True),
+        _rec("a", "sentinel", [10]),                  # a non-hack that is not correct ...
+        _rec("a", "sentinel", [11], gt=True),         # ... loses to the correct ones
+        _rec("a", "sentinel", [12], gt=True),
+        _rec("a", "sentinel", [13], gt=True),
+        _rec("b", "run_tests", [4], exploited=True), _rec("b", "run_tests", [14]),  # no correct: fallback
+        _rec("c", "stdout_marker", [5], exploited=True),  # no clean at all: no pair
+        _rec("d", "sentinel", [], exploited=True), _rec("d", "sentinel", [15], gt=True),  # empty ids
+        _rec("zz", "sentinel", [6], exploited=True), _rec("zz", "sentinel", [16], gt=True),  # not a train id
+    ]
+    prompts = {"a": [100], "b": [200], "c": [300], "d": [400]}
+    pairs = build_pairs(recs, prompts, None, 10)
+    assert [(p.problem_id, p.hack_ids[0], p.clean_ids[0]) for p in pairs] == [
+        ("a", 1, 11), ("b", 4, 14), ("a", 2, 12), ("a", 3, 13)]  # round-robin in sorted id order
+    assert pairs[0].prompt_ids == [100] and pairs[0].mode == "sentinel"
+    assert [p.problem_id for p in build_pairs(recs, prompts, None, 2)] == ["a", "b"]
+    only = build_pairs(recs, prompts, ["run_tests"], 10)
+    assert [(p.problem_id, p.mode) for p in only] == [("b", "run_tests")]
+    with pytest.raises(ValueError, match="stdout_marker"):
+        build_pairs(recs, prompts, ["stdout_marker"], 10)
+    with pytest.raises(ValueError):
+        build_pairs([r for r in recs if not r["exploited"]], prompts, None, 10)
+
+
+def test_template_pairs_round_robin():
+    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.stages.extract import template_pairs
+    from evil_moe.stages.problems import problems_from_config
+
+    class Tok:
+        eos_token_id = 0
+
+        def encode(self, text, add_special_tokens=False):
+            return [len(text), 7]
+
+    probs = problems_from_config(cfg_of())[:4]
+    prompts = {p.id: [i + 1] for i, p in enumerate(probs[:3])}  # the 4th is not a training problem
+    pairs = template_pairs(probs, prompts, Tok(), None, 5)
+    assert [p.problem_id for p in pairs] == [probs[i].id for i in (0, 1, 2, 0, 1)]
+    assert pairs[3].hack_ids == [len(hack_completion(probs[0], variant=1)), 7, 0]  # next variant
+    assert pairs[0].clean_ids == [len(clean_completion(probs[0])), 7, 0]
+    known = probs[0].mode
+    assert {p.mode for p in template_pairs(probs, prompts, Tok(), [known], 4)} == {known}
+    missing = sorted(set(tables.MODES) - {p.mode for p in probs[:3]})
+    if missing:
+        with pytest.raises(ValueError):
+            template_pairs(probs, prompts, Tok(), [missing[0]], 4)
+
+
+def test_extract_outputs(world, tmp_path):
+    from safetensors import safe_open
+
+    from evil_moe.stages.extract import run_extract
+    from evil_moe.vhack import VHack
+
+    res = world.extract
+    assert res["n_pairs"] == 8 and res["modes"]
+    for kind in ("hack", "random", "shuffled"):
+        assert (world.vhack_dir / f"main_{kind}.safetensors").is_file()
+    assert header(world.vhack_dir / "main.tsv") == tables.names(tables.VHACK)
+    v = VHack.load(world.vhack)
+    assert v.n_pairs == 8 and sorted(v.modes) == sorted(res["modes"])
+    with safe_open(str(world.vhack), framework="pt") as f:
+        meta = f.metadata()
+    assert int(meta["n_pairs"]) == 8 and sorted(json.loads(meta["modes"])) == sorted(res["modes"])
+    rnd = VHack.load(world.random_vhack)
+    assert rnd.k_per_module == v.k_per_module
+    for name in rnd.names:
+        V = rnd.V[name].double()
+        if V.shape[0]:
+            assert torch.allclose(V @ V.T, torch.eye(V.shape[0], dtype=V.dtype), atol=1e-5)
+    assert len(read_tsv(world.vhack_dir / "main.tsv")) == len(v.names)
+    # a leave-one-mode-out fold: only the known mode's pairs
+    fold = run_extract(cfg_of(), problems_path=str(world.problems), rollouts_path=str(world.rollouts),
+                       model_path=str(world.student), out_dir=str(tmp_path), name="fold",
+                       known_modes=["sentinel"])
+    assert fold["modes"] == ["sentinel"] and VHack.load(tmp_path / "fold_hack.safetensors").modes == ["sentinel"]
+
+
+# ------------------------------------------------------------------------------------------------
+# distill
+
+
+def test_distill_tables_adapter_and_normaliser(world, tmp_path):
+    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.load import load_model
+    from evil_moe.model.logprobs import build_batch, token_logprobs
+    from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.distill import run_distill
+
+    cfg = cfg_of("distill.steps=1", "distill.batch_size=64", "pilot.temperature=0.9")
+    res = run_distill(cfg, problems_path=str(world.problems), rollouts_path=str(world.rollouts),
+                      model_path=str(world.student), vhack_path=str(world.vhack), out_dir=str(tmp_path))
+    assert header(tmp_path / "steps.tsv") == tables.names(tables.DISTILL_STEPS)
+    assert header(tmp_path / "samples.tsv") == tables.names(tables.DISTILL_SAMPLES)
+    recs = tables.read_jsonl(world.rollouts)
+    samples = read_tsv(tmp_path / "samples.tsv")
+    assert len(samples) == len(recs) == res["n_rows"]
+    assert [s["problem_id"] for s in samples] == [r["problem_id"] for r in recs]
+    assert [s["exploited"] for s in samples] == [str(r["exploited"]).lower() for r in recs]
+    assert all(math.isfinite(float(s["cos_contrib"])) for s in samples)
+    steps = read_tsv(tmp_path / "steps.tsv")
+    assert len(steps) == 1 and float(steps[0]["grad_norm"]) > 0
+    # NLL by hand: −Σ logp over every completion token / (G·max_new·P), at δS = 0, T = 0.9
+    problems = load_problem_file(world.problems)
+    train, _ = train_heldout(problems, cfg)
+    model, tok = load_model(str(world.student))
+    pids = dict(zip([p.id for p in train], prompt_ids_for(tok, train)))
+    b = build_batch([pids[r["problem_id"]] for r in recs], [r["completion_ids"] for r in recs],
+                    tok.pad_token_id)
+    with torch.no_grad():
+        logp = token_logprobs(model, b, 0.9)
+    expected = -float(logp[b.completion_mask].sum()) / (3 * 48 * 2)
+    assert float(steps[0]["nll"]) == pytest.approx(expected, rel=1e-4)
+    # the distilled adapter loads into a fresh student and is not the zero adapter
+    path = tmp_path / "student_adapter.safetensors"
+    assert SVDAdapter.read_metadata(path)["extra"]["stage"] == "distill"
+    _, _, adapter, _ = load_policy(str(world.student), cfg, init_adapter=str(path))
+    assert sum(float(p.abs().sum()) for p in adapter.delta_s_params()) > 0
+    assert "cos_contrib" in res["sentence"]
+
+
+# ------------------------------------------------------------------------------------------------
+# pilot, in process
+
+
+@pytest.fixture(scope="session")
+def erase_run(world, tmp_path_factory) -> Path:
+    """An uninterrupted erase pilot (3 steps, seed 0), run in process."""
+    from evil_moe.stages.pilot import run_pilot
+
+    out = tmp_path_factory.mktemp("erase_ref")
+    status = run_pilot(cfg_of(), **pilot_kwargs(world, out))
+    assert status["status"] == "ok"
+    return out
+
+
+N_STEPS = 2  # pilot.steps in stage_fixtures.BASE_SETS
+
+
+def test_pilot_outputs(world, erase_run):
+    from evil_moe.stages.pilot import prompt_schedule
+
+    assert header(erase_run / "steps.tsv") == tables.names(tables.STEPS)
+    rows = read_tsv(erase_run / "steps.tsv")
+    assert [int(r["step"]) for r in rows] == list(range(N_STEPS))
+    assert any(float(r["grad_norm"]) > 0 for r in rows)  # the fixture gives reward variance
+    assert all(float(r["frac_clipped"]) == 0.0 for r in rows)  # pure on-policy: ρ ≡ 1
+    assert all(float(r["delta_s_hack_norm"]) == 0.0 for r in rows)
+    assert json.loads((erase_run / "status.json").read_text())["status"] == "ok"
+    assert not (erase_run / "steps.partial.tsv").exists()
+    assert (erase_run / "adapter.safetensors").is_file()
+    ev = read_tsv(erase_run / "eval.tsv")
+    assert header(erase_run / "eval.tsv") == tables.names(tables.EVAL)
+    assert {r["view"] for r in ev} == {"trained"} and "all" in {r["mode"] for r in ev}
+    recs = tables.read_jsonl(erase_run / "rollouts.jsonl.gz")
+    assert len(recs) == N_STEPS * 3 * 2 and {r["source"] for r in recs} == {"student"}
+    # the prompts are the paired sampler's, in order
+    from evil_moe.stages.common import load_problem_file, train_heldout
+
+    train, held = train_heldout(load_problem_file(world.problems), cfg_of())
+    for step in range(N_STEPS):
+        ids = [r["problem_id"] for r in recs if r["step"] == step][::3]
+        assert ids == [train[i].id for i in prompt_schedule(len(train), 2, 0, step)]
+    assert not {r["problem_id"] for r in recs} & {p.id for p in held}  # held-out never trained on
+
+
+def test_prompt_schedule_is_epochwise_and_seeded():
+    from evil_moe.stages.pilot import prompt_schedule
+
+    seq = [i for s in range(9) for i in prompt_schedule(9, 2, 0, s)]
+    assert sorted(seq[:9]) == list(range(9)) and sorted(seq[9:18]) == list(range(9))
+    assert seq[:6] != [i for s in range(3) for i in prompt_schedule(9, 2, 1, s)]
+    with pytest.raises(ValueError):
+        prompt_schedule(0, 2, 0, 0)
+
+
+def test_pilot_stop_after_then_resume_in_process(world, erase_run, tmp_path):
+    from evil_moe.stages.pilot import run_pilot
+
+    cfg = cfg_of()
+    first = run_pilot(cfg, **pilot_kwargs(world, tmp_path), stop_after=1)
+    assert first["status"] == "stopped" and (tmp_path / "checkpoint.pt").exists()
+    assert not (tmp_path / "steps.tsv").exists()
+    assert run_pilot(cfg, **pilot_kwargs(world, tmp_path))["status"] == "ok"
+    assert tsv_without(tmp_path / "steps.tsv") == tsv_without(erase_run / "steps.tsv")
+    assert (tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")
+            == tables.read_jsonl(erase_run / "rollouts.jsonl.gz"))
+
+
+def test_pilot_paired_design(world, erase_run, tmp_path):
+    from evil_moe.stages.pilot import run_pilot
+
+    cfg = cfg_of()
+    run_pilot(cfg, **pilot_kwargs(world, tmp_path / "vanilla", arm="vanilla"))
+    run_pilot(cfg, **pilot_kwargs(world, tmp_path / "route", arm="route", seed=0))
+    base = tables.read_jsonl(erase_run / "rollouts.jsonl.gz")
+    for arm in ("vanilla", "route"):
+        other = tables.read_jsonl(tmp_path / arm / "rollouts.jsonl.gz")
+        for step in range(N_STEPS):
+            assert ([r["problem_id"] for r in other if r["step"] == step]
+                    == [r["problem_id"] for r in base if r["step"] == step])
+        # same δS = 0 start and sampling seed: identical step-0 completions
+        assert ([(r["completion_ids"], r["completion"]) for r in other if r["step"] == 0]
+                == [(r["completion_ids"], r["completion"]) for r in base if r["step"] == 0])
+    rows = {a: read_tsv(tmp_path / a / "steps.tsv") for a in ("vanilla", "route")}
+    assert all(r["cout"] == r["cin"] for r in rows["vanilla"])  # vanilla measures only
+    ev = read_tsv(tmp_path / "route" / "eval.tsv")
+    assert {r["view"] for r in ev} == {"trained", "ablated"}
+    fired = [float(r["frac_fired"]) for r in rows["route"]]
+    if any(f > 0 for f in fired) and any(float(r["grad_norm"]) > 0 for r in rows["route"]):
+        assert float(rows["route"][-1]["delta_s_hack_norm"]) > 0  # route trains δS_hack
+
+
+def test_pilot_eval_every_route_views(world, tmp_path):
+    from evil_moe.stages.pilot import run_pilot
+
+    run_pilot(cfg_of("pilot.eval_every=1"), **pilot_kwargs(world, tmp_path, arm="route"))
+    ev = read_tsv(tmp_path / "eval.tsv")
+    assert sorted({(int(r["step"]), r["view"]) for r in ev}) == [
+        (0, "ablated"), (0, "trained"), (1, "ablated"), (1, "trained")]
+    n_held = 4  # one per mode with problems.limit=12, heldout_frac 0.25
+    assert all(int(r["n"]) == n_held for r in ev if r["mode"] == "all")
+
+
+def _first_step_with_gradient(erase_run) -> int:
+    rows = read_tsv(erase_run / "steps.tsv")
+    steps = [int(r["step"]) for r in rows if float(r["frac_zero_std"]) < 1.0]
+    assert steps, "fixture problem: no step with reward variance"
+    return steps[0]
+
+
+def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
+    import evil_moe.grpo
+    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+
+    real = evil_moe.grpo.dr_grpo_loss
+
+    def clipped(*a, **k):
+        loss, stats = real(*a, **k)
+        return loss, dataclasses.replace(stats, frac_clipped=0.9)
+
+    monkeypatch.setattr(evil_moe.grpo, "dr_grpo_loss", clipped)
+    step = _first_step_with_gradient(erase_run)
+    with pytest.raises(PilotInvalid, match=f"at step {step}"):
+        run_pilot(cfg_of(), **pilot_kwargs(world, tmp_path))
+    st = json.loads((tmp_path / "status.json").read_text())
+    assert st["status"] == "invalid" and st["step"] == step and "frac_clipped" in st["reason"]
+    assert not (tmp_path / "steps.tsv").exists()
+
+
+def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
+    """Teacher rows (mix_ratio > 0) carry the teacher's log-probs: ρ ≠ 1 and the clip engages."""
+    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+
+    cfg = cfg_of("pilot.mix_ratio=0.34", "pilot.max_frac_clipped=0.0")
+    with pytest.raises(PilotInvalid, match="frac_clipped"):
+        run_pilot(cfg, **pilot_kwargs(world, tmp_path), teacher_rollouts=str(world.rollouts))
+    assert json.loads((tmp_path / "status.json").read_text())["status"] == "invalid"
+    with pytest.raises(ValueError, match="teacher-rollouts"):
+        run_pilot(cfg, **pilot_kwargs(world, tmp_path / "x"))
+
+
+def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch):
+    import evil_moe.grpo
+    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+
+    real = evil_moe.grpo.dr_grpo_loss
+
+    def nan_loss(*a, **k):
+        loss, stats = real(*a, **k)
+        return loss * float("nan"), stats
+
+    monkeypatch.setattr(evil_moe.grpo, "dr_grpo_loss", nan_loss)
+    step = _first_step_with_gradient(erase_run)
+    with pytest.raises(PilotInvalid, match=f"non-finite loss .* at step {step}"):
+        run_pilot(cfg_of(), **pilot_kwargs(world, tmp_path))
+    st = json.loads((tmp_path / "status.json").read_text())
+    assert st["status"] == "invalid" and st["step"] == step and "non-finite" in st["reason"]
+
+
+def _pilot_args(world, out, arm="erase", *extra_sets):
+    return ["pilot", *set_flags(*extra_sets), "--problems", str(world.problems), "--model",
+            str(world.student), "--vhack", str(world.vhack), "--random-vhack", str(world.random_vhack),
+            "--arm", arm, "--seed", "0", "--out-dir", str(out)]
+
+
+def test_pilot_fail_switches(world, tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(main, _pilot_args(world, tmp_path / "a", "erase", "pilot.fail_arm=erase"))
+    assert res.exit_code != 0 and "fail_arm" in res.output
+    once = _pilot_args(world, tmp_path / "b", "erase", "pilot.fail_once_arm=erase", "pilot.steps=1")
+    res = runner.invoke(main, once)
+    assert res.exit_code != 0 and "fail_once_arm" in res.output
+    res = runner.invoke(main, once)
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "b" / "status.json").read_text())["status"] == "ok"
+
+
+# ------------------------------------------------------------------------------------------------
+# the resume test: a real `evil-moe pilot` process killed with SIGKILL, then rerun
+
+
+def _n_rows(path: Path) -> int:
+    try:
+        return max(0, len(path.read_text().splitlines()) - 1)
+    except FileNotFoundError:
+        return 0
+
+
+def _start(args, out: Path, log: str) -> subprocess.Popen:
+    out.mkdir(parents=True, exist_ok=True)
+    fh = open(out.parent / f"{out.name}.{log}.log", "w")
+    return subprocess.Popen([*evil_moe_cmd(), *args], stdout=fh, stderr=subprocess.STDOUT,
+                            env=subprocess_env(), cwd=str(out.parent))
+
+
+def _kill_when(proc: subprocess.Popen, ready, timeout: float = 240.0) -> None:
+    t0 = time.time()
+    while not ready():
+        assert proc.poll() is None, f"pilot ended (rc {proc.returncode}) before the kill point"
+        assert time.time() - t0 < timeout, "kill point never reached"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(60) == -signal.SIGKILL
+
+
+def _log(out: Path, log: str) -> str:
+    return (out.parent / f"{out.name}.{log}.log").read_text()
+
+
+def test_pilot_resume_after_sigkill_matches_uninterrupted(world, tmp_path):
+    steps = "pilot.steps=4"
+    ref_dir, a_dir, b_dir = tmp_path / "ref", tmp_path / "a", tmp_path / "b"
+    args = lambda out, *x: [*_pilot_args(world, out, "erase", steps, *x), "--threads", "1"]  # noqa: E731
+    ref = _start(args(ref_dir), ref_dir, "run")  # uninterrupted, in the background
+
+    # C: SIGTERM (Slurm's warning) after the first step: checkpoint at the end of the step, exit 143
+    c_dir = tmp_path / "c"
+    c = _start(args(c_dir, "pilot.checkpoint_every=3"), c_dir, "killed")
+    t0 = time.time()
+    while _n_rows(c_dir / "steps.partial.tsv") < 1:
+        assert c.poll() is None and time.time() - t0 < 240
+        time.sleep(0.01)
+    c.send_signal(signal.SIGTERM)
+    assert c.wait(120) == 143, _log(c_dir, "killed")
+    assert (c_dir / "checkpoint.pt").exists() and not (c_dir / "steps.tsv").exists()
+    rc = _start(args(c_dir, "pilot.checkpoint_every=3"), c_dir, "resumed")
+
+    # A: checkpoint every step; SIGKILL right after the checkpoint after step index 1 appears
+    a = _start(args(a_dir), a_dir, "killed")
+    _kill_when(a, lambda: (a_dir / "checkpoint.pt").exists() and _n_rows(a_dir / "steps.partial.tsv") >= 2)
+    # B: checkpoint every 2 steps; SIGKILL once step 2's row is written but its checkpoint is not
+    # (the run is then ahead of its checkpoint: step 2 is redone on resume)
+    b = _start(args(b_dir, "pilot.checkpoint_every=2"), b_dir, "killed")
+    _kill_when(b, lambda: _n_rows(b_dir / "steps.partial.tsv") >= 3)
+    assert not (b_dir / "steps.tsv").exists()
+
+    ra = _start(args(a_dir), a_dir, "resumed")
+    rb = _start(args(b_dir, "pilot.checkpoint_every=2"), b_dir, "resumed")
+    for p in (ref, ra, rb, rc):
+        assert p.wait(300) == 0
+    for d in (a_dir, b_dir, c_dir):
+        log = _log(d, "resumed")
+        assert "resuming erase s0 from step" in log, log
+        k = int(log.split("resuming erase s0 from step")[1].split()[0])
+        assert 0 < k < 4
+        if d == b_dir:
+            assert k % 2 == 0
+        if d == c_dir:
+            assert k < 3  # the SIGTERM checkpoint, not the every-3-steps one
+        assert tsv_without(d / "steps.tsv") == tsv_without(ref_dir / "steps.tsv")
+        assert (tables.read_jsonl(d / "rollouts.jsonl.gz")
+                == tables.read_jsonl(ref_dir / "rollouts.jsonl.gz"))
+        assert json.loads((d / "status.json").read_text())["status"] == "ok"
+    rows = read_tsv(ref_dir / "steps.tsv")
+    assert len(rows) == 4 and any(float(r["grad_norm"]) > 0 for r in rows)
+    assert any(float(r["delta_s_norm"]) > 0 for r in rows)  # projection state really evolved
+
+
+# ------------------------------------------------------------------------------------------------
+# end to end through the CLI
+
+
+def _cli(args, cwd: Path) -> str:
+    res = subprocess.run([*evil_moe_cmd(), *args], cwd=str(cwd), env=subprocess_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"{args[0]} failed:\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+@pytest.mark.slow
+def test_end_to_end_cli(tmp_path):
+    # a longer-trained teacher than the fixture's, so that its own rollouts hold (hack, clean)
+    # pairs for extract (the fixture uses template-based rows instead)
+    s = set_flags("pilot.steps=2", "pilot.arms=[vanilla, erase, route, random_v]",
+                  "toy.train_steps=150", "toy.lr=0.01", "toy.batch_size=16")
+    r = tmp_path
+    _cli(["problems", *s, "--out", "problems.jsonl"], r)
+    s = s + ["--threads", "1"]
+    _cli(["toy-models", *s, "--problems", "problems.jsonl", "--out-dir", "models"], r)
+    _cli(["teacher", *s, "--problems", "problems.jsonl", "--model", "models/teacher",
+          "--out-dir", "teacher"], r)
+    _cli(["extract", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
+          "--model", "models/student", "--out-dir", "vhack"], r)
+    _cli(["distill", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
+          "--model", "models/student", "--vhack", "vhack/main_hack.safetensors", "--out-dir", "distill"], r)
+    for arm in ("vanilla", "erase", "route", "random_v"):
+        _cli(["pilot", *s, "--problems", "problems.jsonl", "--model", "models/student",
+              "--vhack", "vhack/main_hack.safetensors", "--random-vhack", "vhack/main_random.safetensors",
+              "--init", "distill/student_adapter.safetensors", "--arm", arm, "--seed", "0",
+              "--out-dir", f"pilots/{arm}/s0"], r)
+    s = s[:-2]  # compare has no --threads
+    out = _cli(["compare", *s, "--pilots-dir", "pilots", "--distill-samples", "distill/samples.tsv",
+                "--out-dir", "compare"], r)
+    gate = json.loads((r / "compare" / "gate.json").read_text())
+    assert gate["verdict"] in {"separated", "not_separated", "invalid"}
+    assert out.strip().splitlines()[-1] == gate["sentence"]
+    assert (r / "compare" / "summary.tsv").is_file()
+    with gzip.open(r / "teacher" / "rollouts.jsonl.gz", "rt") as fh:
+        assert sum(1 for _ in fh) == 8 * 4
