@@ -16,7 +16,9 @@ file, steps.partial.tsv and checkpoints; TRL: ``on_step_begin`` to ``on_step_beg
 step to ``on_step_end``). Model loading, the grader start-up of the first step excepted, and the
 final held-out evaluation are outside the timed region. The first step of every block is
 dropped (warm-up: the grader's worker pool starts lazily on both sides). Prints the median
-seconds/step of each, completion tokens/step, and the ratios.
+wall seconds/step of each, the median CPU seconds/step of this process (all its threads; the
+sandboxed grading children excluded — robust to a loaded machine, where wall time mostly
+measures waiting for a core), completion tokens/step, and the ratios.
 
     .venv/bin/python benchmarks/pilot_vs_trl.py [--steps 6] [--rounds 2] [--max-new 200] [--model DIR]
     .venv/bin/python benchmarks/pilot_vs_trl.py --quick      # smoke mode: tiny model, 2 steps, 1 round
@@ -102,11 +104,11 @@ def run_ours(cfg, world: dict, arm: str, out_dir: Path) -> dict:
     orig_sched, orig_eval = pilot.prompt_schedule, pilot.evaluate
 
     def sched(*a, **k):
-        stamps.append(time.perf_counter())
+        stamps.append((time.perf_counter(), time.process_time()))
         return orig_sched(*a, **k)
 
     def ev(*a, **k):
-        stamps.append(time.perf_counter())
+        stamps.append((time.perf_counter(), time.process_time()))
         return orig_eval(*a, **k)
 
     pilot.prompt_schedule, pilot.evaluate = sched, ev
@@ -118,7 +120,8 @@ def run_ours(cfg, world: dict, arm: str, out_dir: Path) -> dict:
         pilot.prompt_schedule, pilot.evaluate = orig_sched, orig_eval
     with open(out_dir / "steps.tsv") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    return {"step_s": [b - a for a, b in zip(stamps, stamps[1:])],
+    return {"step_s": [b[0] - a[0] for a, b in zip(stamps, stamps[1:])],
+            "cpu_s": [b[1] - a[1] for a, b in zip(stamps, stamps[1:])],
             "tokens": [int(r["tokens"]) for r in rows],
             "reward": [float(r["reward_mean"]) for r in rows]}
 
@@ -158,11 +161,11 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            stamps.append(time.perf_counter())
+            stamps.append((time.perf_counter(), time.process_time()))
 
         def on_step_end(self, args, state, control, **kw):
             if state.global_step >= pc.steps:
-                stamps.append(time.perf_counter())
+                stamps.append((time.perf_counter(), time.process_time()))
 
     G, P = pc.group, pc.prompts_per_step
     args = GRPOConfig(
@@ -185,7 +188,8 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
     finally:
         grader.close()
     logs = [x for x in trainer.state.log_history if "reward" in x]
-    return {"step_s": [b - a for a, b in zip(stamps, stamps[1:])], "tokens": tokens,
+    return {"step_s": [b[0] - a[0] for a, b in zip(stamps, stamps[1:])],
+            "cpu_s": [b[1] - a[1] for a, b in zip(stamps, stamps[1:])], "tokens": tokens,
             "reward": [float(x["reward"]) for x in logs],
             "grad_norm": [float(x.get("grad_norm", float("nan"))) for x in logs]}
 
@@ -231,7 +235,7 @@ def main(argv=None) -> int:
     order = ([f"ours:{arm}" for arm in arms[:1]] if a.only != "trl" else []) \
         + (["trl"] if a.only != "ours" else []) \
         + ([f"ours:{arm}" for arm in arms[1:]] if a.only != "trl" else [])
-    res: dict[str, dict] = {k: {"step_s": [], "tokens": [], "reward": []} for k in order}
+    res: dict[str, dict] = {k: {"step_s": [], "cpu_s": [], "tokens": [], "reward": []} for k in order}
     with tempfile.TemporaryDirectory(prefix="pilot_vs_trl_") as tmp:
         for r in range(rounds):
             for k in order:
@@ -239,6 +243,7 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 got = run_trl(cfg, world, out) if k == "trl" else run_ours(cfg, world, k.split(":")[1], out)
                 res[k]["step_s"] += got["step_s"][1:]  # drop the warm-up step of the block
+                res[k]["cpu_s"] += got["cpu_s"][1:]
                 res[k]["tokens"] += got["tokens"][1:]
                 res[k]["reward"] += got["reward"]
                 print(f"  round {r} {k:14s} block {time.perf_counter() - t0:6.1f} s  steps "
@@ -248,9 +253,9 @@ def main(argv=None) -> int:
     print("\nmedian over steps (first step of each block dropped):")
     fig = {"load": load, "steps": steps, "rounds": rounds, "max_new": cfg.pilot.max_new}
     for k in order:
-        s, tk = med(res[k]["step_s"]), med(res[k]["tokens"])
-        fig[k] = {"s_per_step": s, "tokens_per_step": tk, "n": len(res[k]["step_s"])}
-        print(f"  {k:14s} {s:7.3f} s/step  {tk:6.0f} completion tokens/step  "
+        s, tk, c = med(res[k]["step_s"]), med(res[k]["tokens"]), med(res[k]["cpu_s"])
+        fig[k] = {"s_per_step": s, "cpu_s_per_step": c, "tokens_per_step": tk, "n": len(res[k]["step_s"])}
+        print(f"  {k:14s} {s:7.3f} s/step  {c:7.3f} CPU s/step  {tk:6.0f} completion tokens/step  "
               f"{1000 * s / max(tk, 1):6.2f} s per 1k tokens  (n={len(res[k]['step_s'])})")
     if "trl" in res:
         t = fig["trl"]
@@ -261,9 +266,11 @@ def main(argv=None) -> int:
             per_tok = (fig[k]["s_per_step"] / max(fig[k]["tokens_per_step"], 1)) / \
                 (t["s_per_step"] / max(t["tokens_per_step"], 1))
             target = 0.8 if k.endswith("vanilla") else 1.0
+            cpu_ratio = fig[k]["cpu_s_per_step"] / t["cpu_s_per_step"]
             fig[k]["ratio_vs_trl"], fig[k]["ratio_per_token_vs_trl"] = ratio, per_tok
-            print(f"  {k} / trl = {ratio:.2f}x per step, {per_tok:.2f}x per completion token "
-                  f"(target <= {target})")
+            fig[k]["cpu_ratio_vs_trl"] = cpu_ratio
+            print(f"  {k} / trl = {ratio:.2f}x per step (wall), {per_tok:.2f}x per completion token, "
+                  f"{cpu_ratio:.2f}x CPU s per step (target <= {target})")
     end_load = os.getloadavg()
     fig["load_end"] = end_load
     print(f"load at the end (1,5,15 min) = {end_load[0]:.1f},{end_load[1]:.1f},{end_load[2]:.1f}")
