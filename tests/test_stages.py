@@ -664,3 +664,57 @@ def test_end_to_end_cli(tmp_path):
     assert (r / "compare" / "summary.tsv").is_file()
     with gzip.open(r / "teacher" / "rollouts.jsonl.gz", "rt") as fh:
         assert sum(1 for _ in fh) == 8 * 4
+
+
+def test_refresh_vhack_from_own_rollouts(world):
+    """vhack_refresh_every: re-extraction from (hack, clean) rows of the same problem equals the
+    extract stage's math on the same pairs; too few pairs keep the old v_hack (None)."""
+    from evil_moe.grpo import DrGRPONormaliser
+    from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.extract import build_pairs
+    from evil_moe.stages.pilot import refresh_vhack
+    from evil_moe.vhack import extract_vhack, pair_gradients
+
+    cfg = cfg_of()
+    train, _ = train_heldout(load_problem_file(world.problems), cfg)
+    model, tok, adapter, _ = load_policy(str(world.student), cfg)
+    pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
+    recs = tables.read_jsonl(world.rollouts)  # graded rows with hacks and clean ones per problem
+    norm = DrGRPONormaliser(3, 48, 2)
+    fresh = refresh_vhack(model, adapter, recs, pids, cfg, norm)
+    pairs = build_pairs(recs, pids, None, cfg.vhack.max_pairs)
+    ref = extract_vhack(pair_gradients(model, adapter, pairs, norm), cfg.vhack.k)
+    assert fresh is not None and fresh.n_pairs == len(pairs) >= 2
+    for name in ref.V:
+        assert torch.allclose(fresh.V[name], ref.V[name], atol=1e-6)
+    only_hacks = [r for r in recs if r["exploited"]]
+    assert refresh_vhack(model, adapter, only_hacks, pids, cfg, norm) is None
+
+
+def test_pilot_vhack_refresh_resumes_identically(world, tmp_path, monkeypatch, capsys):
+    """A refreshing run stopped after a refresh resumes with the refreshed v_hack (same TSV).
+
+    The half-trained fixture student rarely hacks, so the refresh is fed the graded teacher
+    rows (hacks and clean ones on every problem) instead of the run's own rows."""
+    import evil_moe.stages.pilot as pilot_mod
+
+    real = pilot_mod.refresh_vhack
+    teacher_rows = tables.read_jsonl(world.rollouts)
+    monkeypatch.setattr(pilot_mod, "refresh_vhack",
+                        lambda model, adapter, records, *a: real(model, adapter, teacher_rows, *a))
+    cfg = cfg_of("pilot.vhack_refresh_every=1", "pilot.steps=3")
+    assert pilot_mod.run_pilot(cfg, **pilot_kwargs(world, tmp_path / "ref"))["status"] == "ok"
+    assert capsys.readouterr().out.count("v_hack refreshed") == 2  # after steps 0 and 1
+    pilot_mod.run_pilot(cfg, **pilot_kwargs(world, tmp_path / "cut"), stop_after=2)
+    assert pilot_mod.run_pilot(cfg, **pilot_kwargs(world, tmp_path / "cut"))["status"] == "ok"
+    assert tsv_without(tmp_path / "cut" / "steps.tsv") == tsv_without(tmp_path / "ref" / "steps.tsv")
+
+
+def test_pilot_project_update_erases_the_update(world, tmp_path):
+    """project_update: the optimiser's actual update has no hack-ward part (cout_update ~ 0)."""
+    from evil_moe.stages.pilot import run_pilot
+
+    cfg = cfg_of("pilot.project_update=true")
+    assert run_pilot(cfg, **pilot_kwargs(world, tmp_path))["status"] == "ok"
+    rows = [r for r in read_tsv(tmp_path / "steps.tsv") if float(r["grad_norm"]) > 0]
+    assert rows and all(float(r["cout_update"]) < 1e-5 for r in rows)

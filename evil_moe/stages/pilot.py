@@ -199,6 +199,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     normaliser = DrGRPONormaliser(G, pc.max_new, P)
     pad_id = tok.pad_token_id
 
+    vhack_file = None  # the refreshed v_hack in use, if any (kept in the checkpoint)
     ckpt_path = out / "checkpoint.pt"
     run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
     digest = _file_digest(cfg.digest("problems", "adapter", "models", "grader"),
@@ -216,6 +217,11 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
                     p.copy_(v)
             opt.load_state_dict(ck["optimizer"])
             rows, start = ck["rows"], ck["step"]
+            if ck.get("vhack_file"):
+                vhack_file = ck["vhack_file"]
+                vhack = VHack.load(vhack_file).to(device)
+                if arm != "random_v":
+                    proj_v = vhack
             torch.set_rng_state(ck["torch_rng"])
             random.setstate(ck["py_rng"])
             np.random.set_state(ck["np_rng"])
@@ -224,7 +230,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
             print("checkpoint belongs to another config/arm/seed: starting afresh", flush=True)
 
     def save_checkpoint(next_step: int) -> None:
-        buf = {
+        buf = {"vhack_file": vhack_file,
             "digest": digest, "arm": arm, "seed": seed, "step": next_step, "rows": rows,
             "delta_s": [p.detach().cpu().clone() for p in ds],
             "delta_s_hack": [p.detach().cpu().clone() for p in dsh],
@@ -284,7 +290,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
                     per_src = source_gradients(stats.row_loss, rb.sources, ds)
                     cin_src = {s: measure_grads(vhack, adapter.names, gs).cin for s, gs in per_src.items()}
                 loss.backward()
-                loss_val = float(loss)
+                loss_val = float(loss.detach())
             for p in ds:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
@@ -323,6 +329,19 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
 
             if pc.eval_every and (step + 1) % pc.eval_every == 0 and step + 1 < pc.steps:
                 eval_rows += evaluate(model, tok, adapter, grader, heldout, cfg, arm, seed, step)
+            if pc.vhack_refresh_every and (step + 1) % pc.vhack_refresh_every == 0 and step + 1 < pc.steps:
+                recent = []
+                for k in range(step + 1 - pc.vhack_refresh_every, step + 1):
+                    recent += tables.read_jsonl(work / f"rollouts_{k:05d}.jsonl")
+                fresh = refresh_vhack(model, adapter, recent, {p.id: ids for p, ids in zip(train, prompts)},
+                                      cfg, normaliser)
+                if fresh is not None:
+                    vhack_file = str(work / f"vhack_step{step:05d}.safetensors")
+                    fresh.save(vhack_file)
+                    vhack = fresh.to(device)
+                    if arm != "random_v":
+                        proj_v = vhack
+                    print(f"v_hack refreshed from {fresh.n_pairs} pairs after step {step}", flush=True)
             last = step + 1 == pc.steps
             if (step + 1) % pc.checkpoint_every == 0 or sig.term or sig.usr1 or last:
                 save_checkpoint(step + 1)
@@ -365,6 +384,30 @@ def _file_digest(*parts) -> str:
             h.update(p.read_bytes())
         h.update(str(part).encode())
     return h.hexdigest()[:16]
+
+
+def refresh_vhack(model, adapter, records: list[dict], prompt_ids: dict, cfg: Config, normaliser):
+    """Re-extract ``v_hack`` from the run's own recent rollouts (``pilot.vhack_refresh_every``).
+
+    Pairs are (hack, clean) student completions of the same problem from ``records`` (only the
+    modes in ``vhack.known_modes``), formed as in :func:`evil_moe.stages.extract.build_pairs`;
+    gradients at the current δS with the run's normaliser. Returns ``None`` (keep the old
+    ``v_hack``) when fewer than 2 pairs exist.
+    """
+    from evil_moe.stages.extract import build_pairs
+    from evil_moe.vhack import extract_vhack, pair_gradients
+
+    vc = cfg.vhack
+    modes = list(vc.known_modes) if vc.known_modes else None
+    try:
+        pairs = build_pairs(records, prompt_ids, modes, vc.max_pairs)
+    except ValueError:
+        return None
+    if len(pairs) < 2:
+        return None
+    D = pair_gradients(model, adapter, pairs, normaliser, temperature=cfg.pilot.temperature)
+    return extract_vhack(D, vc.k, ratio_floor=vc.ratio_floor, quantile_floor=vc.quantile_floor,
+                         modes=sorted({p.mode for p in pairs}), meta={"source": "refresh"})
 
 
 def _write_status(path: Path, status: str, reason: str, step: int, **extra) -> dict:
