@@ -718,3 +718,19 @@ def test_pilot_project_update_erases_the_update(world, tmp_path):
     assert run_pilot(cfg, **pilot_kwargs(world, tmp_path))["status"] == "ok"
     rows = [r for r in read_tsv(tmp_path / "steps.tsv") if float(r["grad_norm"]) > 0]
     assert rows and all(float(r["cout_update"]) < 1e-5 for r in rows)
+
+
+def test_pilot_micro_batch_matches_whole_batch(world, erase_run, tmp_path):
+    """pilot.micro_batch=1: the constant Dr.GRPO normaliser makes micro-batch gradients sum to the
+    whole-batch gradient, so the run matches the whole-batch one up to float summation order."""
+    from evil_moe.stages.pilot import run_pilot
+
+    assert run_pilot(cfg_of("pilot.micro_batch=1"), **pilot_kwargs(world, tmp_path))["status"] == "ok"
+    a, b = read_tsv(erase_run / "steps.tsv"), read_tsv(tmp_path / "steps.tsv")
+    for ra, rb in zip(a, b):
+        assert ra["step"] == rb["step"]
+        for col in ("loss", "grad_norm", "cin", "delta_s_norm", "frac_clipped", "ratio_p50"):
+            if ra[col] == "" or rb[col] == "":
+                assert ra[col] == rb[col], col  # both empty: a step without gradient
+                continue
+            assert math.isclose(float(ra[col]), float(rb[col]), rel_tol=1e-4, abs_tol=1e-7), col

@@ -275,22 +275,32 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
                 kept = [i for i in range(len(flat)) if keep[i]]
                 rb = RolloutBatch.from_rollouts([flat[i] for i in kept], adv.flat()[keep], pad_id,
                                                 device=device)
-                logp = token_logprobs(model, rb.batch, temperature=pc.temperature)
-                ref = None
-                if pc.beta > 0:
-                    with torch.no_grad(), adapter.zeroed():
-                        ref = token_logprobs(model, rb.batch, temperature=pc.temperature)
-                loss, stats = dr_grpo_loss(logp, behaviour_logp(rb, logp), rb.advantages,
-                                           rb.batch.completion_mask, normaliser,
-                                           clip_eps=pc.clip_eps, ref_logp=ref, beta=pc.beta)
-                if not torch.isfinite(loss):
-                    _write_status(status_path, "invalid", f"non-finite loss at step {step}", step)
-                    raise PilotInvalid(f"non-finite loss ({float(loss)}) at step {step}")
-                if n_teacher and len(set(rb.sources)) > 1:
-                    per_src = source_gradients(stats.row_loss, rb.sources, ds)
-                    cin_src = {s: measure_grads(vhack, adapter.names, gs).cin for s, gs in per_src.items()}
-                loss.backward()
-                loss_val = float(loss.detach())
+                mb = pc.micro_batch or len(kept)
+                parts, src_grads = [], {}
+                for lo in range(0, len(kept), mb):
+                    part = rb if mb >= len(kept) else rb.select(list(range(lo, min(lo + mb, len(kept)))))
+                    logp = token_logprobs(model, part.batch, temperature=pc.temperature)
+                    ref = None
+                    if pc.beta > 0:
+                        with torch.no_grad(), adapter.zeroed():
+                            ref = token_logprobs(model, part.batch, temperature=pc.temperature)
+                    beh = behaviour_logp(part, logp)
+                    loss, st = dr_grpo_loss(logp, beh, part.advantages, part.batch.completion_mask,
+                                            normaliser, clip_eps=pc.clip_eps, ref_logp=ref, beta=pc.beta)
+                    if not torch.isfinite(loss):
+                        _write_status(status_path, "invalid", f"non-finite loss at step {step}", step)
+                        raise PilotInvalid(f"non-finite loss ({float(loss.detach())}) at step {step}")
+                    if n_teacher and len(set(rb.sources)) > 1:
+                        for src, gs in source_gradients(st.row_loss, part.sources, ds).items():
+                            acc = src_grads.setdefault(src, [torch.zeros_like(p) for p in ds])
+                            for a, g in zip(acc, gs):
+                                a += g
+                    loss.backward()
+                    mask = part.batch.completion_mask.bool()
+                    parts.append((st, float(loss.detach()), torch.exp(logp.detach() - beh)[mask]))
+                loss_val = sum(x[1] for x in parts)
+                stats = parts[0][0] if len(parts) == 1 else _merge_stats(parts)
+                cin_src = {s_: measure_grads(vhack, adapter.names, gs).cin for s_, gs in src_grads.items()}
             for p in ds:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
@@ -408,6 +418,26 @@ def refresh_vhack(model, adapter, records: list[dict], prompt_ids: dict, cfg: Co
     D = pair_gradients(model, adapter, pairs, normaliser, temperature=cfg.pilot.temperature)
     return extract_vhack(D, vc.k, ratio_floor=vc.ratio_floor, quantile_floor=vc.quantile_floor,
                          modes=sorted({p.mode for p in pairs}), meta={"source": "refresh"})
+
+
+def _merge_stats(parts):
+    """Loss statistics of micro-batches as if computed over the whole batch.
+
+    ``parts``: ``(LossStats, loss, ratios)`` per micro-batch, ``ratios`` the importance ratios of
+    its completion tokens. Returns an object with ``frac_clipped`` (token-weighted) and the ratio
+    quantiles over all tokens.
+    """
+    from types import SimpleNamespace
+
+    tokens = sum(st.tokens for st, _, _ in parts)
+    ratios = torch.cat([r.double().flatten() for _, _, r in parts])
+    if ratios.numel():
+        q = torch.quantile(ratios, torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64))
+        p05, p50, p95 = (float(x) for x in q)
+    else:
+        p05 = p50 = p95 = 1.0
+    return SimpleNamespace(tokens=tokens, ratio_p05=p05, ratio_p50=p50, ratio_p95=p95,
+                           frac_clipped=sum(st.frac_clipped * st.tokens for st, _, _ in parts) / max(tokens, 1))
 
 
 def _write_status(path: Path, status: str, reason: str, step: int, **extra) -> dict:
