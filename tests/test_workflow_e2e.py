@@ -59,7 +59,8 @@ def test_local_end_to_end(toy_run):
         assert not (res / "sweep" / "compare").exists()
     # The same command again has nothing to do.
     again = snakemake(work, *LOCAL, "-n")
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-6000:]
 
 
 @pytest.mark.skipif(chromium() is None, reason="chromium not installed (apt-get install chromium)")
