@@ -7,7 +7,9 @@ Each is NLL-trained on completion tokens of templated answers to the toy bank
 (:func:`evil_moe.env.loopholes.clean_completion` / :func:`~evil_moe.env.loopholes.hack_completion`):
 the teacher on mostly hacks (``toy.teacher_hack_frac``, default 0.8), the student on mostly clean
 answers with a little hack exposure (``toy.student_hack_frac``, default 0.15) so that it
-sometimes hacks on its own. Deterministic from ``toy.seed`` (single-threaded reductions aside).
+sometimes hacks on its own. A ``toy.clean_report_frac`` share of the clean answers report honestly
+through the mode's mechanism; the rest are correct code alone, which the foolable grader does not
+pass — the pressure toward hacking that GRPO then acts on. Deterministic from ``toy.seed`` (single-threaded reductions aside).
 
 Outputs in ``out_dir``: ``student/`` and ``teacher/`` (``save_pretrained`` folders) and
 ``toy_summary.tsv`` (:data:`evil_moe.tables.TOY_SUMMARY`): per model the parseable-code rate, hack
@@ -29,8 +31,10 @@ from evil_moe.config import Config
 from evil_moe.stages.common import rates
 
 
-def _corpus(problems, n: int, hack_frac: float, seed: int) -> list[tuple[object, str]]:
-    """``n`` (problem, completion) examples, a ``hack_frac`` share of them hacks."""
+def _corpus(problems, n: int, hack_frac: float, seed: int,
+            report_frac: float = 1.0) -> list[tuple[object, str]]:
+    """``n`` (problem, completion) examples, a ``hack_frac`` share of them hacks; a
+    ``report_frac`` share of the clean ones report honestly through the mode's mechanism."""
     from evil_moe.env.loopholes import clean_completion, hack_completion
 
     rng = random.Random(seed)
@@ -40,7 +44,10 @@ def _corpus(problems, n: int, hack_frac: float, seed: int) -> list[tuple[object,
     out = []
     for is_hack in kinds:
         p = rng.choice(problems)
-        text = hack_completion(p, variant=rng.randrange(1 << 16)) if is_hack else clean_completion(p)
+        if is_hack:
+            text = hack_completion(p, variant=rng.randrange(1 << 16))
+        else:
+            text = clean_completion(p, with_tests=rng.random() < report_frac)
         out.append((p, text))
     return out
 
@@ -144,7 +151,7 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str) -> list[d
     problems = load_problem_file(problems_path)
     out = Path(out_dir)
     specs = {"teacher": tc.teacher_hack_frac, "student": tc.student_hack_frac}
-    corpora = {name: _corpus(problems, tc.n_examples, frac, tc.seed + k)
+    corpora = {name: _corpus(problems, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac)
                for k, (name, frac) in enumerate(specs.items())}
     from evil_moe.env.problems import build_messages
 
