@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= $(shell nproc)
 
-.PHONY: run test test-fast report lint install-profiles clean
+.PHONY: run test test-fast lint install-profiles bench clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,12 @@ test-fast: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile rules/
+
+bench: $(BIN)/.installed
+	$(BIN)/pip install -q -r benchmarks/requirements.txt -c requirements.txt
+	$(BIN)/python benchmarks/pilot_vs_trl.py
+	$(BIN)/python benchmarks/grader.py
+	$(BIN)/python benchmarks/workflow_dag.py
 
 install-profiles: $(BIN)/.installed
 	$(BIN)/evil-moe install-profiles
