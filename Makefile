@@ -5,6 +5,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= $(shell nproc)
+# The workflow's rules call `evil-moe`: put the venv first on PATH for every recipe.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: run test test-fast lint install-profiles bench clean
 
