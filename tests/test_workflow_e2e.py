@@ -91,13 +91,26 @@ def _no_slurm() -> str | None:
     if shutil.which("sinfo") is None:
         return "sinfo not found (apt-get install slurm-client; start tests/slurm/start.sh)"
     try:
+        ping = subprocess.run(["scontrol", "ping"], env=env(), capture_output=True, text=True,
+                              timeout=20)
+        if "UP" not in ping.stdout:
+            first = ((ping.stdout or ping.stderr).strip().splitlines() or ["no answer"])[0]
+            return f"no Slurm controller up (scontrol ping: {first})"
         proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env(), capture_output=True,
                               text=True, timeout=20)
     except subprocess.TimeoutExpired:
-        return "sinfo timed out"
+        return "scontrol/sinfo timed out"
     if proc.returncode != 0 or not {"idle", "mixed"} & set(proc.stdout.split()):
         return f"no idle Slurm node (sinfo: {proc.stdout.strip() or proc.stderr.strip()})"
     return None
+
+
+@pytest.fixture(scope="module")
+def slurm_up():
+    """Skip (before the toy run is made) when no Slurm node is idle."""
+    why = _no_slurm()
+    if why:
+        pytest.skip(why)
 
 
 def _slurm(work, *extra, overlay=None):
@@ -112,10 +125,7 @@ def _mtimes(res, arms):
 
 
 @pytest.mark.slurm
-def test_slurm_failed_arm_rerun_and_retries(toy_run, tmp_path):
-    why = _no_slurm()
-    if why:
-        pytest.skip(why)
+def test_slurm_failed_arm_rerun_and_retries(slurm_up, toy_run, tmp_path):
     assert yaml.safe_load(CI_CONFIG.read_text())["pilot"]["seeds"] == [0]
     work = tmp_path
     res = work / "results"
