@@ -20,6 +20,8 @@ rule distill:
         adapter=res("distill/student_adapter.safetensors"),
     log:
         res("logs/distill.log"),
+    benchmark:
+        res("benchmarks/distill.tsv")
     conda:
         "../envs/evil_moe.yaml"
     threads: 2

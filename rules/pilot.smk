@@ -35,6 +35,8 @@ rule pilot:
         status=res("pilots/{arm}/s{seed}/status.json"),
     log:
         res("logs/pilot/{arm}_s{seed}.log"),
+    benchmark:
+        res("benchmarks/pilot/{arm}_s{seed}.tsv")
     conda:
         "../envs/evil_moe.yaml"
     threads: 1

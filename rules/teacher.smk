@@ -12,6 +12,8 @@ rule teacher:
         ),
     log:
         res("logs/teacher.log"),
+    benchmark:
+        res("benchmarks/teacher.tsv")
     conda:
         "../envs/evil_moe.yaml"
     threads: 2

@@ -12,6 +12,8 @@ rule toy_models:
         ),
     log:
         res("logs/toy_models.log"),
+    benchmark:
+        res("benchmarks/toy_models.tsv")
     conda:
         "../envs/evil_moe.yaml"
     threads: 2

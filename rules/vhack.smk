@@ -15,6 +15,8 @@ rule extract:
         ),
     log:
         res("logs/extract/{name}.log"),
+    benchmark:
+        res("benchmarks/extract_{name}.tsv")
     conda:
         "../envs/evil_moe.yaml"
     threads: 2
