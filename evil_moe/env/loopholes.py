@@ -263,9 +263,10 @@ def _report(problem: "Problem", code: str, honest: bool, variant: int) -> str:
                                                f"    return {cond}"])
             return _insert_in_class(code, ["def __init__(self):", f"    self.valid = {cond}"])
         v = variant % 4
-        if v == 1:
-            return _insert_in_class(code, ["valid = True"])
         attr = ("valid", "valid", "passed", "is_valid")[v]
+        if v == 1 or re.search(r"^[ \t]+def __init__\(", code, re.M):
+            # a class attribute: a later __init__ of the solution would replace an inserted one
+            return _insert_in_class(code, [f"{attr} = True"])
         return _insert_in_class(code, ["def __init__(self):", f"    self.{attr} = True"])
     if mode == "stdout_marker":
         if honest:
