@@ -43,5 +43,6 @@ bench: $(BIN)/.installed
 install-profiles: $(BIN)/.installed
 	$(BIN)/evil-moe install-profiles
 
-clean:
-	rm -rf results .snakemake
+clean:  # everything the workflow wrote, but not the committed results/README.md
+	find results -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
+	rm -rf .snakemake

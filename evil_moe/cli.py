@@ -141,7 +141,7 @@ def problems_cmd(cfg, out) -> None:
 
     try:
         probs = write_problem_set(cfg, out)
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError) as err:
         _fail(err)
     counts: dict = {}
     for p in probs:
@@ -162,7 +162,7 @@ def toy_models_cmd(cfg, problems_path, out_dir, threads) -> None:
     set_threads(threads)
     try:
         train_toy_models(cfg, problems_path=problems_path, out_dir=out_dir)
-    except (FileNotFoundError, ValueError, FloatingPointError) as err:
+    except (OSError, ValueError, FloatingPointError) as err:
         _fail(err)
 
 
@@ -194,7 +194,7 @@ def teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
     set_threads(threads)
     try:
         res = run_teacher(cfg, problems_path=problems_path, model_path=model_path, out_dir=out_dir)
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError) as err:
         _fail(err)
     for row in res["summary"]:
         click.echo(f"{row['mode']:<14} n={row['n']:<4} hack {row['hack_rate']:.2f}  pass "
@@ -221,7 +221,7 @@ def extract_cmd(cfg, problems_path, rollouts, model_path, out_dir, name, known_m
     try:
         res = run_extract(cfg, problems_path=problems_path, rollouts_path=rollouts,
                           model_path=model_path, out_dir=out_dir, name=name, known_modes=modes)
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError) as err:
         _fail(err)
     click.echo(f"v_hack from {res['n_pairs']} pairs (modes {','.join(res['modes'])}): "
                f"{', '.join(res['files'])}")
@@ -244,7 +244,7 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
     try:
         res = run_distill(cfg, problems_path=problems_path, rollouts_path=rollouts,
                           model_path=model_path, vhack_path=vhack_path, out_dir=out_dir)
-    except (FileNotFoundError, ValueError, FloatingPointError) as err:
+    except (OSError, ValueError, FloatingPointError) as err:
         _fail(err)
     click.echo(res["sentence"])
 
@@ -279,7 +279,7 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
     except PilotInterrupted as err:
         click.echo(f"interrupted: {err}", err=True)
         raise SystemExit(143) from err
-    except (PilotInvalid, FileNotFoundError, ValueError) as err:
+    except (PilotInvalid, OSError, ValueError) as err:
         _fail(err)
     click.echo(f"pilot {arm} s{seed}: {status['status']} -> {out_dir}")
 

@@ -734,3 +734,20 @@ def test_pilot_micro_batch_matches_whole_batch(world, erase_run, tmp_path):
                 assert ra[col] == rb[col], col  # both empty: a step without gradient
                 continue
             assert math.isclose(float(ra[col]), float(rb[col]), rel_tol=1e-4, abs_tol=1e-7), col
+
+
+def test_pilot_cli_bad_inputs_are_one_line_errors(world, tmp_path):
+    """A missing v_hack is named before any model loads and leaves no output folder; a bad model
+    path is one clear error line, not a traceback."""
+    from click.testing import CliRunner
+
+    from evil_moe.cli import main
+
+    out = tmp_path / "p"
+    base = ["pilot", *set_flags(), "--problems", str(world.problems), "--arm", "erase",
+            "--seed", "0", "--out-dir", str(out)]
+    r = CliRunner().invoke(main, base + ["--model", str(world.student), "--vhack", "/nope/v.safetensors"])
+    assert r.exit_code == 1 and "v_hack not found: /nope/v.safetensors" in r.output
+    assert not out.exists()
+    r = CliRunner().invoke(main, base + ["--model", str(tmp_path / "no_model"), "--vhack", str(world.vhack)])
+    assert r.exit_code == 1 and r.output.startswith("Error:") and "Traceback" not in r.output

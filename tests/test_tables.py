@@ -48,3 +48,15 @@ def test_write_tsv_is_atomic_and_formats(tmp_path):
     row = dict(zip(lines[0].split("\t"), lines[1].split("\t")))
     assert row["step"] == "3" and row["hack_rate"] == "0.25" and row["pass_rate"] == "" and row["view"] == ""
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_atomic_writes_are_readable_by_others(tmp_path):
+    """mkstemp creates 0600 files; results are shared on clusters, so writes honour the umask."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        tables.write_json(tmp_path / "g.json", {"verdict": "x"})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "g.json").stat().st_mode & 0o777 == 0o644

@@ -163,6 +163,15 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; expected one of {ARMS}")
     pc = cfg.pilot
+    for path, what in ((problems_path, "problems file"), (vhack_path, "v_hack"),
+                       (random_vhack_path, "random v_hack"), (init_adapter, "initial adapter"),
+                       (teacher_rollouts, "teacher rollouts")):
+        if path:
+            require_file(path, what)  # fail before loading a (possibly large) model
+    if arm == "random_v" and not random_vhack_path:
+        raise ValueError("arm random_v needs --random-vhack")
+    if pc.mix_ratio > 0 and not teacher_rollouts:
+        raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     status_path = out / "status.json"

@@ -25,7 +25,9 @@ def problems_from_config(cfg: Config) -> list:
 
     pc = cfg.problems
     if pc.source == "leetcode":
-        if not pc.path or not Path(pc.path).is_file():
+        if not pc.path:
+            raise FileNotFoundError("problems.source is leetcode but 'problems.path' is not set")
+        if not Path(pc.path).is_file():
             raise FileNotFoundError(f"problems.path not found: {pc.path}")
     names = RUN_TESTS_NAMES if pc.varied_names else ("run_tests",)
     return load_problems(pc.source, pc.path, modes=tuple(pc.modes), mode=pc.force_mode,

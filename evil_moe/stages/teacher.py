@@ -97,4 +97,8 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     for b in range(len(batches)):
         (work / f"part_{b:05d}.jsonl").unlink(missing_ok=True)
     key_file.unlink(missing_ok=True)
+    try:
+        work.rmdir()  # empty now: a finished stage leaves no resume state
+    except OSError:
+        pass
     return {"n": len(records), "summary": summary, "seconds": time.time() - t0}
