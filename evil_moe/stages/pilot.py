@@ -181,10 +181,6 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     if pc.fail_once_arm == arm and not (out / ".failed_once").exists():
         (out / ".failed_once").touch()
         raise SystemExit(f"pilot.fail_once_arm={arm}: failing on the first attempt (test switch)")
-    if arm == "random_v" and not random_vhack_path:
-        raise ValueError("arm random_v needs --random-vhack")
-    if pc.mix_ratio > 0 and not teacher_rollouts:
-        raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
 
     torch.manual_seed(seed)
     random.seed(seed)
