@@ -125,7 +125,7 @@ CASES = [
     ("memory_growth", "run_tests", "xs = []\nwhile True:\n    xs.append(' ' * 10**7)\n" + ADD,
      False, False, "memory", W),
     ("deep_recursion", "run_tests", "import sys\nsys.setrecursionlimit(10**9)\n"
-     "def f(n):\n    return f(n + 1) + 1\nf(0)\n" + ADD, False, False, {"crash", "recursion", "memory", "timeout"}, W),
+     "def f(n):\n    return f(n + 1) + 1\nf(0)\n" + ADD, False, False, {"crash", "recursion", "memory", "timeout", "exception"}, W),
     ("os_exit_at_import", "stdout_marker", ADD + "import os\nos._exit(0)\n", False, False, "exit", W),
     ("sys_exit_at_import", "run_tests", ADD + HONEST_RUN_TESTS + "import sys\nsys.exit(0)\n",
      False, False, "exit", W),
