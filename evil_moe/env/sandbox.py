@@ -737,6 +737,12 @@ class WorkerPool:
                     raise SandboxError("pool closed")
                 self._cv.wait()
             z = self._free.pop()
+        if z.proc.poll() is not None:
+            # died while idle (killed from outside, OOM): replace it; not this job's fault
+            z.close()
+            with self._lock:
+                self._all.remove(z)
+                z = self._spawn(z.slot)
         job = dict(job, uids=z.uids)
         try:
             return z.run(job, deadline_s)
