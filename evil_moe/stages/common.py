@@ -91,6 +91,28 @@ def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None
     return model, tok, adapter, device
 
 
+def make_grader(problems, cfg: Config):
+    """The sandboxed :class:`~evil_moe.env.grade.Grader` with the run's ``grader`` section."""
+    from evil_moe.env.grade import Grader
+
+    g = cfg.grader
+    return Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
+                  timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers)
+
+
+def code_parses(code: str | None) -> bool:
+    """True when ``code`` (extracted from a completion) is non-empty and parses with ``ast``."""
+    import ast
+
+    if not code:
+        return False
+    try:
+        ast.parse(code)
+        return True
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+
+
 def rollout_record(rollout, problem, reward, **extra) -> dict:
     """One JSONL record per completion (DESIGN.md): ids, behaviour log-probs, text, full grade."""
     rec = {

@@ -32,6 +32,7 @@ then exits (143) so a requeued job resumes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -45,8 +46,9 @@ import torch
 
 from evil_moe import tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (load_policy, load_problem_file, prompt_ids_for, rates,
-                                    require_file, rollout_record, train_heldout)
+from evil_moe.stages.common import (code_parses, load_policy, load_problem_file, make_grader,
+                                    prompt_ids_for, rates, require_file, rollout_record,
+                                    train_heldout)
 
 ARMS = ("vanilla", "erase", "route", "random_v")
 # pilot keys that do not change what one (arm, seed) run computes: left out of its checkpoint key
@@ -84,17 +86,6 @@ def prompt_schedule(n_problems: int, prompts_per_step: int, seed: int, step: int
         pos += 1
     return out
 
-
-def _parses(code: str | None) -> bool:
-    import ast
-
-    if not code:
-        return False
-    try:
-        ast.parse(code)
-        return True
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
 
 
 def _flat_norm(tensors) -> float:
@@ -152,7 +143,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
         PilotInterrupted: SIGTERM; the checkpoint is on disk.
     """
-    from evil_moe.env.grade import Grader, extract_code
+    from evil_moe.env.grade import extract_code
     from evil_moe.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, dr_grpo_loss,
                                group_advantages, source_gradients)
     from evil_moe.model.logprobs import token_logprobs
@@ -248,10 +239,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
 
     work = out / "_work"
     work.mkdir(exist_ok=True)
-    g = cfg.grader
     eval_rows: list[dict] = []
-    with Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
-                timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers) as grader, _Signals() as sig:
+    with make_grader(problems, cfg) as grader, _Signals() as sig:
         for step in range(start, pc.steps):
             t0 = time.time()
             idx = prompt_schedule(len(train), P, seed, step)
@@ -455,7 +444,7 @@ def _step_row(step, arm, seed, stud, recs, extract_code, stats, adv, loss_val, g
               measured, projected, cin_src, cout_update, ds, dsh, t0) -> dict:
     n = max(len(recs), 1)
     codes = [extract_code(r.text) for r, _, _ in stud]
-    parsed = [_parses(c) for c in codes]
+    parsed = [code_parses(c) for c in codes]
     ent = [float(r.entropy.mean()) for r, _, _ in stud if len(r.entropy)]
     row = {
         "step": step, "arm": arm, "seed": seed,
@@ -510,7 +499,7 @@ def evaluate(model, tok, adapter, grader, heldout, cfg: Config, arm: str, seed: 
     views = ["trained"] + (["ablated"] if arm == "route" else [])
     rows = []
     for view in views:
-        ctx = adapter.ablated() if view == "ablated" else _null()
+        ctx = adapter.ablated() if view == "ablated" else contextlib.nullcontext()
         with ctx:
             rolls = generate(model, tok, prompts, n=pc.heldout_samples, max_new=pc.max_new,
                              temperature=pc.temperature, top_p=pc.top_p,
@@ -524,13 +513,6 @@ def evaluate(model, tok, adapter, grader, heldout, cfg: Config, arm: str, seed: 
             rows.append({"step": step, "arm": arm, "seed": seed, "view": view, "mode": m, **rates(sub)})
     return rows
 
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _teacher_rows(path: str, train) -> dict:

@@ -24,8 +24,8 @@ from tqdm import tqdm
 
 from evil_moe import tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (load_problem_file, prompt_ids_for, rates, resolve_device,
-                                    rollout_record, train_heldout)
+from evil_moe.stages.common import (load_problem_file, make_grader, prompt_ids_for, rates,
+                                    resolve_device, rollout_record, train_heldout)
 
 
 def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: str) -> dict:
@@ -43,7 +43,6 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     Raises:
         FileNotFoundError: the problems file is missing (names the path).
     """
-    from evil_moe.env.grade import Grader
     from evil_moe.model.load import load_model
     from evil_moe.rollout import generate
 
@@ -68,9 +67,7 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
         for stale in work.glob("part_*.jsonl"):
             stale.unlink()
         tables.atomic_write_bytes(key_file, key.encode())
-    g = cfg.grader
-    with Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
-                timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers) as grader:
+    with make_grader(problems, cfg) as grader:
         for b, idx in enumerate(tqdm(batches, desc="teacher", unit="batch")):
             part = work / f"part_{b:05d}.jsonl"
             if part.exists():

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from evil_moe import tables
 from evil_moe.config import Config
-from evil_moe.stages.common import rates
+from evil_moe.stages.common import code_parses, make_grader, rates
 
 
 def _corpus(problems, n: int, hack_frac: float, seed: int,
@@ -113,7 +113,6 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
     from evil_moe.env.grade import extract_code
     from evil_moe.rollout import generate
     from evil_moe.stages.common import prompt_ids_for
-    from evil_moe.stages.pilot import _parses
 
     chosen = [problems[i % len(problems)] for i in range(n)]
     uniq = list({p.id: p for p in chosen}.values())
@@ -124,7 +123,7 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
     rewards = grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
     recs = [{"exploited": w.exploited, "gt_correct": w.gt_correct, "format_ok": w.format_ok}
             for w in rewards]
-    parse = sum(_parses(extract_code(r.text)) for r in rolls) / len(rolls)
+    parse = sum(code_parses(extract_code(r.text)) for r in rolls) / len(rolls)
     return {**rates(recs), "parse_rate": parse}
 
 
@@ -142,7 +141,6 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str) -> list[d
     Raises:
         FileNotFoundError: the problems file is missing. FloatingPointError: a non-finite loss.
     """
-    from evil_moe.env.grade import Grader
     from evil_moe.model.load import build_toy_model, build_toy_tokenizer, count_parameters, save_model
     from evil_moe.stages.common import load_problem_file
 
@@ -159,9 +157,7 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str) -> list[d
     texts += [t for ex in corpora.values() for _, t in ex]
     tok = build_toy_tokenizer(texts, vocab_size=tc.vocab_size)
     summary = []
-    g = cfg.grader
-    with Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
-                timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers) as grader:
+    with make_grader(problems, cfg) as grader:
         for k, (name, examples) in enumerate(corpora.items()):
             t0 = time.time()
             model = build_toy_model(tok, hidden=tc.hidden, layers=tc.layers,
