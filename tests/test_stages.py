@@ -365,6 +365,32 @@ def test_distill_tables_adapter_and_normaliser(world, tmp_path):
     assert "cos_contrib" in res["sentence"]
 
 
+def test_distill_micro_batch_matches_whole_batch(world, tmp_path):
+    """distill.micro_batch=1: per-row backward passes sum to the whole-batch gradient (constant
+    normaliser), so NLL, gradient norm, cin and the trained adapter match the one-batch run."""
+    from evil_moe.stages.distill import run_distill
+    from safetensors.torch import load_file
+
+    outs = {}
+    for mb in (0, 1):
+        out = tmp_path / f"mb{mb}"
+        run_distill(cfg_of("distill.steps=2", "distill.batch_size=4", f"distill.micro_batch={mb}"),
+                    problems_path=str(world.problems), rollouts_path=str(world.rollouts),
+                    model_path=str(world.student), vhack_path=str(world.vhack), out_dir=str(out))
+        outs[mb] = out
+    a, b = read_tsv(outs[0] / "steps.tsv"), read_tsv(outs[1] / "steps.tsv")
+    assert len(a) == len(b) == 2
+    for ra, rb in zip(a, b):
+        for col in ("nll", "grad_norm", "cin"):
+            assert math.isclose(float(ra[col]), float(rb[col]), rel_tol=1e-4, abs_tol=1e-7), col
+    wa = load_file(outs[0] / "student_adapter.safetensors")
+    wb = load_file(outs[1] / "student_adapter.safetensors")
+    assert wa.keys() == wb.keys()
+    assert any(float(t.abs().sum()) > 0 for t in wa.values())
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------------
 # pilot, in process
 

@@ -105,12 +105,17 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     for step in range(dc.steps):
         t0 = time.time()
         pick = rng.choice(len(train_rows), size=min(dc.batch_size, len(train_rows)), replace=False)
-        b = batch_of([train_rows[int(i)] for i in pick])
+        rows = [train_rows[int(i)] for i in pick]
         opt.zero_grad(set_to_none=True)
-        loss = nll_loss(token_logprobs(model, b, pc.temperature), b.completion_mask, normaliser)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"distill: non-finite NLL at step {step}")
-        loss.backward()
+        mb = dc.micro_batch or len(rows)
+        loss = 0.0
+        for r0 in range(0, len(rows), mb):  # micro-batch gradients sum to the batch gradient
+            b = batch_of(rows[r0:r0 + mb])
+            part = nll_loss(token_logprobs(model, b, pc.temperature), b.completion_mask, normaliser)
+            if not torch.isfinite(part):
+                raise FloatingPointError(f"distill: non-finite NLL at step {step}")
+            part.backward()
+            loss = loss + part.detach()
         st = project(adapter, vhack, "measure")
         opt.step()
         steps.append({"step": step, "nll": float(loss.detach()), "grad_norm": st.grad_norm, "cin": st.cin,
