@@ -382,7 +382,8 @@ def _why_not(arm: str, crit: list[dict]) -> str:
     return f"{arm}: " + ", ".join(parts)
 
 
-def _sentence(verdict: str, validity: list[dict], per_arm: dict[str, list[dict]]) -> str:
+def _sentence(verdict: str, validity: list[dict], per_arm: dict[str, list[dict]],
+              vanilla_hack: float | None = None, min_drop: float = 0.0) -> str:
     if verdict == "invalid":
         bad = [c for c in validity if not c["passed"]]
         which = "; ".join(f"{c['arm']} s{c['seed']}: {c['note']}" for c in bad)
@@ -401,7 +402,11 @@ def _sentence(verdict: str, validity: list[dict], per_arm: dict[str, list[dict]]
     if not per_arm:
         return "not separated: no projected arm (erase, route) was run — the sweep is not justified."
     why = "; ".join(_why_not(arm, crit) for arm, crit in per_arm.items())
-    return f"not separated: no projected arm passes all three criteria ({why}) — the sweep is not justified."
+    sentence = f"not separated: no projected arm passes all three criteria ({why}) — the sweep is not justified."
+    if vanilla_hack is not None and vanilla_hack < min_drop:
+        sentence += (f" Vanilla itself hacks at {vanilla_hack:.2f} (< min_drop {min_drop:.2f}): there was no "
+                     "hacking to prevent, so this pilot cannot show separation either way.")
+    return sentence
 
 
 def _gate_md(gate: dict) -> str:
@@ -516,7 +521,8 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
         verdict = "separated"
     else:
         verdict = "not_separated"
-    gate = {"verdict": verdict, "sentence": _sentence(verdict, validity, per_arm),
+    vanilla_hack = arm_info.get("vanilla", {}).get("train", {}).get("hack_rate")
+    gate = {"verdict": verdict, "sentence": _sentence(verdict, validity, per_arm, vanilla_hack, cc.min_drop),
             "criteria": validity + [c for crit in per_arm.values() for c in crit],
             "arms": arm_info, "config": dict(cfg.raw["compare"]),
             "max_frac_clipped": max_fc, "pilots": [str(r.path) for r in expected]}
