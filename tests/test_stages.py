@@ -746,6 +746,41 @@ def test_pilot_project_update_erases_the_update(world, tmp_path):
     assert rows and all(float(r["cout_update"]) < 1e-5 for r in rows)
 
 
+def test_route_with_project_update_trains_like_vanilla(world, tmp_path):
+    """Routing the update: δS + δS_hack takes exactly vanilla's AdamW update each step (the forward
+    sees the sum, whose gradient equals δS's), so with the same seed the training rollouts equal
+    vanilla's; δS_hack holds only hack-ward parts of updates, so it lies in the span of v_hack's
+    rows. Gradient routing instead gives δS_hack its own Adam moments, which blow its small
+    routed gradient up to full-size steps: there δS_hack leaves the span."""
+    from safetensors.torch import load_file
+
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.vhack import VHack
+
+    for arm in ("vanilla", "route"):
+        assert run_pilot(cfg_of("pilot.project_update=true"),
+                         **pilot_kwargs(world, tmp_path / arm, arm=arm))["status"] == "ok"
+    van, rou = read_tsv(tmp_path / "vanilla" / "steps.tsv"), read_tsv(tmp_path / "route" / "steps.tsv")
+    assert [r["hack_rate"] for r in rou] == [r["hack_rate"] for r in van]
+    assert [r["reward_mean"] for r in rou] == [r["reward_mean"] for r in van]
+    a_van = load_file(tmp_path / "vanilla" / "adapter.safetensors")
+    a_rou = load_file(tmp_path / "route" / "adapter.safetensors")
+    v = VHack.load(world.vhack)
+    ds_keys = [k for k in a_rou if k.endswith("delta_s")]
+    assert ds_keys
+    moved = 0.0
+    for k in ds_keys:
+        hk = k[: -len("delta_s")] + "delta_s_hack"
+        torch.testing.assert_close(a_rou[k] + a_rou[hk], a_van[k], rtol=1e-4, atol=1e-6)
+        name = k[: -len(".delta_s")]
+        h = a_rou[hk].double()
+        moved += float(h.norm())
+        if name in v.V and v.V[name].shape[0]:
+            V = v.V[name].double()
+            assert float((h - V.T @ (V @ h)).norm()) <= 1e-5 * (1 + float(h.norm())), name
+    assert moved > 0  # the evil expert did learn something
+
+
 def test_pilot_micro_batch_matches_whole_batch(world, erase_run, tmp_path):
     """pilot.micro_batch=1: the constant Dr.GRPO normaliser makes micro-batch gradients sum to the
     whole-batch gradient, so the run matches the whole-batch one up to float summation order."""

@@ -15,7 +15,9 @@ Each step, top to bottom (the formulas are in :mod:`evil_moe.grpo` and :mod:`evi
 5. **loss** — Dr.GRPO (constant normaliser ``G·max_new·P``), one forward + backward;
 6. **project** — per arm: ``vanilla`` measures only; ``erase`` removes the hack-ward gradient along
    ``v_hack``; ``route`` moves it into ``δS_hack``; ``random_v`` erases along a random V (control).
-   ``cin`` is always measured against the real ``v_hack``;
+   ``cin`` is always measured against the real ``v_hack``. With ``pilot.project_update`` the
+   projection applies to the AdamW update after the step instead (route: ``δS + δS_hack`` then
+   moves exactly as vanilla's ``δS``);
 7. **step** — clip the gradient norm, AdamW step; ``cout_update`` measures the update itself.
 
 Outputs in ``out_dir``: ``steps.tsv`` (:data:`evil_moe.tables.STEPS`), ``eval.tsv`` (held-out
@@ -38,6 +40,7 @@ import json
 import random
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -161,6 +164,11 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
             require_file(path, what)  # fail before loading a (possibly large) model
     if arm == "random_v" and not random_vhack_path:
         raise ValueError("arm random_v needs --random-vhack")
+    if arm == "route" and not pc.project_update:
+        print("warning: route with pilot.project_update false routes the gradient: delta_s_hack "
+              "gets AdamW moments of its own, which scale its small routed gradient up to full-size "
+              "steps outside v_hack's span; set pilot.project_update: true to route the update",
+              file=sys.stderr, flush=True)
     if pc.mix_ratio > 0 and not teacher_rollouts:
         raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
     out = Path(out_dir)
