@@ -76,3 +76,12 @@ def test_pilot_vs_trl_quick(tmp_path):
                 "--json", str(tmp_path / "f.json")])
     assert "ours:vanilla / trl" in out and "ours:erase / trl" in out
     assert (tmp_path / "f.json").exists()
+
+
+def test_grader_bench_small_agrees_with_the_baseline():
+    """benchmarks/grader.py --n 60: our sandboxed verdicts equal the fresh-interpreter baseline's
+    on every completion (the mix holds correct, wrong, hacked and looping ones), and it prints
+    both throughputs and the ratio without the loops."""
+    out = _run([str(BENCH / "grader.py"), "--n", "60"])
+    assert "verdicts agree on 60/60" in out, out
+    assert "completions/s" in out and "without the" in out
