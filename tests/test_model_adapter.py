@@ -157,3 +157,36 @@ def test_svd_cache_by_content(tmp_path):
     assert len(list(tmp_path.glob("*.safetensors"))) == 1
     c = thin_svd(w + 1)
     assert not torch.equal(a[1], c[1])
+
+
+def test_svd_disk_cache_is_atomic_and_repairs_a_broken_entry(tmp_path, monkeypatch):
+    """A fresh process (empty in-memory cache) reads the disk entry bit-exactly; a truncated or
+    garbage entry is recomputed and replaced, never trusted; no temp file is left behind."""
+    import evil_moe.model.adapter as adapter_mod
+
+    w = torch.randn(12, 20)
+    ref = torch.linalg.svd(w, full_matrices=False)
+    a = thin_svd(w, cache_dir=tmp_path)
+    (entry,) = tmp_path.glob("*.safetensors")
+    assert [p.name for p in tmp_path.iterdir()] == [entry.name]  # no .tmp left
+    monkeypatch.setattr(adapter_mod, "_SVD_CACHE", {})
+    b = thin_svd(w, cache_dir=tmp_path)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    for broken in (b"not a safetensors file", entry.read_bytes()[:40]):
+        entry.write_bytes(broken)
+        monkeypatch.setattr(adapter_mod, "_SVD_CACHE", {})
+        U, S, Vh = thin_svd(w, cache_dir=tmp_path)
+        torch.testing.assert_close(S, ref.S)
+        torch.testing.assert_close(U @ torch.diag(S) @ Vh, w, rtol=1e-5, atol=1e-5)
+        assert entry.stat().st_size > 1000  # replaced by a good entry
+
+
+def test_svd_cache_dir_is_opt_in(monkeypatch, tmp_path):
+    from evil_moe.stages.common import svd_cache_dir
+
+    monkeypatch.delenv("EVIL_MOE_SVD_CACHE", raising=False)
+    assert svd_cache_dir() is None
+    monkeypatch.setenv("EVIL_MOE_SVD_CACHE", "")
+    assert svd_cache_dir() is None
+    monkeypatch.setenv("EVIL_MOE_SVD_CACHE", str(tmp_path / "svd"))
+    assert svd_cache_dir() == tmp_path / "svd"

@@ -60,13 +60,40 @@ def weight_hash(weight: torch.Tensor) -> str:
     return h.hexdigest()
 
 
+def _read_svd(path: Path, shape) -> tuple | None:
+    """A cached SVD, or None when the file is unreadable or of the wrong shape (recomputed)."""
+    from safetensors.torch import load_file
+
+    try:
+        d = load_file(str(path))
+        out = (d["U"], d["S"], d["Vh"])
+    except Exception:  # noqa: BLE001 - a broken cache entry is recomputed and replaced
+        return None
+    r = min(int(shape[0]), int(shape[1]))
+    if tuple(out[0].shape) != (int(shape[0]), r) or tuple(out[2].shape) != (r, int(shape[1])):
+        return None
+    return out
+
+
+def _write_svd(path: Path, out: tuple) -> None:
+    """Write atomically (temp file + rename): concurrent jobs sharing the cache never read a
+    partial file; two writers of the same key write identical bytes."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    save_file({"U": out[0], "S": out[1], "Vh": out[2]}, str(tmp))
+    os.replace(tmp, path)
+
+
 def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None):
     """Thin SVD ``W = U diag(S) Vh`` in fp32, cached by content hash (in memory for weights up
     to 4M entries; on disk under ``cache_dir`` for any size).
 
     Args:
         weight: ``(d_out, d_in)`` tensor, any float dtype/device.
-        cache_dir: optional directory for an on-disk cache (``<hash>.safetensors``).
+        cache_dir: optional directory for an on-disk cache (``<hash>.safetensors``, written
+            atomically; an unreadable or mis-shaped entry is recomputed and replaced).
 
     Returns:
         ``(U (d_out, r), S (r,), Vh (r, d_in))`` fp32 on ``weight.device``, ``r = min(d_out, d_in)``.
@@ -76,19 +103,12 @@ def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None
     if key in _SVD_CACHE:
         return tuple(t.to(dev) for t in _SVD_CACHE[key])
     path = Path(cache_dir) / f"{key}.safetensors" if cache_dir else None
-    if path is not None and path.exists():
-        from safetensors.torch import load_file
-
-        d = load_file(str(path))
-        out = (d["U"], d["S"], d["Vh"])
-    else:
+    out = _read_svd(path, weight.shape) if path is not None and path.exists() else None
+    if out is None:
         U, S, Vh = torch.linalg.svd(weight.detach().float(), full_matrices=False)
         out = (U.contiguous().cpu(), S.contiguous().cpu(), Vh.contiguous().cpu())
         if path is not None:
-            from safetensors.torch import save_file
-
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_file({"U": out[0], "S": out[1], "Vh": out[2]}, str(path))
+            _write_svd(path, out)
     if weight.numel() <= _MEM_CACHE_MAX_NUMEL:  # big models: use cache_dir, not host RAM
         _SVD_CACHE[key] = out
     return tuple(t.to(dev) for t in out)
