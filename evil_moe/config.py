@@ -115,7 +115,13 @@ def merge_sources(files: Iterable[str | Path] = (), overrides: Iterable[str] = (
         path = Path(f)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            where = getattr(e, "problem_mark", None)
+            at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+            raise ConfigError(f"config file {path} is not valid YAML{at}: "
+                              f"{getattr(e, 'problem', None) or e}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} is not a YAML mapping")
         _deep_merge(merged, loaded)

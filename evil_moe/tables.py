@@ -249,13 +249,22 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
     Raises:
         FileNotFoundError: naming the path.
+        ValueError: a line that is not JSON, naming the path and the line number.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     opener = gzip.open if path.suffix == ".gz" else open
+    out = []
     with opener(path, "rt") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+    return out
 
 
 def markdown(columns: Sequence[Column]) -> str:

@@ -315,7 +315,13 @@ def get_decision_text(wildcards, input):
                 f"- {mark}: {c.get('name')} {who} (value {value}, threshold {threshold}) {note}".rstrip()
             )
         lines.append("")
-    if verdict == "separated":
+    if verdict == "separated" and not (config["sweep"]["seeds"] or _fold_modes()):
+        lines.append(
+            "**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
+            "and no leave-one-mode-out folds (`sweep.folds: false`), so nothing more runs. Set "
+            "them (as config/pilot.yaml does) and rerun to schedule the sweep."
+        )
+    elif verdict == "separated":
         seeds = ", ".join(map(str, config["sweep"]["seeds"])) or "none"
         folds = ", ".join(_fold_modes()) or "none"
         lines.append(

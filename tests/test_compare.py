@@ -87,6 +87,7 @@ def test_separated_numbers_summary_and_figures(tmp_path):
     assert crit(gate, "drop_vs_vanilla", "route")["value"] == pytest.approx(0.025)
     assert not gate["arms"]["route"]["passes_all"] and gate["arms"]["erase"]["passes_all"]
     assert gate["sentence"].startswith("separated: erase lowers the hack rate by 0.25")
+    assert "with 2 seeds the bootstrap CI is little more than their range" in gate["sentence"]
     assert gate["config"] == cfg_for().raw["compare"]
 
     on_disk = json.loads((out / "gate.json").read_text())

@@ -812,3 +812,15 @@ def test_pilot_cli_bad_inputs_are_one_line_errors(world, tmp_path):
     assert not out.exists()
     r = CliRunner().invoke(main, base + ["--model", str(tmp_path / "no_model"), "--vhack", str(world.vhack)])
     assert r.exit_code == 1 and r.output.startswith("Error:") and "Traceback" not in r.output
+
+
+def test_malformed_yaml_config_is_one_error_naming_the_file(tmp_path):
+    """A YAML syntax error is one ConfigError naming the file and the line, not a traceback."""
+    from evil_moe.config import ConfigError, load_config
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pilot:\n  steps: [1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config([bad])
+    msg = str(e.value)
+    assert msg.startswith(f"config file {bad} is not valid YAML (line ") and "\n" not in msg

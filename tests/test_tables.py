@@ -1,5 +1,6 @@
 """The column table is defined once (evil_moe/tables.py) and the README shows exactly it."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,14 @@ def test_atomic_writes_are_readable_by_others(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "g.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_read_jsonl_names_the_file_and_line_of_a_bad_line(tmp_path):
+    from evil_moe import tables
+
+    f = tmp_path / "rows.jsonl"
+    f.write_text('{"a": 1}\n\nnot json\n')
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(f))}:3: not a JSON line"):
+        tables.read_jsonl(f)
+    f.write_text('{"a": 1}\n\n{"b": 2}\n')
+    assert tables.read_jsonl(f) == [{"a": 1}, {"b": 2}]

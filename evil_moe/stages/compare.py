@@ -394,9 +394,11 @@ def _sentence(verdict: str, validity: list[dict], per_arm: dict[str, list[dict]]
         for arm, crit in per_arm.items():
             if all(c["passed"] for c in crit):
                 drop, rv, mp = crit
-                view = " (deploy view, delta_s_hack ablated)" if arm == "route" else ""
+                view = " (deploy view: held-out eval, delta_s_hack ablated)" if arm == "route" else ""
+                few = (f" (with {drop['n_seeds']} seeds the bootstrap CI is little more than their range)"
+                       if drop["n_seeds"] < 5 else "")
                 parts.append(f"{arm}{view} lowers the hack rate by {drop['value']:.2f} {_fmt_ci(drop)} vs vanilla "
-                              f"over {drop['n_seeds']} seed(s), beats random_v by {rv['value']:.2f}, "
+                              f"over {drop['n_seeds']} seed(s){few}, beats random_v by {rv['value']:.2f}, "
                               f"pass drop {mp['value']:.2f} <= {mp['threshold']:.2f}")
         return "separated: " + "; ".join(parts) + " — the sweep is justified."
     if not per_arm:
