@@ -115,10 +115,10 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
             if not torch.isfinite(part):
                 raise FloatingPointError(f"distill: non-finite NLL at step {step}")
             part.backward()
-            loss = loss + part.detach()
+            loss += float(part.detach())
         st = project(adapter, vhack, "measure")
         opt.step()
-        steps.append({"step": step, "nll": float(loss.detach()), "grad_norm": st.grad_norm, "cin": st.cin,
+        steps.append({"step": step, "nll": loss, "grad_norm": st.grad_norm, "cin": st.cin,
                       "null_cin": st.null_cin, "frac_fired": st.frac_fired, "coverage": st.coverage,
                       "seconds": round(time.time() - t0, 3)})
     tables.write_tsv(out / "steps.tsv", tables.DISTILL_STEPS, steps)

@@ -90,7 +90,6 @@ def prompt_schedule(n_problems: int, prompts_per_step: int, seed: int, step: int
     return out
 
 
-
 def _flat_norm(tensors) -> float:
     return float(torch.sqrt(sum((t.detach().float() ** 2).sum() for t in tensors))) if tensors else 0.0
 
