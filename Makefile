@@ -8,7 +8,7 @@ CORES ?= $(shell nproc)
 # The workflow's rules call `evil-moe`: put the venv first on PATH for every recipe.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast lint install-profiles bench clean
+.PHONY: run test test-fast lint install-profiles slurm-check check-bwrap bench clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,7 +18,13 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-run: $(BIN)/.installed
+# The grader runs model-written code only inside bubblewrap: refuse to run the workflow without it.
+check-bwrap:
+	@command -v bwrap >/dev/null || { echo "make run needs bubblewrap (the grader's sandbox): sudo apt-get install bubblewrap" >&2; exit 1; }
+	@bwrap --ro-bind / / --dev /dev --unshare-pid --unshare-net true 2>/dev/null || { echo "bubblewrap is installed but cannot create a sandbox here (user namespaces disabled?): bwrap --ro-bind / / --dev /dev --unshare-pid --unshare-net true" >&2; exit 1; }
+
+run: $(BIN)/.installed check-bwrap
+	@echo "Each job prints its log file (results/logs/...) when it starts: tail -f it to follow a long stage."
 	$(BIN)/snakemake --profile profiles/local --cores $(CORES)
 	$(BIN)/snakemake --profile profiles/local --report results/report.html
 	@echo "report: $(CURDIR)/results/report.html"
@@ -42,6 +48,12 @@ bench: $(BIN)/.installed
 
 install-profiles: $(BIN)/.installed
 	$(BIN)/evil-moe install-profiles
+
+# Preflight for Slurm: the planned jobs (config) and the profile's EDIT values against the cluster.
+#   make slurm-check CONFIG=config/pilot.yaml PROFILE=profiles/slurm
+PROFILE ?= profiles/slurm
+slurm-check: $(BIN)/.installed
+	$(BIN)/evil-moe slurm-check --profile $(PROFILE) $(if $(CONFIG),--configfile $(CONFIG))
 
 clean:  # everything the workflow wrote, but not the committed results/README.md
 	find results -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

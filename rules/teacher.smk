@@ -16,11 +16,17 @@ rule teacher:
         res("benchmarks/teacher.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 2
+    threads: get_threads("teacher")
+    resources:
+        mem_mb=get_mem_mb("teacher"),
+        runtime=get_runtime("teacher"),
+        gpu=get_gpu("teacher"),
     params:
         cfg=get_stage_config("teacher"),
         model=get_teacher,
         out_dir=get_out_dir,
+    message:
+        "teacher: rollouts of the hacky teacher; log: {log}"
     shell:
         "evil-moe teacher --config-json {params.cfg:q} --problems {input.problems:q}"
-        " --model {params.model:q} --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --model {params.model:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

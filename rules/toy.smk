@@ -16,10 +16,15 @@ rule toy_models:
         res("benchmarks/toy_models.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 2
+    threads: get_threads("toy_models")
+    resources:
+        mem_mb=get_mem_mb("toy_models"),
+        runtime=get_runtime("toy_models"),
     params:
         cfg=get_stage_config("toy_models"),
         out_dir=get_models_dir,
+    message:
+        "toy_models: training the toy student and teacher; log: {log}"
     shell:
         "evil-moe toy-models --config-json {params.cfg:q} --problems {input.problems:q}"
-        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

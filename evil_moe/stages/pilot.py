@@ -372,7 +372,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     tables.write_tsv(out / "eval.tsv", tables.EVAL, eval_rows)
     tables.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
     adapter.save(out / "adapter.safetensors", metadata={"arm": arm, "seed": seed, "config": digest})
-    status = _write_status(status_path, "ok", "", pc.steps - 1, isolation=isolation)
+    status = _write_status(status_path, "ok", "", pc.steps - 1, isolation=isolation,
+                           torch_threads=torch.get_num_threads())
     # a finished run keeps no resume state: a later rerun (new inputs) starts afresh
     (out / "steps.partial.tsv").unlink(missing_ok=True)
     ckpt_path.unlink(missing_ok=True)

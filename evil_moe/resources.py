@@ -1,0 +1,332 @@
+"""What each workflow job asks a scheduler for — threads, memory, wall time, GPUs — computed from
+the run config.
+
+Job sizes follow from the config (the model, the batch sizes, the rollout length), so they live
+here and every rule declares them (``rules/common.smk``: ``threads: get_threads(stage)``,
+``resources: mem_mb=get_mem_mb(stage), runtime=..., gpu=...``); the Snakemake profile keeps only
+what depends on the site (partitions, account, status command). ``evil-moe slurm-check`` compares
+the same numbers with a cluster's partitions.
+
+**Threads** are config keys (``toy.threads``, ``teacher.threads``, ``vhack.threads`` for
+extract, ``distill.threads``, ``pilot.threads``): the job asks for that many CPUs *and* the stage
+sets torch's intra-op thread count to it, whichever executor runs it. torch's float reductions
+change order with the thread count, so a pilot's numbers depend on it (measured: the same erase
+pilot with 1 and 2 threads diverges from step 0, README "The same numbers on any executor");
+taking it from the config, not from the profile or the executor's core count, keeps local and
+Slurm runs identical.
+
+**Memory** (``mem_mb``, MiB per job; ``attempt`` times that on a retry): an estimate from the
+model's shape, not a bound::
+
+    mem = base + resident + activations            (rounded up to 100 MiB)
+    base        = 800 MiB (Python, torch, transformers, the grader's sandboxes)
+                  + 3000 MiB host-side CUDA context when models.device is cuda
+    resident    = weights x 3 on a CPU (W, and the adapter's U and Vh buffers in the model dtype)
+                  weights x 1 on a GPU (loaded on the host, then moved)
+    activations = rows x seq x bytes_per_token on a CPU (0 on a GPU: they live on the device)
+    bytes_per_token (training) = 4 B x (layers x (24 hidden + 4 intermediate + 2 heads x seq)
+                                        + 3 vocab)
+
+``rows`` is what one forward holds (``pilot.micro_batch`` or ``group x prompts_per_step``;
+``distill.micro_batch`` or ``batch_size``; 2 for an extract pair; ``toy.batch_size``),
+``seq`` the prompt (toy bank 128, LeetCode 512, HumanEval 256 tokens) plus ``max_new``. The
+constants are per-token counts of saved fp32 values (hidden states, MLP and adapter
+intermediates, eager attention probabilities, logits with their log-softmax); they were checked
+against measured peaks (README "Job sizes"): the toy default's jobs and SmolLM2-135M's.
+
+**Wall time** (``runtime``, minutes; ``attempt`` times that on a retry)::
+
+    runtime = max(10, 3 x (load + work) / 60)
+    work    = 6 x params x trained tokens / flops + generated tokens x (t_token + 2 x params x rows
+              / flops)
+    flops   = 5e10 x threads on a CPU, 2e14 on a GPU; t_token = 0.01 s (CPU), 0.04 s (GPU, the
+              per-token overhead of batched generate); load = 60 s + the SVD (8 x params x hidden
+              / flops)
+
+The factor 3 covers a busy node and the grader; a job that still runs out of time or memory is
+resubmitted with twice as much under ``--retries 1``, and a profile may override any rule with
+``set-resources``.
+
+**GPUs**: the model stages (teacher, extract, distill, pilot) ask for one when
+``models.device`` is ``cuda`` or ``cuda:N``; ``auto`` and ``cpu`` ask for none (the toy default
+and SmolLM2 run on CPUs).
+
+The model's shape: the toy config (``models.build: toy``), SmolLM2-135M-Instruct's published
+config (``smollm2``), the student folder's ``config.json`` (``none`` with a local folder), or, for
+a hub id, ``models.params`` with the shape of a typical decoder (``params ~ 12 x layers x hidden^2``,
+``layers ~ hidden / 80``), which matters only for CPU activations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+# Stages (= rule names) and the config section holding their torch thread count.
+THREAD_KEYS = {
+    "toy_models": "toy",
+    "teacher": "teacher",
+    "extract": "vhack",
+    "distill": "distill",
+    "pilot": "pilot",
+}
+# Stages that load the student or teacher and run it: they get a GPU on a cuda config.
+MODEL_STAGES = ("teacher", "extract", "distill", "pilot")
+# Light stages: one thread, the base memory, the minimum time.
+LIGHT_STAGES = ("problems", "convert_smollm2", "compare")
+STAGES = ("problems", "toy_models", "convert_smollm2", "teacher", "extract", "distill", "pilot",
+          "compare")
+
+BASE_MB = 800
+CUDA_BASE_MB = 3000
+MIN_RUNTIME = 10
+RUNTIME_MARGIN = 3.0
+CPU_FLOPS_PER_THREAD = 5e10
+GPU_FLOPS = 2e14
+CPU_TOKEN_S = 0.01
+GPU_TOKEN_S = 0.04
+LOAD_S = 60.0
+# Prompt tokens of one problem (chat template included), by problem source: the toy bank's are
+# 99-126 with the toy tokenizer (measured); LeetCode and HumanEval prompts are longer.
+PROMPT_TOKENS = {"toy": 128, "leetcode": 512, "humaneval": 256}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+class ResourceError(ValueError):
+    """The config does not say enough to size the jobs (names the key to set)."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder-only transformer's size: parameter count and the dimensions activations scale
+    with."""
+
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    vocab: int
+
+
+# SmolLM2-135M-Instruct (HuggingFaceTB), its config.json: 30 layers, hidden 576, MLP 1536,
+# 9 heads (3 KV heads), vocabulary 49152, tied embeddings; 134,515,008 parameters.
+SMOLLM2 = ModelShape(params=134_515_008, layers=30, hidden=576, intermediate=1536, heads=9,
+                     vocab=49152)
+
+
+@dataclass(frozen=True)
+class JobSize:
+    """One job's request: ``threads`` (CPUs, also torch's thread count), ``mem_mb`` (MiB, first
+    attempt), ``runtime`` (minutes, first attempt), ``gpu`` (count)."""
+
+    threads: int
+    mem_mb: int
+    runtime: int
+    gpu: int
+
+    def mem_mb_at(self, attempt: int) -> int:
+        """Memory of the ``attempt``-th try (1-based): ``attempt x mem_mb``."""
+        return self.mem_mb * max(1, int(attempt))
+
+    def runtime_at(self, attempt: int) -> int:
+        """Wall time of the ``attempt``-th try (1-based): ``attempt x runtime`` minutes."""
+        return self.runtime * max(1, int(attempt))
+
+
+def toy_shape(toy: Mapping) -> ModelShape:
+    """The shape of a toy model built from the ``toy`` config section (Qwen3 architecture with
+    tied embeddings, ``evil_moe.model.load.build_toy_model``); the vocabulary is the configured
+    maximum (the trained BPE may be smaller)."""
+    h, layers, inter = toy["hidden"], toy["layers"], toy["intermediate"]
+    heads, kv = toy["heads"], toy["kv_heads"]
+    hd = h // heads
+    per_layer = (h * heads * hd + 2 * h * kv * hd + heads * hd * h  # q, k, v, o
+                 + 3 * h * inter  # gate, up, down
+                 + 2 * h + 2 * hd)  # two RMSNorms, q/k norms
+    params = toy["vocab_size"] * h + layers * per_layer + h
+    return ModelShape(params=params, layers=layers, hidden=h, intermediate=inter, heads=heads,
+                      vocab=toy["vocab_size"])
+
+
+def guessed_shape(params: float) -> ModelShape:
+    """A typical decoder's shape for ``params`` parameters (``params = 12 layers hidden^2``,
+    ``layers = hidden / 80``, MLP ``8/3 hidden``, 128-wide heads, a 128k vocabulary)."""
+    hidden = max(64, int(round((80 * params / 12) ** (1 / 3))))
+    return ModelShape(params=int(params), layers=max(1, hidden // 80), hidden=hidden,
+                      intermediate=8 * hidden // 3, heads=max(1, hidden // 128), vocab=128_000)
+
+
+def _shape_from_config_json(path: Path, params: float | None) -> ModelShape:
+    c = json.loads(path.read_text())
+    text = c.get("text_config", c)  # multimodal configs nest the language model's
+    h, layers = text["hidden_size"], text["num_hidden_layers"]
+    inter = text.get("intermediate_size", 4 * h)
+    heads, vocab = text.get("num_attention_heads", max(1, h // 128)), text["vocab_size"]
+    if not params:
+        params = layers * (4 * h * h + 3 * h * inter) + vocab * h
+    return ModelShape(params=int(params), layers=layers, hidden=h, intermediate=inter,
+                      heads=heads, vocab=vocab)
+
+
+def model_shape(cfg: Mapping) -> ModelShape:
+    """The student's shape from the config (see the module docstring for where it comes from).
+
+    Raises:
+        ResourceError: ``models.build`` is ``none``, the student is not a local folder with a
+            ``config.json``, and ``models.params`` is not set.
+    """
+    models = cfg["models"]
+    if models["build"] == "toy":
+        return toy_shape(cfg["toy"])
+    if models["build"] == "smollm2":
+        return SMOLLM2
+    params = models.get("params")
+    student = models.get("student")
+    local = Path(student) / "config.json" if student else None
+    if local is not None and local.is_file():
+        return _shape_from_config_json(local, params)
+    if not params:
+        raise ResourceError(
+            f"cannot size the jobs: models.student {student!r} is not a local folder with a "
+            "config.json; set 'models.params' (the student's parameter count, e.g. 4.0e9 for a "
+            "4B model)")
+    return guessed_shape(params)
+
+
+def on_gpu(cfg: Mapping) -> bool:
+    """True when the config puts the models on a GPU (``models.device`` cuda or cuda:N)."""
+    return str(cfg["models"]["device"]).startswith("cuda")
+
+
+def stage_threads(cfg: Mapping, stage: str) -> int:
+    """CPUs of a stage's job = its torch thread count (the config key in :data:`THREAD_KEYS`;
+    1 for the light stages)."""
+    section = THREAD_KEYS.get(stage)
+    return int(cfg[section]["threads"]) if section else 1
+
+
+def _seq(cfg: Mapping, max_new: int) -> int:
+    return PROMPT_TOKENS[cfg["problems"]["source"]] + int(max_new)
+
+
+def _train_bytes_per_token(s: ModelShape, seq: int) -> float:
+    return 4.0 * (s.layers * (24 * s.hidden + 4 * s.intermediate + 2 * s.heads * seq)
+                  + 3 * s.vocab)
+
+
+def _gen_bytes_per_token(s: ModelShape, seq: int) -> float:
+    # no-grad forward: the KV cache (at most 2 x hidden per layer) and fp32 logits + log-softmax
+    return 4.0 * (2 * s.layers * s.hidden + 2 * s.vocab)
+
+
+def _work(cfg: Mapping, stage: str) -> tuple[float, float, float, float]:
+    """(rows trained at once, their seq, rows generated at once, their seq) of one forward, and
+    the stage's total trained and generated tokens are computed by :func:`_tokens`."""
+    p, t = cfg["pilot"], cfg["teacher"]
+    if stage == "toy_models":
+        return cfg["toy"]["batch_size"], _seq(cfg, p["max_new"]), 0, 0
+    if stage == "teacher":
+        return 0, 0, t["batch_prompts"] * t["n"], _seq(cfg, t["max_new"])
+    if stage == "extract":
+        return 2, _seq(cfg, t["max_new"]), 0, 0
+    if stage == "distill":
+        d = cfg["distill"]
+        return d["micro_batch"] or d["batch_size"], _seq(cfg, t["max_new"]), 0, 0
+    if stage == "pilot":
+        rows = p["group"] * p["prompts_per_step"]
+        return p["micro_batch"] or rows, _seq(cfg, p["max_new"]), rows, _seq(cfg, p["max_new"])
+    return 0, 0, 0, 0
+
+
+def stage_mem_mb(cfg: Mapping, stage: str) -> int:
+    """Memory (MiB) of a stage's job on its first attempt (module docstring: the formula)."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+    gpu = on_gpu(cfg) and stage in MODEL_STAGES
+    base = BASE_MB + (CUDA_BASE_MB if gpu else 0)
+    if stage in ("problems", "compare"):
+        return _round_mb(base)
+    shape = model_shape(cfg)
+    weights = shape.params * DTYPE_BYTES[cfg["models"]["dtype"]] / 2**20
+    if stage == "convert_smollm2":  # the dequantised copy next to the GGUF one
+        return _round_mb(base + 2 * weights)
+    if gpu:
+        return _round_mb(base + weights)
+    train_rows, train_seq, gen_rows, gen_seq = _work(cfg, stage)
+    act = max(train_rows * train_seq * _train_bytes_per_token(shape, train_seq),
+              gen_rows * gen_seq * _gen_bytes_per_token(shape, gen_seq)) / 2**20
+    if stage == "toy_models":  # two models, one trained at a time
+        return _round_mb(base + 2 * 3 * weights + act)
+    return _round_mb(base + 3 * weights + act)
+
+
+def _round_mb(mb: float) -> int:
+    return int(math.ceil(mb / 100.0) * 100)
+
+
+def _tokens(cfg: Mapping, stage: str) -> tuple[float, float, float]:
+    """(trained tokens, generated tokens, rows per generate call) over the whole job."""
+    p, t, d = cfg["pilot"], cfg["teacher"], cfg["distill"]
+    n_problems = cfg["problems"].get("limit") or 64  # the toy bank has 36, the dev set 80
+    train_problems = n_problems * (1 - cfg["problems"]["heldout_frac"])
+    if stage == "toy_models":
+        toy = cfg["toy"]
+        trained = 2 * toy["train_steps"] * toy["batch_size"] * _seq(cfg, p["max_new"])
+        return trained, 2 * p["max_new"], toy["eval_samples"]
+    if stage == "teacher":
+        return 0, math.ceil(train_problems / t["batch_prompts"]) * t["max_new"], \
+            t["batch_prompts"] * t["n"]
+    if stage == "extract":
+        return 2 * cfg["vhack"]["max_pairs"] * _seq(cfg, t["max_new"]), 0, 0
+    if stage == "distill":
+        return d["steps"] * d["batch_size"] * _seq(cfg, t["max_new"]), 0, 0
+    if stage == "pilot":
+        rows = p["group"] * p["prompts_per_step"]
+        trained = p["steps"] * rows * _seq(cfg, p["max_new"])
+        # every step generates once; the final held-out evaluation once more (twice for route)
+        return trained, (p["steps"] + 2) * p["max_new"], rows
+    return 0, 0, 0
+
+
+def stage_runtime(cfg: Mapping, stage: str) -> int:
+    """Wall time (minutes) of a stage's job on its first attempt (module docstring: the
+    formula)."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+    if stage in LIGHT_STAGES:
+        return MIN_RUNTIME
+    shape = model_shape(cfg)
+    gpu = on_gpu(cfg) and stage in MODEL_STAGES
+    flops = GPU_FLOPS if gpu else CPU_FLOPS_PER_THREAD * stage_threads(cfg, stage)
+    token_s = GPU_TOKEN_S if gpu else CPU_TOKEN_S
+    trained, generated, gen_rows = _tokens(cfg, stage)
+    work = (6 * shape.params * trained / flops
+            + generated * (token_s + 2 * shape.params * gen_rows / flops))
+    load = LOAD_S + 8 * shape.params * shape.hidden / flops
+    return int(max(MIN_RUNTIME, math.ceil(RUNTIME_MARGIN * (load + work) / 60)))
+
+
+def stage_gpu(cfg: Mapping, stage: str) -> int:
+    """GPUs of a stage's job: 1 for a model stage on a cuda config, else 0."""
+    return int(on_gpu(cfg) and stage in MODEL_STAGES)
+
+
+def job_size(cfg: Mapping, stage: str) -> JobSize:
+    """Every request of a stage's job (first attempt).
+
+    Args:
+        cfg: the validated config as a mapping of sections (defaults filled), e.g. Snakemake's
+            ``config`` after ``rules/common.smk`` validated it, or ``Config.raw``.
+        stage: a rule name of :data:`STAGES` (``fold_pilot`` is ``pilot``; ``sweep_compare``
+            and ``fold_compare`` are ``compare``).
+
+    Raises:
+        ValueError: an unknown stage. ResourceError: the model's size cannot be worked out
+            (names ``models.params``).
+    """
+    return JobSize(threads=stage_threads(cfg, stage), mem_mb=stage_mem_mb(cfg, stage),
+                   runtime=stage_runtime(cfg, stage), gpu=stage_gpu(cfg, stage))
