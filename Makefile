@@ -1,5 +1,6 @@
-# The two commands of the README: `make run` and `make test`. Both create .venv on first use and
-# reuse it afterwards (idempotent); Snakemake reuses finished outputs.
+# The two commands of the README: `make run` and `make test` (and `make slurm-check` before a
+# Slurm run). Both create .venv on first use and reuse it afterwards (idempotent); Snakemake
+# reuses finished outputs.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv

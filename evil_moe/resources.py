@@ -197,6 +197,16 @@ def model_shape(cfg: Mapping) -> ModelShape:
     return guessed_shape(params)
 
 
+def _stage_shape(cfg: Mapping, stage: str) -> ModelShape:
+    """The model a stage works on: the toy models for toy_models, SmolLM2 for its conversion,
+    otherwise the student (the teacher is assumed the same size)."""
+    if stage == "toy_models":
+        return toy_shape(cfg["toy"])
+    if stage == "convert_smollm2":
+        return SMOLLM2
+    return model_shape(cfg)
+
+
 def on_gpu(cfg: Mapping) -> bool:
     """True when the config puts the models on a GPU (``models.device`` cuda or cuda:N)."""
     return str(cfg["models"]["device"]).startswith("cuda")
@@ -224,8 +234,8 @@ def _gen_bytes_per_token(s: ModelShape, seq: int) -> float:
 
 
 def _work(cfg: Mapping, stage: str) -> tuple[float, float, float, float]:
-    """(rows trained at once, their seq, rows generated at once, their seq) of one forward, and
-    the stage's total trained and generated tokens are computed by :func:`_tokens`."""
+    """What one forward holds: (rows trained at once, their sequence length, rows generated at
+    once, their sequence length)."""
     p, t = cfg["pilot"], cfg["teacher"]
     if stage == "toy_models":
         return cfg["toy"]["batch_size"], _seq(cfg, p["max_new"]), 0, 0
@@ -250,7 +260,7 @@ def stage_mem_mb(cfg: Mapping, stage: str) -> int:
     base = BASE_MB + (CUDA_BASE_MB if gpu else 0)
     if stage in ("problems", "compare"):
         return _round_mb(base)
-    shape = model_shape(cfg)
+    shape = _stage_shape(cfg, stage)
     weights = shape.params * DTYPE_BYTES[cfg["models"]["dtype"]] / 2**20
     if stage == "convert_smollm2":  # the dequantised copy next to the GGUF one
         return _round_mb(base + 2 * weights)
@@ -299,7 +309,7 @@ def stage_runtime(cfg: Mapping, stage: str) -> int:
         raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
     if stage in LIGHT_STAGES:
         return MIN_RUNTIME
-    shape = model_shape(cfg)
+    shape = _stage_shape(cfg, stage)
     gpu = on_gpu(cfg) and stage in MODEL_STAGES
     flops = GPU_FLOPS if gpu else CPU_FLOPS_PER_THREAD * stage_threads(cfg, stage)
     token_s = GPU_TOKEN_S if gpu else CPU_TOKEN_S

@@ -19,6 +19,7 @@ the profile key or config key to change.
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import subprocess
@@ -77,6 +78,7 @@ class Cluster:
     sacct_message: str
     min_job_age: int | None
     sacct_present: bool = True
+    accounts: tuple[str, ...] | None = None  # the user's (sacctmgr), None = unknown
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class Request:
     gpu: int
     partition: str | None
     source: dict = field(default_factory=dict)
+    account: str | None = None
 
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
@@ -194,8 +197,17 @@ def read_cluster(run: Runner = _run) -> Cluster:
         sacct = subprocess.CompletedProcess(["sacct"], 127, "", "sacct not found")
         present = False
     cluster = parse_cluster(*outs, sacct)
+    accounts = None
+    if cluster.sacct_ok:  # accounting works: the user's associations are known
+        try:
+            proc = run(["sacctmgr", "-n", "-P", "show", "assoc",
+                        f"user={os.environ.get('USER') or getpass.getuser()}", "format=account"])
+            if proc.returncode == 0:
+                accounts = tuple(sorted({a.strip() for a in proc.stdout.split() if a.strip()}))
+        except CheckError:
+            pass
     return Cluster(cluster.partitions, cluster.sacct_ok, cluster.sacct_message,
-                   cluster.min_job_age, sacct_present=present)
+                   cluster.min_job_age, sacct_present=present, accounts=accounts)
 
 
 def resolve_profile(profile: str | os.PathLike) -> Path:
@@ -284,7 +296,9 @@ def planned_requests(cfg: Mapping, profile: Mapping) -> list[Request]:
         if values.get("cpus_per_task") is not None:
             values["threads"], source["threads"] = values["cpus_per_task"], \
                 source["cpus_per_task"] + " cpus_per_task"
-        out.append(Request(rule=rule, threads=int(values["threads"]),
+        account = own.get("slurm_account", default.get("slurm_account"))
+        out.append(Request(rule=rule, account=str(account) if account else None,
+                           threads=int(values["threads"]),
                            mem_mb=_mem_mb(values["mem_mb"]), runtime=int(values["runtime"]),
                            gpu=int(values["gpu"] or 0),
                            partition=str(values["slurm_partition"]) if values["slurm_partition"]
@@ -342,6 +356,15 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
             lines.append(f"{where}: asks {req.runtime} min "
                          f"({_why(req, 'runtime', 'estimated from the config')}) but partition "
                          f"'{name}' allows at most {part.max_time} min")
+    if cluster.accounts is not None:
+        bad: dict[str, list[str]] = {}
+        for req in requests:
+            if req.account and req.account not in cluster.accounts:
+                bad.setdefault(req.account, []).append(req.rule)
+        for account, rules in bad.items():
+            lines.append(f"account '{account}' is not one of yours (sacctmgr: "
+                         f"{', '.join(cluster.accounts) or 'none'}), asked by rule(s) "
+                         f"{', '.join(rules)}: set slurm_account in the profile (EDIT)")
     for (name, where), rules in missing.items():
         lines.insert(0, f"partition '{name}' does not exist (this cluster has: {names or 'none'}),"
                         f" asked by rule(s) {', '.join(rules)}: set slurm_partition in the "

@@ -113,6 +113,19 @@ def test_squeue_needs_min_job_age_and_cpus_per_task_is_refused():
     assert check(cluster(NO_SACCT, min_job_age=60), planned_requests(cfg, prof), prof, cfg) == []
 
 
+def test_unknown_account():
+    from evil_moe.slurm_check import Cluster
+
+    cfg = cfg_of()
+    prof = site_profile()
+    prof["set-resources"]["pilot"]["slurm_account"] = "lab_b"
+    c = cluster()
+    c = Cluster(c.partitions, True, "", 300, accounts=("lab_a",))
+    lines = check(c, planned_requests(cfg, prof), prof, cfg)
+    assert lines == ["account 'lab_b' is not one of yours (sacctmgr: lab_a), asked by rule(s) "
+                     "pilot: set slurm_account in the profile (EDIT)"]
+
+
 def test_set_threads_and_partition_defaults():
     cfg = cfg_of()
     prof = {"set-threads": {"pilot": 7}}
