@@ -23,16 +23,17 @@ model's shape, not a bound::
                   + 3000 MiB host-side CUDA context when models.device is cuda
     resident    = weights x 3 on a CPU (W, and the adapter's U and Vh buffers in the model dtype)
                   weights x 1 on a GPU (loaded on the host, then moved)
-    activations = rows x seq x bytes_per_token on a CPU (0 on a GPU: they live on the device)
-    bytes_per_token (training) = 4 B x (layers x (24 hidden + 4 intermediate + 2 heads x seq)
-                                        + 3 vocab)
+    activations = on a CPU the larger of (0 on a GPU: they live on the device)
+      training  4 B x rows x seq x (layers x (36 hidden + 4 intermediate) + 3 vocab)
+      generate  4 B x rows x (seq x 2 layers x hidden + max_new x vocab)   (KV cache, scores)
 
 ``rows`` is what one forward holds (``pilot.micro_batch`` or ``group x prompts_per_step``;
-``distill.micro_batch`` or ``batch_size``; 2 for an extract pair; ``toy.batch_size``),
-``seq`` the prompt (toy bank 128, LeetCode 512, HumanEval 256 tokens) plus ``max_new``. The
-constants are per-token counts of saved fp32 values (hidden states, MLP and adapter
-intermediates, eager attention probabilities, logits with their log-softmax); they were checked
-against measured peaks (README "Job sizes"): the toy default's jobs and SmolLM2-135M's.
+``distill.micro_batch`` or ``batch_size``; 2 for an extract pair; ``toy.batch_size``;
+``teacher.batch_prompts x n`` for a generate call), ``seq`` the prompt (toy bank 128, LeetCode
+640, HumanEval 256 tokens) plus ``max_new`` (or a templated answer's length). The per-token
+constants count saved fp32 values (hidden states, MLP and adapter intermediates, logits with
+their log-softmax; attention is SDPA, whose probabilities are not kept); they were fitted to
+measured peaks (README "Job sizes"): the toy default's jobs and SmolLM2-135M's.
 
 **Wall time** (``runtime``, minutes; ``attempt`` times that on a retry)::
 
@@ -89,9 +90,13 @@ GPU_FLOPS = 2e14
 CPU_TOKEN_S = 0.01
 GPU_TOKEN_S = 0.04
 LOAD_S = 60.0
-# Prompt tokens of one problem (chat template included), by problem source: the toy bank's are
-# 99-126 with the toy tokenizer (measured); LeetCode and HumanEval prompts are longer.
-PROMPT_TOKENS = {"toy": 128, "leetcode": 512, "humaneval": 256}
+# Prompt tokens of one problem (chat template included), by problem source. Measured: the toy
+# bank's are 99-126 with the toy tokenizer; the LeetCode dev set's 349-976 (median 545) with
+# SmolLM2's. HumanEval's are shorter.
+PROMPT_TOKENS = {"toy": 128, "leetcode": 640, "humaneval": 256}
+# Tokens of a templated (hack, clean) answer (vhack.source templates): LeetCode's clean answer
+# carries the canonical solution (median 257, at most 1137 SmolLM2 tokens; hacks ~50).
+TEMPLATE_TOKENS = {"toy": 128, "leetcode": 640, "humaneval": 256}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
@@ -219,37 +224,42 @@ def stage_threads(cfg: Mapping, stage: str) -> int:
     return int(cfg[section]["threads"]) if section else 1
 
 
-def _seq(cfg: Mapping, max_new: int) -> int:
-    return PROMPT_TOKENS[cfg["problems"]["source"]] + int(max_new)
+def _seq(cfg: Mapping, completion: int) -> int:
+    return PROMPT_TOKENS[cfg["problems"]["source"]] + int(completion)
 
 
-def _train_bytes_per_token(s: ModelShape, seq: int) -> float:
-    return 4.0 * (s.layers * (24 * s.hidden + 4 * s.intermediate + 2 * s.heads * seq)
-                  + 3 * s.vocab)
+def _train_bytes(s: ModelShape, rows: int, seq: int) -> float:
+    """Activations kept for the backward of one forward of ``rows x seq`` tokens (fp32)."""
+    return 4.0 * rows * seq * (s.layers * (36 * s.hidden + 4 * s.intermediate) + 3 * s.vocab)
 
 
-def _gen_bytes_per_token(s: ModelShape, seq: int) -> float:
-    # no-grad forward: the KV cache (at most 2 x hidden per layer) and fp32 logits + log-softmax
-    return 4.0 * (2 * s.layers * s.hidden + 2 * s.vocab)
+def _gen_bytes(s: ModelShape, rows: int, seq: int, new: int) -> float:
+    """One batched generate: the KV cache (at most hidden keys and values per layer and token)
+    and the fp32 scores of every generated token."""
+    return 4.0 * rows * (seq * 2 * s.layers * s.hidden + new * s.vocab)
 
 
-def _work(cfg: Mapping, stage: str) -> tuple[float, float, float, float]:
-    """What one forward holds: (rows trained at once, their sequence length, rows generated at
-    once, their sequence length)."""
+def _activation_bytes(cfg: Mapping, stage: str, s: ModelShape) -> float:
+    """The largest working set of one forward (training) or one generate call of a stage."""
     p, t = cfg["pilot"], cfg["teacher"]
+    source = cfg["problems"]["source"]
     if stage == "toy_models":
-        return cfg["toy"]["batch_size"], _seq(cfg, p["max_new"]), 0, 0
+        return _train_bytes(s, cfg["toy"]["batch_size"], _seq(cfg, p["max_new"]))
     if stage == "teacher":
-        return 0, 0, t["batch_prompts"] * t["n"], _seq(cfg, t["max_new"])
-    if stage == "extract":
-        return 2, _seq(cfg, t["max_new"]), 0, 0
+        return _gen_bytes(s, t["batch_prompts"] * t["n"], _seq(cfg, t["max_new"]), t["max_new"])
+    if stage == "extract":  # a (hack, clean) pair, padded to the longer completion
+        completion = TEMPLATE_TOKENS[source] if cfg["vhack"]["source"] == "templates" \
+            else t["max_new"]
+        return _train_bytes(s, 2, _seq(cfg, completion))
     if stage == "distill":
         d = cfg["distill"]
-        return d["micro_batch"] or d["batch_size"], _seq(cfg, t["max_new"]), 0, 0
+        return _train_bytes(s, d["micro_batch"] or d["batch_size"], _seq(cfg, t["max_new"]))
     if stage == "pilot":
         rows = p["group"] * p["prompts_per_step"]
-        return p["micro_batch"] or rows, _seq(cfg, p["max_new"]), rows, _seq(cfg, p["max_new"])
-    return 0, 0, 0, 0
+        seq = _seq(cfg, p["max_new"])
+        return max(_train_bytes(s, p["micro_batch"] or rows, seq),
+                   _gen_bytes(s, rows, seq, p["max_new"]))
+    return 0.0
 
 
 def stage_mem_mb(cfg: Mapping, stage: str) -> int:
@@ -266,9 +276,7 @@ def stage_mem_mb(cfg: Mapping, stage: str) -> int:
         return _round_mb(base + 2 * weights)
     if gpu:
         return _round_mb(base + weights)
-    train_rows, train_seq, gen_rows, gen_seq = _work(cfg, stage)
-    act = max(train_rows * train_seq * _train_bytes_per_token(shape, train_seq),
-              gen_rows * gen_seq * _gen_bytes_per_token(shape, gen_seq)) / 2**20
+    act = _activation_bytes(cfg, stage, shape) / 2**20
     if stage == "toy_models":  # two models, one trained at a time
         return _round_mb(base + 2 * 3 * weights + act)
     return _round_mb(base + 3 * weights + act)
