@@ -179,6 +179,11 @@ def test_slurm_toy_default_same_numbers_as_local(slurm_run, toy_run):
     gate_local = json.loads((local / "compare" / "gate.json").read_text())
     gate_slurm = json.loads((res / "compare" / "gate.json").read_text())
     assert gate_slurm["sentence"] == gate_local["sentence"]
+    # The report through the Slurm profile: no warnings (no default-resources, whose input-size
+    # expressions make Snakemake print "coroutine ... was never awaited" once per job).
+    proc = _slurm(work, "--report", str(res / "report.html"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-4000:]
 
 
 @pytest.mark.slurm
