@@ -96,7 +96,7 @@ LOAD_S = 60.0
 PROMPT_TOKENS = {"toy": 128, "leetcode": 640, "humaneval": 256}
 # Tokens of a templated (hack, clean) answer (vhack.source templates): LeetCode's clean answer
 # carries the canonical solution (median 257, at most 1137 SmolLM2 tokens; hacks ~50).
-TEMPLATE_TOKENS = {"toy": 128, "leetcode": 640, "humaneval": 256}
+TEMPLATE_TOKENS = {"toy": 128, "leetcode": 768, "humaneval": 256}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
