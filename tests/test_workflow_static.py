@@ -144,7 +144,11 @@ def test_profiles():
     parts = {rule: res["slurm_partition"] for rule, res in slurm["set-resources"].items()}
     assert {parts[r] for r in GPU_RULES} == {"gpu"}
     assert {p for r, p in parts.items() if r not in GPU_RULES} == {"cpu"}
-    assert (REPO / "profiles" / "slurm" / "report.css").resolve() == REPO / "report" / "style.css"
+    css = [(REPO / "profiles" / p / "report.css") for p in ("local", "slurm")]
+    assert not any(c.is_symlink() for c in css)  # a copied profile folder keeps working
+    assert css[0].read_text() == css[1].read_text() and "align-items: flex-start" in css[0].read_text()
+    for name in ("local", "slurm"):
+        assert _profile(name)["report-stylesheet"] == "report.css"
 
 
 def test_every_site_value_is_marked_edit_with_how_to_find_it():
