@@ -11,7 +11,7 @@ the same numbers with a cluster's partitions.
 extract, ``distill.threads``, ``pilot.threads``): the job asks for that many CPUs *and* the stage
 sets torch's intra-op thread count to it, whichever executor runs it. torch's float reductions
 change order with the thread count, so a pilot's numbers depend on it (measured: the same erase
-pilot with 1 and 2 threads diverges from step 0, README "The same numbers on any executor");
+pilot with 1 and 2 threads differs from step 0 on, README "The same numbers on any executor");
 taking it from the config, not from the profile or the executor's core count, keeps local and
 Slurm runs identical.
 
@@ -44,7 +44,9 @@ measured peaks (README "Job sizes"): the toy default's jobs and SmolLM2-135M's.
               per-token overhead of batched generate); load = 60 s + the SVD (8 x params x hidden
               / flops)
 
-The factor 3 covers a busy node and the grader; a job that still runs out of time or memory is
+The throughput constants are rough (fitted so that every measured toy and SmolLM2 job time is at
+most a third of its request, README "Job sizes"); the factor 3 covers a busy node and the grader;
+a job that still runs out of time or memory is
 resubmitted with twice as much under ``--retries 1``, and a profile may override any rule with
 ``set-resources``.
 
