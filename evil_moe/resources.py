@@ -44,8 +44,8 @@ measured peaks (README "Job sizes"): the toy default's jobs and SmolLM2-135M's.
               per-token overhead of batched generate); load = 60 s + the SVD (8 x params x hidden
               / flops)
 
-The throughput constants are rough (fitted so that every measured toy and SmolLM2 job time is at
-most a third of its request, README "Job sizes"); the factor 3 covers a busy node and the grader;
+The throughput constants are rough (fitted so that every request is at least twice the measured
+time of the toy's and SmolLM2's jobs, three times for the toy: README "Job sizes"); the factor 3 covers a busy node and the grader;
 a job that still runs out of time or memory is
 resubmitted with twice as much under ``--retries 1``, and a profile may override any rule with
 ``set-resources``.

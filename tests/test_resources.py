@@ -60,6 +60,7 @@ TOY_SECONDS = {"toy_models": 166, "teacher": 10, "extract": 25, "distill": 36, "
 # "A real pretrained model"); extract 11,373 MiB max RSS in 240 s (/usr/bin/time -v, 2026-11-30,
 # load 1-2).
 SMOLLM2_PEAKS_MB = {"extract": 11373, "distill": 8000, "pilot": 8200}
+# teacher 233 s, distill 378 s, pilots 360-540 s (README), extract 240 s (measured with the peak)
 SMOLLM2_SECONDS = {"teacher": 233, "extract": 240, "distill": 378, "pilot": 540}
 
 
@@ -72,12 +73,13 @@ def test_toy_requests_cover_the_measured_peaks(stage):
     assert size.gpu == 0
 
 
-@pytest.mark.parametrize("stage", sorted(SMOLLM2_PEAKS_MB))
+@pytest.mark.parametrize("stage", sorted(SMOLLM2_SECONDS))
 def test_smollm2_requests_cover_the_measured_peaks(stage):
     cfg = cfg_of(REPO / "config" / "smollm2.yaml")
     size = job_size(cfg, stage)
-    assert SMOLLM2_PEAKS_MB[stage] <= size.mem_mb <= 2 * SMOLLM2_PEAKS_MB[stage]
-    assert size.runtime * 60 >= SMOLLM2_SECONDS[stage]
+    if stage in SMOLLM2_PEAKS_MB:
+        assert SMOLLM2_PEAKS_MB[stage] <= size.mem_mb <= 2 * SMOLLM2_PEAKS_MB[stage]
+    assert size.runtime * 60 >= 2 * SMOLLM2_SECONDS[stage]
 
 
 def test_threads_come_from_the_config_and_retries_scale():
