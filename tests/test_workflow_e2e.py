@@ -237,7 +237,7 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
     proc = _slurm(work, "--retries", "1", overlay=once)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert "Error in rule pilot" in out and "arm=route" in out  # the first attempt failed
+    assert "Error in rule pilot" in out and "pilots/route/s0" in out  # the first attempt failed
     assert (res / "pilots" / "route" / "s0" / ".failed_once").exists()
     assert json.loads((res / "pilots" / "route" / "s0" / "status.json").read_text())["status"] == "ok"
     assert finished_rules(out)["pilot"] == 1
