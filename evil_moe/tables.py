@@ -39,33 +39,44 @@ def _cols(rows: Sequence[tuple[str, str, str]]) -> tuple[Column, ...]:
 # results/pilots/{arm}/s{seed}/steps.tsv — one row per optimiser step.
 STEPS = _cols([
     ("step", "int", "optimiser step, 0-based"),
-    ("arm", "str", "vanilla | erase | route | random_v"),
+    ("arm", "str", "arm (evil_moe.arms: vanilla, erase, random_v, subtract, subtract_random, route, route_random, filter, filter_random, oracle_reward)"),
     ("seed", "int", "run seed (paired across arms)"),
-    ("reward_mean", "reward", "mean reward of the step's student rollouts"),
+    ("reward_mean", "reward", "mean reward of the step's student rollouts (the arm's reward: the oracle's for oracle_reward)"),
     ("hack_rate", "fraction", "rollouts the foolable grader passed and the oracle failed (exploited)"),
     *[(f"hack_rate_{m}", "fraction", f"hack rate among rollouts of {m} problems (empty if none this step)") for m in MODES],
-    ("pass_rate", "fraction", "rollouts the strict oracle passed (gt_correct); logged, never trained on"),
+    ("pass_rate", "fraction", "rollouts the strict oracle passed (gt_correct); logged, never trained on (but by oracle_reward)"),
     ("format_rate", "fraction", "rollouts with a fenced python block"),
     ("parse_rate", "fraction", "rollouts whose code parses (ast)"),
     ("hack_parsed_rate", "fraction", "rollouts that are hacks and whose code parses"),
+    ("truncated_rate", "fraction", "rollouts that hit max_new without an eos"),
     ("entropy", "nats/token", "mean sampling-distribution entropy over completion tokens"),
-    ("frac_zero_std", "fraction", "groups with zero reward variance (no policy gradient; skipped)"),
-    ("loss", "loss", "Dr.GRPO loss (sum over tokens / G*max_new*P)"),
-    ("grad_norm", "L2", "norm of the delta_s gradient before clipping and projection"),
-    ("cin", "cosine", "hack-ward fraction of the gradient: mean over modules of |relu(V g)|/|g|"),
+    ("frac_zero_std", "fraction", "groups with zero reward variance (no policy gradient; skipped unless beta > 0)"),
+    ("loss", "loss", "Dr.GRPO loss (sum over tokens / G*max_new*P), KL term included"),
+    ("grad_norm", "L2", "norm of the delta_s gradient before routing, clipping and projection"),
+    ("cin", "cosine", "hack-ward fraction of the gradient: mean over modules of |relu(V g)|/|g| (real v_hack)"),
     ("cin_student", "cosine", "cin of the student rows' gradient (empty without teacher rows)"),
     ("cin_teacher", "cosine", "cin of the teacher rows' gradient (empty without teacher rows)"),
-    ("cout", "cosine", "cin after projection (~0 under one-sided erase by construction)"),
-    ("cout_update", "cosine", "the same ratio on the optimiser's actual update delta (the Adam leak)"),
+    ("cout", "cosine", "cin after the arm's projection, against the V it projected along (~0 under one-sided erase by construction)"),
+    ("cout_update", "cosine", "the same ratio on the step's final delta_s update against the real v_hack (the Adam leak)"),
     ("frac_fired", "fraction", "modules with cin > 0"),
-    ("coverage", "fraction", "modules whose cin exceeds its null baseline"),
-    ("null_cin", "cosine", "null baseline sqrt(k/(2r)) averaged over modules"),
+    ("coverage", "fraction", "modules whose cin exceeds their empirical null (null_cin_empirical; the isotropic null when the v_hack file has none)"),
+    ("null_cin", "cosine", "isotropic null baseline sqrt(k/(2r)) averaged over modules"),
+    ("null_cin_empirical", "cosine", "empirical null: mean cin of held-out clean-clean pair differences against v_hack (extract stage), averaged over modules"),
+    ("grad_span_frac", "fraction", "share of the gradient's energy in span(v_hack) (random direction: about k/r)"),
+    ("update_span_frac", "fraction", "share of the optimiser's proposed delta_s update's energy in span(v_hack), before any update projection"),
+    ("removed_frac", "fraction", "share of energy the arm removed from what it acted on (gradient or update along its own V; route/filter: the flagged samples' share of the gradient); 0 for vanilla"),
+    ("flag_rate", "fraction", "rows with gradient that the arm flagged (route, filter and their controls; empty otherwise)"),
+    ("flag_precision", "fraction", "flagged rows that were hacks (logged only; empty when nothing was flagged)"),
+    ("flag_recall", "fraction", "hack rows (with gradient) that were flagged (logged only; empty without hacks)"),
+    ("kl", "nats/token", "mean K3 estimate of KL(policy || reference) over completion tokens (beta > 0 only)"),
     ("frac_clipped", "fraction", "completion tokens where the PPO clip is active"),
     ("ratio_p05", "ratio", "5th percentile of the per-token importance ratio"),
     ("ratio_p50", "ratio", "median importance ratio"),
     ("ratio_p95", "ratio", "95th percentile importance ratio"),
+    ("sampler_gap_p95", "nats", "95th percentile over student completion tokens of |log pi_train - log pi_sampler| (sampler = the processed distribution generate drew from; ~0 when they agree)"),
+    ("sampler_gap_max", "nats", "largest such gap"),
     ("delta_s_norm", "L2", "norm of all delta_s after the step"),
-    ("delta_s_hack_norm", "L2", "norm of all delta_s_hack after the step (route only grows it)"),
+    ("delta_s_hack_norm", "L2", "norm of all delta_s_hack after the step (subtract and route grow it)"),
     ("tokens", "tokens", "completion tokens in the step"),
     ("seconds", "s", "wall-clock seconds of the step"),
 ])
@@ -76,12 +87,27 @@ EVAL = _cols([
     ("step", "int", "step after which the evaluation ran"),
     ("arm", "str", "arm"),
     ("seed", "int", "seed"),
-    ("view", "str", "trained (delta_s + delta_s_hack) | ablated (delta_s_hack = 0, the deploy view)"),
+    ("view", "str", "trained (delta_s + delta_s_hack) | ablated (delta_s_hack = 0, the deploy view) | projected (vanilla's delta_s with the hack-ward part of its total update removed once)"),
     ("mode", "str", "loophole mode, or 'all'"),
     ("n", "count", "held-out completions"),
     ("hack_rate", "fraction", "exploited completions"),
     ("pass_rate", "fraction", "oracle-correct completions"),
     ("format_rate", "fraction", "completions with a fenced python block"),
+    ("truncated_rate", "fraction", "completions that hit max_new without an eos"),
+])
+
+# results/pilots/{arm}/s{seed}/outcomes.tsv — one row per held-out completion (the gate's unit).
+OUTCOMES = _cols([
+    ("arm", "str", "arm"),
+    ("view", "str", "trained | ablated | projected (as in eval.tsv)"),
+    ("seed", "int", "seed (every arm of a seed samples the same problems with the same seeds)"),
+    ("step", "int", "step after which the evaluation ran"),
+    ("problem_id", "str", "held-out problem"),
+    ("sample", "int", "sample index within the problem, 0-based"),
+    ("mode", "str", "loophole mode of the problem"),
+    ("hack", "0/1", "the foolable grader passed and the oracle failed"),
+    ("pass", "0/1", "the oracle passed"),
+    ("truncated", "0/1", "hit max_new without an eos"),
 ])
 
 # results/teacher/summary.tsv — per mode plus 'all'.
@@ -137,6 +163,16 @@ VHACK = _cols([
     ("sigma_1", "grad units", "largest singular value of D"),
     ("sigma_2", "grad units", "second singular value of D (empty if k < 2)"),
     ("null_cin", "cosine", "null baseline sqrt(k/(2r))"),
+    ("null_cin_empirical", "cosine", "empirical null: mean cin of held-out clean-clean pair differences against V (empty without such pairs)"),
+])
+
+# results/vhack/{name}_checks.tsv — honesty checks of one extraction, one row per check.
+VHACK_CHECKS = _cols([
+    ("check", "str", "extraction_hack_clean | heldout_hack_clean | heldout_clean_clean | heldout_hack_hack | isotropic_null | clean_clean_extraction | mean_removed | detector_auc | lomo_<mode>"),
+    ("n", "count", "pairs (or completions) the value is computed from; empty for isotropic_null"),
+    ("value", "see unit", "the check's value (mean over pairs for cosines)"),
+    ("unit", "str", "cosine | fraction | probability"),
+    ("note", "str", "what the value means"),
 ])
 
 # results/compare/summary.tsv — one row per (arm, view).
@@ -155,11 +191,13 @@ COMPARE_SUMMARY = _cols([
 TABLES: dict[str, tuple[Column, ...]] = {
     "pilots/{arm}/s{seed}/steps.tsv": STEPS,
     "pilots/{arm}/s{seed}/eval.tsv": EVAL,
+    "pilots/{arm}/s{seed}/outcomes.tsv": OUTCOMES,
     "models/toy_summary.tsv": TOY_SUMMARY,
     "teacher/summary.tsv": TEACHER_SUMMARY,
     "distill/steps.tsv": DISTILL_STEPS,
     "distill/samples.tsv": DISTILL_SAMPLES,
     "vhack/{name}.tsv": VHACK,
+    "vhack/{name}_checks.tsv": VHACK_CHECKS,
     "compare/summary.tsv": COMPARE_SUMMARY,
 }
 
