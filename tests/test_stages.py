@@ -22,46 +22,11 @@ from click.testing import CliRunner
 
 from evil_moe import tables
 from evil_moe.cli import main
-from stage_fixtures import (World, build_world, cfg_of, evil_moe_cmd, set_flags,
-                            subprocess_env)
+from stage_fixtures import (cfg_of, evil_moe_cmd, header, pilot_kwargs, read_tsv, set_flags,
+                            subprocess_env, tsv_without)
 
-
-@pytest.fixture(scope="session", autouse=True)
-def one_thread():
-    """Tiny models on a busy 2-core machine: one torch thread is ~10x faster than two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="session")
-def world(tmp_path_factory, one_thread) -> World:
-    return build_world(tmp_path_factory.mktemp("toy_world"))
-
-
-def read_tsv(path) -> list[dict]:
-    import csv
-
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
-
-
-def header(path) -> list[str]:
-    return Path(path).read_text().splitlines()[0].split("\t")
-
-
-def tsv_without(path, column: str = "seconds") -> list[list[str]]:
-    """TSV cells (header included) without one column: the resume comparison."""
-    lines = [ln.split("\t") for ln in Path(path).read_text().splitlines()]
-    j = lines[0].index(column)
-    return [row[:j] + row[j + 1:] for row in lines]
-
-
-def pilot_kwargs(world: World, out: Path, arm: str = "erase", seed: int = 0, **kw) -> dict:
-    return dict(problems_path=str(world.problems), model_path=str(world.student),
-                vhack_path=str(world.vhack), random_vhack_path=str(world.random_vhack), arm=arm,
-                seed=seed, out_dir=str(out), **kw)
+# tiny models on a busy 2-core machine: one torch thread (the conftest fixture)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ------------------------------------------------------------------------------------------------
