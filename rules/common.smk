@@ -13,7 +13,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from evil_moe.config import ConfigError
+from evil_moe.config import ConfigError, load_schema
 from evil_moe.config import validate as check_config
 
 # ---- config ---------------------------------------------------------------------------------
@@ -50,10 +50,11 @@ MODES = (
     if config["problems"]["force_mode"]
     else list(config["problems"]["modes"])
 )
-# Every arm and mode the schema allows (wildcard constraints must not depend on the chosen ones).
-ALL_ARMS = ["vanilla", "erase", "route", "random_v"]
+# Every arm and mode the schema allows (wildcard constraints must not depend on the chosen ones);
+# the arms are the registry of evil_moe/arms.py (a test checks the schema enum against it).
+ALL_ARMS = list(load_schema()["properties"]["pilot"]["properties"]["arms"]["items"]["enum"])
 ALL_MODES = ["run_tests", "sentinel", "stdout_marker", "file_marker"]
-FIGURES = ["hack_rate", "pass_rate", "cin", "frac_clipped", "cos_contrib"]
+FIGURES = ["heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib"]
 # Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
 # failure switches reach only the arm they name (see get_pilot_config).
@@ -233,8 +234,9 @@ def _pilot_dirs(tree, seeds):
 
 
 def get_compare_input(wildcards):
-    """steps.tsv of every pilot (arm x seed) the comparison aggregates."""
-    return [f"{d}/steps.tsv" for d in _pilot_dirs("pilots", SEEDS)]
+    """outcomes.tsv of every pilot (arm x seed) the comparison aggregates (its steps.tsv,
+    eval.tsv and status.json are written with it)."""
+    return [f"{d}/outcomes.tsv" for d in _pilot_dirs("pilots", SEEDS)]
 
 
 def get_pilot_flags(wildcards, input):
@@ -246,13 +248,13 @@ def get_pilot_flags(wildcards, input):
 def get_sweep_compare_input(wildcards):
     """Pilots of the sweep comparison: every arm over pilot.seeds plus sweep.seeds."""
     seeds = SEEDS + [s for s in config["sweep"]["seeds"] if s not in SEEDS]
-    return [f"{d}/steps.tsv" for d in _pilot_dirs("pilots", seeds)]
+    return [f"{d}/outcomes.tsv" for d in _pilot_dirs("pilots", seeds)]
 
 
 def get_fold_compare_input(wildcards):
     """Pilots of one leave-one-mode-out fold: every arm over pilot.seeds."""
     return [
-        f"{d}/steps.tsv" for d in _pilot_dirs(f"sweep/folds/{wildcards.mode}", SEEDS)
+        f"{d}/outcomes.tsv" for d in _pilot_dirs(f"sweep/folds/{wildcards.mode}", SEEDS)
     ]
 
 
