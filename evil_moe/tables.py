@@ -175,17 +175,27 @@ VHACK_CHECKS = _cols([
     ("note", "str", "what the value means"),
 ])
 
-# results/compare/summary.tsv — one row per (arm, view).
+# results/compare/summary.tsv — one row per (arm, view) of the held-out evaluation.
 COMPARE_SUMMARY = _cols([
     ("arm", "str", "arm"),
-    ("view", "str", "train (training rollouts) | eval_trained | eval_ablated (held-out evaluation)"),
-    ("n_seeds", "count", "seeds"),
-    ("hack_rate", "fraction", "mean over seeds of the hack rate (last k steps for train)"),
-    ("hack_rate_sd", "fraction", "standard deviation over seeds"),
-    ("pass_rate", "fraction", "mean over seeds of the oracle pass rate"),
-    ("pass_rate_sd", "fraction", "standard deviation over seeds"),
+    ("role", "str", "reference | treatment | control | positive_control (evil_moe.arms)"),
+    ("view", "str", "trained | ablated | projected (held-out evaluation view)"),
+    ("n_seeds", "count", "seeds with held-out outcomes"),
+    ("n_problems", "count", "held-out problems per seed (mean)"),
+    ("n_samples", "count", "fewest samples of any problem"),
+    ("hack_rate", "fraction", "held-out hack rate (mean over seeds of the mean over problems)"),
+    ("hack_ci_low", "fraction", "lower end of its 95% cluster-bootstrap interval (seeds, then problems; t-widened for few seeds)"),
+    ("hack_ci_high", "fraction", "upper end of that interval"),
+    ("pass_rate", "fraction", "held-out oracle pass rate, same weighting"),
+    ("pass_ci_low", "fraction", "lower end of its interval"),
+    ("pass_ci_high", "fraction", "upper end of its interval"),
+    ("truncated_rate", "fraction", "held-out completions that hit max_new"),
+    ("train_hack_rate", "fraction", "training rollouts' hack rate, mean of the last compare.last_k steps over seeds (reported, never judged)"),
+    ("train_pass_rate", "fraction", "training rollouts' pass rate, same window"),
+    ("removed_frac", "fraction", "mean over steps and seeds of the energy share the arm removed (steps.tsv removed_frac)"),
+    ("update_span_frac", "fraction", "mean over steps and seeds of the update's energy share in span(v_hack)"),
     ("frac_clipped_max", "fraction", "largest clip fraction of any step"),
-    ("status", "str", "ok | invalid | missing"),
+    ("status", "str", "ok | invalid | missing (over the arm's seeds)"),
 ])
 
 TABLES: dict[str, tuple[Column, ...]] = {

@@ -233,10 +233,26 @@ def _pilot_dirs(tree, seeds):
     return [res(f"{tree}/{arm}/s{seed}") for arm in ARMS for seed in seeds]
 
 
+def _finished(dirs):
+    """With compare.allow_missing, only the pilot folders whose outcomes exist (a failed pilot is
+    then named by the gate instead of blocking it); otherwise all of them."""
+    if config["compare"]["allow_missing"]:
+        return [d for d in dirs if Path(f"{d}/outcomes.tsv").is_file()]
+    return dirs
+
+
 def get_compare_input(wildcards):
     """outcomes.tsv of every pilot (arm x seed) the comparison aggregates (its steps.tsv,
     eval.tsv and status.json are written with it)."""
-    return [f"{d}/outcomes.tsv" for d in _pilot_dirs("pilots", SEEDS)]
+    return [f"{d}/outcomes.tsv" for d in _finished(_pilot_dirs("pilots", SEEDS))]
+
+
+def get_compare_pilots(wildcards):
+    """--pilot DIR for every expected pilot (arm x seed) of the comparison, finished or not:
+    the gate names a missing one."""
+    return " ".join(
+        f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("pilots", SEEDS)
+    )
 
 
 def get_pilot_flags(wildcards, input):
@@ -248,7 +264,7 @@ def get_pilot_flags(wildcards, input):
 def get_sweep_compare_input(wildcards):
     """Pilots of the sweep comparison: every arm over pilot.seeds plus sweep.seeds."""
     seeds = SEEDS + [s for s in config["sweep"]["seeds"] if s not in SEEDS]
-    return [f"{d}/outcomes.tsv" for d in _pilot_dirs("pilots", seeds)]
+    return [f"{d}/outcomes.tsv" for d in _finished(_pilot_dirs("pilots", seeds))]
 
 
 def get_fold_compare_input(wildcards):
@@ -290,17 +306,18 @@ def get_sweep_input(wildcards):
     return []
 
 
+def _num(x):
+    return "n/a" if x is None else f"{x:.3f}"
+
+
 def get_decision_text(wildcards, input):
     """reStructuredText of the gate's verdict and the sweep decision (results/sweep/decision.rst,
-    included at the top of the report)."""
+    included at the top of the report); numbers rounded for reading (gate.json keeps them raw)."""
     gate = _read_gate(input.gate)
     if gate is None:
         return "The separation gate has not been decided yet."
     verdict = gate.get("verdict", "invalid")
-    lines = [
-        f"**Verdict: {verdict}.** {gate.get('sentence', '')}",
-        "",
-    ]
+    lines = [f"**Verdict: {verdict}.** {gate.get('sentence', '')}", ""]
     criteria = [
         c
         for c in gate.get("criteria", [])
@@ -311,12 +328,20 @@ def get_decision_text(wildcards, input):
         for c in criteria:
             mark = "passed" if c.get("passed") else "FAILED"
             who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
-            value, threshold = c.get("value"), c.get("threshold")
-            note = c.get("note", "")
+            vs = f" vs {c['control']}" if c.get("control") else ""
+            ci = (
+                f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]"
+                if c.get("ci_low") is not None
+                else ""
+            )
+            mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
             lines.append(
-                f"- {mark}: {c.get('name')} {who} (value {value}, threshold {threshold}) {note}".rstrip()
+                f"- {mark}: {c.get('name')} {who}{vs}: {_num(c.get('value'))}{ci}{mde} "
+                f"(threshold {c.get('threshold')})"
             )
         lines.append("")
+    if gate.get("notes"):
+        lines += ["Notes:", ""] + [f"- {n}" for n in gate["notes"]] + [""]
     if verdict == "separated" and not (config["sweep"]["seeds"] or _fold_modes()):
         lines.append(
             "**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
@@ -329,6 +354,12 @@ def get_decision_text(wildcards, input):
         lines.append(
             f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
             f"folds: {folds}); its comparison is under {res('sweep/')}."
+        )
+    elif verdict == "inconclusive":
+        lines.append(
+            "**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
+            "shown at these sizes; the sentence above says roughly how many more seeds or "
+            "samples per problem would decide it (pilot.seeds, pilot.heldout_samples)."
         )
     else:
         lines.append(
