@@ -554,6 +554,27 @@ def paired_effect(outcomes: pd.DataFrame, a: tuple[str, str], b: tuple[str, str]
                   dropped=dropped, resample=resample, n_boot=int(n_boot), note="; ".join(notes))
 
 
+def side_rate(outcomes: pd.DataFrame, side: tuple[str, str], metric: str, *, n_boot: int = 2000,
+              ci: float = 0.95, seed: int = 0, power: float = 0.8) -> Effect:
+    """The rate of one side (arm, view) with the gate's interval: the same point estimate (mean
+    over seeds of the mean over problems) and the same two-level cluster bootstrap, t-widened.
+
+    Computed as :func:`paired_effect` of the side against an all-zero copy of itself, so every
+    formula is the paired one (the zero side adds no variance). The returned :class:`Effect` has
+    ``b = side`` and ``a = ("zero", view)``; ``value`` is the rate.
+
+    Raises:
+        ValueError: as :func:`paired_effect` (e.g. no rows for the side).
+    """
+    arm, view = str(side[0]), str(side[1])
+    rows = outcomes[(outcomes["arm"].astype(str) == arm) & (outcomes["view"].astype(str) == view)]
+    if rows.empty:
+        raise ValueError(f"outcomes: no rows for arm {arm!r} view {view!r}")
+    zero = rows.assign(arm="\x00zero", **{m: 0 for m in METRICS})
+    return paired_effect(pd.concat([rows, zero], ignore_index=True), ("\x00zero", view), (arm, view),
+                         metric, n_boot=n_boot, ci=ci, seed=seed, power=power)
+
+
 # ---------------------------------------------------------------------------------------------
 # what more would decide
 

@@ -347,7 +347,7 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
 
 
 def _r3(x) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}".rstrip("0").rstrip(".") if abs(x) >= 1 else f"{x:.3f}"
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
 def _ci(e) -> str:
@@ -361,12 +361,17 @@ def _arm_phrase(v: stats.ArmVerdict) -> str:
             f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, pass-rate drop "
             f"{p.effect.value:.3f} (upper {p.effect.ci_high:.3f} vs margin {p.threshold:g})")
     if v.verdict == "inconclusive":
+        open_ = [x.name for x in v.criteria if not x.passed and not x.rules_out]
+        base += f"; undecided: {', '.join(open_)}"
+        mde = v.mde()
+        base += (f"; MDE {mde:.3f}" if math.isfinite(mde) else
+                 f"; no drop reaches {v.criteria[0].effect.power:.0%} power at these sizes")
         more = []
         if v.needed_seeds:
             more.append(f"about {v.needed_seeds} seeds")
         if v.needed_samples:
             more.append(f"about {v.needed_samples} samples per problem")
-        base += f"; MDE {_r3(v.mde())}" + (f"; {' or '.join(more)} would decide it" if more else "")
+        base += f"; {' or '.join(more)} would decide it" if more else ""
     return base
 
 
