@@ -52,9 +52,19 @@ MODES = (
 )
 # Every arm and mode the schema allows (wildcard constraints must not depend on the chosen ones);
 # the arms are the registry of evil_moe/arms.py (a test checks the schema enum against it).
-ALL_ARMS = list(load_schema()["properties"]["pilot"]["properties"]["arms"]["items"]["enum"])
+ALL_ARMS = list(
+    load_schema()["properties"]["pilot"]["properties"]["arms"]["items"]["enum"]
+)
 ALL_MODES = ["run_tests", "sentinel", "stdout_marker", "file_marker"]
-FIGURES = ["heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib"]
+FIGURES = [
+    "heldout",
+    "hack_rate",
+    "pass_rate",
+    "cin",
+    "removed",
+    "frac_clipped",
+    "cos_contrib",
+]
 # Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
 # failure switches reach only the arm they name (see get_pilot_config).
@@ -250,9 +260,7 @@ def get_compare_input(wildcards):
 def get_compare_pilots(wildcards):
     """--pilot DIR for every expected pilot (arm x seed) of the comparison, finished or not:
     the gate names a missing one."""
-    return " ".join(
-        f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("pilots", SEEDS)
-    )
+    return " ".join(f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("pilots", SEEDS))
 
 
 def get_pilot_flags(wildcards, input):
@@ -312,7 +320,8 @@ def _num(x):
 
 def get_decision_text(wildcards, input):
     """reStructuredText of the gate's verdict and the sweep decision (results/sweep/decision.rst,
-    included at the top of the report); numbers rounded for reading (gate.json keeps them raw)."""
+    included at the top of the report); numbers rounded for reading (gate.json keeps them raw).
+    """
     gate = _read_gate(input.gate)
     if gate is None:
         return "The separation gate has not been decided yet."
