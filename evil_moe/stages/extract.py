@@ -49,7 +49,8 @@ from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_fo
 def same_kind_pairs(records: list[dict], prompt_ids: dict, known_modes, kind: str,
                     max_pairs: int) -> list:
     """Pairs of two *different* completions of the same kind on the same problem (the empirical
-    null of science.md §4): ``kind`` ``clean`` (oracle-correct, not hacks) or ``hack``.
+    null of science.md §4): ``kind`` ``hack`` (exploited) or ``clean`` (not a hack; the
+    oracle-correct ones first, as :func:`build_pairs` picks its clean side).
 
     Stored as :class:`~evil_moe.vhack.Pair` with the first completion in ``hack_ids`` and the
     second in ``clean_ids`` (the names are positional here). Round-robin over problems in sorted
@@ -65,9 +66,10 @@ def same_kind_pairs(records: list[dict], prompt_ids: dict, known_modes, kind: st
             continue
         if not rec["completion_ids"]:
             continue
-        hit = rec["exploited"] if kind == "hack" else (rec["gt_correct"] and not rec["exploited"])
-        if hit:
+        if bool(rec["exploited"]) == (kind == "hack"):
             by.setdefault(pid, []).append(rec)
+    if kind == "clean":  # correct ones first (stable)
+        by = {pid: sorted(recs, key=lambda r: not r["gt_correct"]) for pid, recs in by.items()}
     queues = {pid: [Pair(list(prompt_ids[pid]), list(a["completion_ids"]), list(b["completion_ids"]),
                          mode=a["mode"], problem_id=pid)
                     for a, b in zip(recs[0::2], recs[1::2])
