@@ -660,12 +660,12 @@ class Criterion:
         return power_lower(delta, e.se, e.df, e.ci, floor)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the criterion with its effect's numbers."""
+        """JSON-ready: the criterion, with its effect's numbers under ``effect``."""
         return {"name": self.name, "threshold": self.threshold, "passed": self.passed, "rules_out": self.rules_out,
                 "mde": _finite(self.mde), "note": self.note,
                 "needed": None if self.needed is None else {k: (_finite(v) if isinstance(v, float) else v)
                                                             for k, v in asdict(self.needed).items()},
-                **{k: v for k, v in self.effect.to_dict().items() if k not in ("mde",)}}
+                "effect": self.effect.to_dict()}
 
 
 def _fmt(e: Effect) -> str:
@@ -832,10 +832,10 @@ def decide_arm(arm: str, drop: Effect, control: Effect, pass_drop: Effect, *, mi
         more.append(f"about {seeds} seeds")
     if samples is not None:
         more.append(f"about {samples} samples per problem")
-    tail = (" would decide it if the observed means hold" if more else
-            "; more seeds or samples would not decide it at the observed means (an effect near its boundary)")
-    reason = (f"{arm}: inconclusive — " + "; ".join(c.note for c in open_) + "; "
-              + (" or ".join(more) if more else "") + tail)
+    tail = (" or ".join(more) + " would decide it if the observed means hold" if more else
+            "no reachable number of seeds or samples would decide it at the observed means (a mean near "
+            "its boundary)")
+    reason = f"{arm}: inconclusive — " + "; ".join(c.note for c in open_) + "; " + tail
     return ArmVerdict(arm, "inconclusive", reason, crit, seeds, samples, min_seeds=min_seeds)
 
 

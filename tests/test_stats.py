@@ -301,6 +301,10 @@ def test_gate_positive_control_and_aggregation():
         st.decide_gate([], pc_ok, min_drop=0.05)
     import json
     json.dumps(g.to_dict(), allow_nan=False)
+    d = json.loads(json.dumps(st.decide_gate([sep], pc_ok, min_drop=0.05).to_dict(), allow_nan=False))
+    crit = d["arms"]["erase"]["criteria"][0]
+    assert crit["name"] == "drop_vs_vanilla" and crit["note"].startswith("hack drop vs vanilla 0.200")
+    assert crit["effect"]["value"] == pytest.approx(0.2) and crit["effect"]["a"] == ["erase", "trained"]
 
 
 # ---------------------------------------------------------------------------------------------
