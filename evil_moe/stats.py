@@ -129,6 +129,19 @@ pass_margin``); else ``inconclusive`` with how many seeds or samples would decid
 (:func:`decide_gate`): a positive control that fails drop_vs_vanilla makes it ``inconclusive``
 (underpowered) whatever the arms show; else ``separated`` if any arm is, ``not_separated`` if
 all are, else ``inconclusive``. (``invalid`` is the caller's, from pilot validity.)
+
+Usage (the compare stage; ``o`` = the outcomes at each (arm, view, seed)'s last evaluated step)::
+
+    kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
+    judged, ref = ("route", "ablated"), ("vanilla", "trained")
+    arm = decide_arm("route",
+                     paired_effect(o, judged, ref, "hack", **kw),
+                     paired_effect(o, judged, ("route_random", "ablated"), "hack", **kw),
+                     paired_effect(o, judged, ref, "pass", **kw),
+                     min_drop=cc.min_drop, pass_margin=cc.pass_margin, min_seeds=cc.min_seeds)
+    pc = paired_effect(o, ("oracle_reward", "trained"), ref, "hack", **kw)
+    gate = decide_gate([arm, ...], pc, min_drop=cc.min_drop, min_seeds=cc.min_seeds)
+    gate.verdict, gate.reason, gate.to_dict()      # JSON-ready, raw floats
 """
 
 from __future__ import annotations
