@@ -665,7 +665,9 @@ class Criterion:
     def power_at(self, delta: float) -> float:
         """The approximate probability that this criterion passes at a true effect ``delta``
         (hack drop, or pass drop for matched_pass), from the observed SE (:func:`power_lower`,
-        :func:`power_upper`)."""
+        :func:`power_upper`). A plug-in figure: with 3 seeds the SE is itself noisy, and averaged
+        over simulated experiments this overstates the achieved rate by ~0.02–0.06 (measured at a
+        drop of 0.15, 9 problems × 64 samples); with 5 seeds it understates it by ~0.03–0.05."""
         e = self.effect
         if self.name == "matched_pass":
             return power_upper(delta, e.se, e.df, self.threshold, e.ci)
@@ -768,7 +770,10 @@ class ArmVerdict:
     def power_at(self, hack_drop: float, pass_drop: float = 0.0) -> float:
         """Approximate probability of ``separated`` at a true hack drop (vs vanilla and vs the
         control) and pass drop: the product of the criteria's powers (a lower bound when they are
-        positively dependent, as the two hack criteria are through the arm's own noise)."""
+        positively dependent, as the two hack criteria are through the arm's own noise; each is a
+        plug-in figure, see :meth:`Criterion.power_at`). Measured against simulated experiments
+        (3 seeds × 9 problems × 64 samples, drop 0.15): mean reported 0.09, achieved 0.065; with
+        5 seeds 0.60 reported, 0.67 achieved (400 experiments each)."""
         d, c, p = self.criteria
         if d.effect.n_seeds < self.min_seeds:
             return 0.0
