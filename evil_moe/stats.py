@@ -1063,19 +1063,22 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
         its ``value, ci_low, ci_high, se, pct_low, pct_high, mde`` and variance components
         (``between_seed, between_problem, within_problem``); the arm's ``verdict``, ``power``
         (:meth:`ArmVerdict.power_at` at the planted drops, or at 0.15 when no drop is planted) and
-        ``arm_mde`` (:meth:`ArmVerdict.mde`), each criterion's MDE and outcome (``{name}_mde``, ``{name}_passed``), and the overall
-        ``gate`` verdict.
+        ``arm_mde`` (:meth:`ArmVerdict.mde`), each criterion's MDE and outcome (``{name}_mde``,
+        ``{name}_passed``), and the overall ``gate`` verdict.
     """
+    effect_fields = ("value", "ci_low", "ci_high", "se", "pct_low", "pct_high", "mde")
+    component_fields = ("between_seed", "between_problem", "within_problem")
     rs = np.random.SeedSequence(seed).spawn(n_experiments)
-    cells = {("vanilla", "trained"): Planted(), ("erase", "trained"): Planted(drop, pass_drop),
-             ("random_v", "trained"): Planted(control_drop), ("oracle_reward", "trained"): Planted(positive_control_drop)}
+    arm, van, ctl, pc = ("erase", "trained"), ("vanilla", "trained"), ("random_v", "trained"), ("oracle_reward",
+                                                                                               "trained")
+    cells = {van: Planted(), arm: Planted(drop, pass_drop), ctl: Planted(control_drop),
+             pc: Planted(positive_control_drop)}
     at = drop if drop > 0 else 0.15
     rows = []
     for i in range(n_experiments):
         o = simulate_outcomes(cells, n_seeds=n_seeds, n_problems=n_problems, n_samples=n_samples,
                               rng=np.random.default_rng(rs[i]), **spread)
         kw = dict(n_boot=n_boot, ci=ci, seed=i, power=power, resample=resample)
-        arm, van, ctl, pc = ("erase", "trained"), ("vanilla", "trained"), ("random_v", "trained"), ("oracle_reward", "trained")
         effs = {"drop": paired_effect(o, arm, van, "hack", **kw), "control": paired_effect(o, arm, ctl, "hack", **kw),
                 "pass": paired_effect(o, arm, van, "pass", **kw), "pc": paired_effect(o, pc, van, "hack", **kw)}
         av = decide_arm("erase", effs["drop"], effs["control"], effs["pass"], min_drop=min_drop,
@@ -1084,8 +1087,8 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
         row: dict[str, Any] = {"experiment": i, "verdict": av.verdict, "gate": gv.verdict,
                                "power": av.power_at(at, pass_drop), "arm_mde": av.mde(pass_drop=pass_drop)}
         for k, e in effs.items():
-            row.update({f"{k}_{f}": getattr(e, f) for f in ("value", "ci_low", "ci_high", "se", "pct_low", "pct_high", "mde")})
-            row.update({f"{k}_{f}": getattr(e.components, f) for f in ("between_seed", "between_problem", "within_problem")})
+            row.update({f"{k}_{f}": getattr(e, f) for f in effect_fields})
+            row.update({f"{k}_{f}": getattr(e.components, f) for f in component_fields})
         for c in av.criteria:
             row[f"{c.name}_mde"], row[f"{c.name}_passed"] = c.mde, c.passed
         rows.append(row)
