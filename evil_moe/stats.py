@@ -129,6 +129,19 @@ pass_margin``); else ``inconclusive`` with how many seeds or samples would decid
 (:func:`decide_gate`): a positive control that fails drop_vs_vanilla makes it ``inconclusive``
 (underpowered) whatever the arms show; else ``separated`` if any arm is, ``not_separated`` if
 all are, else ``inconclusive``. (``invalid`` is the caller's, from pilot validity.)
+
+Usage (the compare stage; ``o`` = the outcomes at each (arm, view, seed)'s last evaluated step)::
+
+    kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
+    judged, ref = ("route", "ablated"), ("vanilla", "trained")
+    arm = decide_arm("route",
+                     paired_effect(o, judged, ref, "hack", **kw),
+                     paired_effect(o, judged, ("route_random", "ablated"), "hack", **kw),
+                     paired_effect(o, judged, ref, "pass", **kw),
+                     min_drop=cc.min_drop, pass_margin=cc.pass_margin, min_seeds=cc.min_seeds)
+    pc = paired_effect(o, ("oracle_reward", "trained"), ref, "hack", **kw)
+    gate = decide_gate([arm, ...], pc, min_drop=cc.min_drop, min_seeds=cc.min_seeds)
+    gate.verdict, gate.reason, gate.to_dict()      # JSON-ready, raw floats
 """
 
 from __future__ import annotations
@@ -673,7 +686,9 @@ class Criterion:
     def power_at(self, delta: float) -> float:
         """The approximate probability that this criterion passes at a true effect ``delta``
         (hack drop, or pass drop for matched_pass), from the observed SE (:func:`power_lower`,
-        :func:`power_upper`)."""
+        :func:`power_upper`). A plug-in figure: with 3 seeds the SE is itself noisy, and averaged
+        over simulated experiments this overstates the achieved rate by ~0.02–0.06 (measured at a
+        drop of 0.15, 9 problems × 64 samples); with 5 seeds it understates it by ~0.03–0.05."""
         e = self.effect
         if self.name == "matched_pass":
             return power_upper(delta, e.se, e.df, self.threshold, e.ci)
@@ -681,12 +696,12 @@ class Criterion:
         return power_lower(delta, e.se, e.df, e.ci, floor)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: the criterion with its effect's numbers."""
+        """JSON-ready: the criterion, with its effect's numbers under ``effect``."""
         return {"name": self.name, "threshold": self.threshold, "passed": self.passed, "rules_out": self.rules_out,
                 "mde": _finite(self.mde), "note": self.note,
                 "needed": None if self.needed is None else {k: (_finite(v) if isinstance(v, float) else v)
                                                             for k, v in asdict(self.needed).items()},
-                **{k: v for k, v in self.effect.to_dict().items() if k not in ("mde",)}}
+                "effect": self.effect.to_dict()}
 
 
 def _fmt(e: Effect) -> str:
@@ -776,7 +791,10 @@ class ArmVerdict:
     def power_at(self, hack_drop: float, pass_drop: float = 0.0) -> float:
         """Approximate probability of ``separated`` at a true hack drop (vs vanilla and vs the
         control) and pass drop: the product of the criteria's powers (a lower bound when they are
-        positively dependent, as the two hack criteria are through the arm's own noise)."""
+        positively dependent, as the two hack criteria are through the arm's own noise; each is a
+        plug-in figure, see :meth:`Criterion.power_at`). Measured against simulated experiments
+        (3 seeds × 9 problems × 64 samples, drop 0.15): mean reported 0.09, achieved 0.065; with
+        5 seeds 0.60 reported, 0.67 achieved (400 experiments each)."""
         d, c, p = self.criteria
         if d.effect.n_seeds < self.min_seeds:
             return 0.0
@@ -853,10 +871,10 @@ def decide_arm(arm: str, drop: Effect, control: Effect, pass_drop: Effect, *, mi
         more.append(f"about {seeds} seeds")
     if samples is not None:
         more.append(f"about {samples} samples per problem")
-    tail = (" would decide it if the observed means hold" if more else
-            "; more seeds or samples would not decide it at the observed means (an effect near its boundary)")
-    reason = (f"{arm}: inconclusive — " + "; ".join(c.note for c in open_) + "; "
-              + (" or ".join(more) if more else "") + tail)
+    tail = (" or ".join(more) + " would decide it if the observed means hold" if more else
+            "no reachable number of seeds or samples would decide it at the observed means (a mean near "
+            "its boundary)")
+    reason = f"{arm}: inconclusive — " + "; ".join(c.note for c in open_) + "; " + tail
     return ArmVerdict(arm, "inconclusive", reason, crit, seeds, samples, min_seeds=min_seeds)
 
 
@@ -1066,19 +1084,22 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
         its ``value, ci_low, ci_high, se, pct_low, pct_high, mde`` and variance components
         (``between_seed, between_problem, within_problem``); the arm's ``verdict``, ``power``
         (:meth:`ArmVerdict.power_at` at the planted drops, or at 0.15 when no drop is planted) and
-        ``arm_mde`` (:meth:`ArmVerdict.mde`), each criterion's MDE and outcome (``{name}_mde``, ``{name}_passed``), and the overall
-        ``gate`` verdict.
+        ``arm_mde`` (:meth:`ArmVerdict.mde`), each criterion's MDE and outcome (``{name}_mde``,
+        ``{name}_passed``), and the overall ``gate`` verdict.
     """
+    effect_fields = ("value", "ci_low", "ci_high", "se", "pct_low", "pct_high", "mde")
+    component_fields = ("between_seed", "between_problem", "within_problem")
     rs = np.random.SeedSequence(seed).spawn(n_experiments)
-    cells = {("vanilla", "trained"): Planted(), ("erase", "trained"): Planted(drop, pass_drop),
-             ("random_v", "trained"): Planted(control_drop), ("oracle_reward", "trained"): Planted(positive_control_drop)}
+    arm, van, ctl, pc = ("erase", "trained"), ("vanilla", "trained"), ("random_v", "trained"), ("oracle_reward",
+                                                                                               "trained")
+    cells = {van: Planted(), arm: Planted(drop, pass_drop), ctl: Planted(control_drop),
+             pc: Planted(positive_control_drop)}
     at = drop if drop > 0 else 0.15
     rows = []
     for i in range(n_experiments):
         o = simulate_outcomes(cells, n_seeds=n_seeds, n_problems=n_problems, n_samples=n_samples,
                               rng=np.random.default_rng(rs[i]), **spread)
         kw = dict(n_boot=n_boot, ci=ci, seed=i, power=power, resample=resample)
-        arm, van, ctl, pc = ("erase", "trained"), ("vanilla", "trained"), ("random_v", "trained"), ("oracle_reward", "trained")
         effs = {"drop": paired_effect(o, arm, van, "hack", **kw), "control": paired_effect(o, arm, ctl, "hack", **kw),
                 "pass": paired_effect(o, arm, van, "pass", **kw), "pc": paired_effect(o, pc, van, "hack", **kw)}
         av = decide_arm("erase", effs["drop"], effs["control"], effs["pass"], min_drop=min_drop,
@@ -1087,8 +1108,8 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
         row: dict[str, Any] = {"experiment": i, "verdict": av.verdict, "gate": gv.verdict,
                                "power": av.power_at(at, pass_drop), "arm_mde": av.mde(pass_drop=pass_drop)}
         for k, e in effs.items():
-            row.update({f"{k}_{f}": getattr(e, f) for f in ("value", "ci_low", "ci_high", "se", "pct_low", "pct_high", "mde")})
-            row.update({f"{k}_{f}": getattr(e.components, f) for f in ("between_seed", "between_problem", "within_problem")})
+            row.update({f"{k}_{f}": getattr(e, f) for f in effect_fields})
+            row.update({f"{k}_{f}": getattr(e.components, f) for f in component_fields})
         for c in av.criteria:
             row[f"{c.name}_mde"], row[f"{c.name}_passed"] = c.mde, c.passed
         rows.append(row)

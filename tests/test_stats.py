@@ -301,6 +301,10 @@ def test_gate_positive_control_and_aggregation():
         st.decide_gate([], pc_ok, min_drop=0.05)
     import json
     json.dumps(g.to_dict(), allow_nan=False)
+    d = json.loads(json.dumps(st.decide_gate([sep], pc_ok, min_drop=0.05).to_dict(), allow_nan=False))
+    crit = d["arms"]["erase"]["criteria"][0]
+    assert crit["name"] == "drop_vs_vanilla" and crit["note"].startswith("hack drop vs vanilla 0.200")
+    assert crit["effect"]["value"] == pytest.approx(0.2) and crit["effect"]["a"] == ["erase", "trained"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,3 +399,12 @@ def test_with_five_seeds_a_drop_of_015_is_found_with_the_power_reported():
     # drop_vs_vanilla alone: its reported MDE is below 0.15, so it passes at least 80% of the time
     assert five["drop_vs_vanilla_mde"].mean() <= 0.15
     assert five["drop_vs_vanilla_passed"].mean() >= 0.8 - slack(0.8, N_AUX)
+
+
+def test_operating_characteristics_table():
+    tab = st.operating_characteristics(6, seeds=(3,), samples=(16,), n_boot=200)
+    row = tab.iloc[0]
+    assert (row["n_seeds"], row["n_samples"], row["resample"]) == (3, 16, "seed+problem")
+    assert row["planned_mde"] == pytest.approx(st.planned_mde(st.DEFAULT_COMPONENTS, 3, 9, 16)[1])
+    assert 0 <= row["fpr_separated"] <= 1 and 0 <= row["power_separated"] <= 1
+    assert row["binomial_se"] == pytest.approx(math.sqrt(0.05 * 0.95 / 6))
