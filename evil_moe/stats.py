@@ -1146,15 +1146,3 @@ def operating_characteristics(n_experiments: int = 400, *, seeds: Sequence[int] 
                                                     resample=resample)[1],
                          "binomial_se": math.sqrt(0.05 * 0.95 / n_experiments)})
     return pd.DataFrame(rows)
-
-
-if __name__ == "__main__":  # python -m evil_moe.stats [N]: the README's table
-    import sys
-
-    N = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-    tab = pd.concat([operating_characteristics(N),
-                     operating_characteristics(N, seeds=(3, 5), samples=(64,), resample=("seed",))])
-    try:
-        print(tab.to_markdown(index=False, floatfmt=".3f"))
-    except ImportError:  # tabulate not installed
-        print(tab.round(3).to_string(index=False))
