@@ -237,6 +237,11 @@ def _summary_rows(by: dict[str, dict[int, _Pilot]], arms: Sequence[str], outcome
     return rows
 
 
+def _rounded(row: dict, digits: int = 3) -> dict:
+    """A summary row with floats rounded for reading (gate.json keeps the raw values)."""
+    return {k: round(v, digits) if isinstance(v, float) and math.isfinite(v) else v for k, v in row.items()}
+
+
 def _mean_problems(e) -> float:
     return float(np.mean(list(e.n_problems.values()))) if e.n_problems else 0.0
 
@@ -537,7 +542,7 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     if ignored:
         gate["ignored"] = ignored
 
-    tables.write_tsv(out / "summary.tsv", tables.COMPARE_SUMMARY, summary_rows)
+    tables.write_tsv(out / "summary.tsv", tables.COMPARE_SUMMARY, [_rounded(r) for r in summary_rows])
     tables.write_json(out / "gate.json", gate)
     tables.atomic_write_bytes(out / "gate.md", _gate_md(gate).encode())
     if figures:
