@@ -37,7 +37,7 @@ def views_of(arm: str) -> tuple[str, ...]:
 
 
 def write_pilots(root: Path, outcomes: pd.DataFrame, *, frac_clipped: dict | None = None,
-                 status: dict | None = None, removed: dict | None = None) -> Path:
+                 status: dict | None = None, removed: dict | None = None, gap: dict | None = None) -> Path:
     """One pilot folder per (arm, seed) of ``outcomes``: its outcomes.tsv, an eval.tsv summary,
     a small steps.tsv and status.json."""
     for (arm, seed), o in outcomes.groupby(["arm", "seed"]):
@@ -51,6 +51,7 @@ def write_pilots(root: Path, outcomes: pd.DataFrame, *, frac_clipped: dict | Non
         rows = [{"step": i, "arm": arm, "seed": seed, "hack_rate": 0.5, "pass_rate": 0.1,
                  "frac_clipped": fc if i == 1 else 0.0, "cin": 0.3, "null_cin": 0.1,
                  "removed_frac": (removed or {}).get(arm, 0.0), "update_span_frac": 0.05,
+                 "sampler_gap_p95": (gap or {}).get(arm, 1e-7),
                  "seconds": 1.0} for i in range(STEPS_N)]
         tables.write_tsv(d / "steps.tsv", tables.STEPS, rows)
         st = (status or {}).get((arm, seed), "ok")
@@ -217,3 +218,12 @@ def test_cli_end_to_end(tmp_path):
     assert res.output.strip().splitlines()[-1].startswith("separated: erase")
     res = CliRunner().invoke(main, ["compare", "--pilots-dir", str(root), "--set", "compare.bogus=1"])
     assert res.exit_code != 0 and "compare.bogus" in res.output
+
+
+def test_notes_name_sampler_gap_and_truncation(tmp_path):
+    o = simulate(POSITIVE, truncated_rate=0.7, **QUIET)
+    root = write_pilots(tmp_path / "p", o, gap={"erase": 0.02})
+    gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
+    notes = " ".join(gate["notes"])
+    assert "sampler" in notes and "erase 0.020" in notes and "vanilla" not in notes.split("nats:")[1].split(")")[0]
+    assert "truncation dominates" in notes

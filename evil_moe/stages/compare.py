@@ -37,7 +37,8 @@ The gate (``../shared/notes/science.md`` §6; the statistics are :mod:`evil_moe.
 Notes beside the verdict (never part of it): erase-type arms' removed energy share against their
 controls' (an erase that removes no more than its random control has not been tested); subtract's
 deploy view against vanilla's static projection (``projected`` view); truncation dominating the
-held-out completions; the grader's isolation level when it was not the bubblewrap sandbox.
+held-out completions; a sampler/trainer log-prob gap above float noise (top-p and the like); the
+grader's isolation level when it was not the bubblewrap sandbox.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ ARM_COLORS = {"vanilla": "#444444", "erase": "#1f77b4", "random_v": "#9ecae1", "
               "subtract_random": "#c5b0d5", "route": "#d62728", "route_random": "#ff9896",
               "filter": "#ff7f0e", "filter_random": "#ffbb78", "oracle_reward": "#2ca02c"}
 TRUNCATION_NOTE = 0.5  # a held-out view whose truncated share exceeds this gets a note
+SAMPLER_GAP_NOTE = 1e-3  # nats: a sampler/trainer gap above float noise gets a note
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,12 @@ def _train_mean(pilots: dict[int, _Pilot], col: str, k: int) -> float | None:
             if v.notna().any():
                 vals.append(float(v.mean()))
     return float(np.mean(vals)) if vals else None
+
+
+def _all_steps_max(pilots: dict[int, _Pilot], col: str) -> float | None:
+    vals = [float(pd.to_numeric(p.steps[col], errors="coerce").max()) for p in pilots.values()
+            if p.steps is not None and col in p.steps.columns and pd.to_numeric(p.steps[col], errors="coerce").notna().any()]
+    return max(vals) if vals else None
 
 
 def _all_steps_mean(pilots: dict[int, _Pilot], col: str) -> float | None:
@@ -345,6 +353,14 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
             which = ", ".join(f"{a} ({v}) {x:.2f}" for (a, v), x in over.items())
             notes.append(f"truncation dominates held-out completions of {which}: raise pilot.max_new, "
                          "or the hack and pass rates measure running out of tokens")
+    gaps = {a: _all_steps_max(by.get(a, {}), "sampler_gap_p95") for a in arms}
+    gaps = {a: g for a, g in gaps.items() if g is not None and g > SAMPLER_GAP_NOTE}
+    if gaps:
+        which = ", ".join(f"{a} {g:.3f}" for a, g in gaps.items())
+        notes.append(f"the training log-probs differ from the sampler's (largest per-step 95th percentile of "
+                     f"|log pi_train - log pi_sampler|, nats: {which}): sampling applies a top-p or other "
+                     "logits processing that training does not; on-policy ratios are computed against the "
+                     "training distribution")
     bad_iso = sorted({i for i in isolation if i and i != "bwrap"})
     if bad_iso:
         notes.append(f"the grader ran with isolation {', '.join(bad_iso)} (not the bubblewrap sandbox)")
