@@ -408,3 +408,20 @@ def test_operating_characteristics_table():
     assert row["planned_mde"] == pytest.approx(st.planned_mde(st.DEFAULT_COMPONENTS, 3, 9, 16)[1])
     assert 0 <= row["fpr_separated"] <= 1 and 0 <= row["power_separated"] <= 1
     assert row["binomial_se"] == pytest.approx(math.sqrt(0.05 * 0.95 / 6))
+
+
+def test_side_rate_by_hand():
+    """One arm's rate: mean over seeds of the mean over problems of the per-problem rates."""
+    from evil_moe.stats import side_rate
+
+    rows = []
+    # seed 0: p1 2/4 hacks, p2 0/2; seed 1: p1 4/4, p2 1/2 → (0.5 + 0) / 2 = 0.25 and (1 + .5) / 2 = 0.75
+    for seed, prob, hacks in ((0, "p1", [1, 1, 0, 0]), (0, "p2", [0, 0]), (1, "p1", [1, 1, 1, 1]), (1, "p2", [1, 0])):
+        for j, h in enumerate(hacks):
+            rows.append({"arm": "x", "view": "trained", "seed": seed, "step": 3, "problem_id": prob, "sample": j,
+                         "mode": "m", "hack": h, "pass": 0, "truncated": 0})
+    e = side_rate(pd.DataFrame(rows), ("x", "trained"), "hack", n_boot=200)
+    assert e.value == pytest.approx(0.5) and e.per_seed == {0: pytest.approx(0.25), 1: pytest.approx(0.75)}
+    assert e.ci_low < 0.5 < e.ci_high and e.n_seeds == 2
+    with pytest.raises(ValueError, match="no rows for arm 'y'"):
+        side_rate(pd.DataFrame(rows), ("y", "trained"), "hack")
