@@ -118,6 +118,17 @@ def _energy(gs) -> float:
     return float(sum(float((g.double() ** 2).sum()) for g in gs)) if gs else 0.0
 
 
+def _split_by_flags(per_row, flags, *, keep_flagged: bool) -> SplitGrads:
+    """Unflagged rows' sum → δS; flagged rows' sum → δS_hack (``keep_flagged``, route) or
+    dropped (filter); ``removed_frac`` = the flagged sum's energy over the whole sum's."""
+    rows = range(len(per_row))
+    flagged = _sum_rows(per_row, [i for i in rows if bool(flags[i])])
+    total = _energy(_sum_rows(per_row, rows))
+    return SplitGrads(_sum_rows(per_row, [i for i in rows if not bool(flags[i])]),
+                      flagged if keep_flagged else None,
+                      _energy(flagged) / total if total > 0 else 0.0)
+
+
 class Arm:
     """Base arm: Dr.GRPO on the loophole reward, measuring only (see :class:`Vanilla`).
 
@@ -250,13 +261,7 @@ class Route(Arm):
         return inputs.detected()
 
     def split_gradients(self, per_row, flags):
-        rows = range(len(per_row))
-        keep = [i for i in rows if not bool(flags[i])]
-        hack = [i for i in rows if bool(flags[i])]
-        ds = _sum_rows(per_row, keep)
-        dsh = _sum_rows(per_row, hack)
-        total = _energy(_sum_rows(per_row, rows))
-        return SplitGrads(ds, dsh, _energy(dsh) / total if total > 0 else 0.0)
+        return _split_by_flags(per_row, flags, keep_flagged=True)
 
 
 class _RandomFlags:
@@ -291,12 +296,7 @@ class Filter(Arm):
         return inputs.detected()
 
     def split_gradients(self, per_row, flags):
-        rows = range(len(per_row))
-        keep = [i for i in rows if not bool(flags[i])]
-        ds = _sum_rows(per_row, keep)
-        total = _energy(_sum_rows(per_row, rows))
-        dropped = _energy(_sum_rows(per_row, [i for i in rows if bool(flags[i])]))
-        return SplitGrads(ds, None, dropped / total if total > 0 else 0.0)
+        return _split_by_flags(per_row, flags, keep_flagged=False)
 
 
 class FilterRandom(_RandomFlags, Filter):

@@ -393,6 +393,30 @@ def random_vhack(like: VHack | dict[str, int], k: int | dict[str, int] | None = 
     return VHack(Vs, Ss, As, rs, control="random", seed=seed, **base)
 
 
+def _module_rows(vhack: VHack, X: dict[str, torch.Tensor]):
+    """For each module of ``X`` (``{name: (n, r)}``) with ``k ≥ 1`` in ``vhack``: ``(name, V (k, r),
+    x (n, r), norms (n,), live (n,) bool = norm > 0)``, all fp64 on the CPU."""
+    for name, x in X.items():
+        V = vhack.V.get(name)
+        if V is None or V.shape[0] == 0:
+            continue
+        x = x.detach().to("cpu", torch.float64)
+        nrm = x.norm(dim=1)
+        yield name, V.to(torch.float64), x, nrm, nrm > 0
+
+
+def _mean_over_modules(vhack: VHack, X: dict[str, torch.Tensor], ratio) -> torch.Tensor:
+    """Per row, the mean over live modules of ``ratio(c, norm)`` with ``c = x Vᵀ``; 0 for a row
+    with no live module. ``(n,)`` fp64."""
+    n = next(iter(X.values())).shape[0]
+    num = torch.zeros(n, dtype=torch.float64)
+    cnt = torch.zeros(n, dtype=torch.float64)
+    for _, V, x, nrm, live in _module_rows(vhack, X):
+        num[live] += ratio(x[live] @ V.T, nrm[live])
+        cnt[live] += 1
+    return torch.where(cnt > 0, num / cnt.clamp(min=1), torch.zeros_like(num))
+
+
 def pair_cin(vhack: VHack, D: dict[str, torch.Tensor]) -> torch.Tensor:
     """Per-row ``cin`` of difference vectors against ``vhack``: ``(n,)`` fp64.
 
@@ -400,37 +424,14 @@ def pair_cin(vhack: VHack, D: dict[str, torch.Tensor]) -> torch.Tensor:
     ‖d_{p,m}‖`` — the same aggregate as the training ``cin`` (:mod:`evil_moe.projection`).
     ``D``: ``{name: (n, r)}``. Rows with no live module get 0.
     """
-    n = next(iter(D.values())).shape[0]
-    num = torch.zeros(n, dtype=torch.float64)
-    cnt = torch.zeros(n, dtype=torch.float64)
-    for name, d in D.items():
-        V = vhack.V.get(name)
-        if V is None or V.shape[0] == 0:
-            continue
-        d = d.detach().to("cpu", torch.float64)
-        c = d @ V.to(torch.float64).T
-        nrm = d.norm(dim=1)
-        live = nrm > 0
-        num[live] += torch.relu(c[live]).norm(dim=1) / nrm[live]
-        cnt[live] += 1
-    return torch.where(cnt > 0, num / cnt.clamp(min=1), torch.zeros_like(num))
+    return _mean_over_modules(vhack, D, lambda c, nrm: torch.relu(c).norm(dim=1) / nrm)
 
 
 def module_pair_cin(vhack: VHack, D: dict[str, torch.Tensor]) -> dict[str, float]:
     """Per module, the mean over rows of ``‖relu(V d)‖ / ‖d‖`` (rows with ``d = 0`` skipped):
     the per-module empirical null when ``D`` holds clean−clean differences."""
-    out = {}
-    for name, d in D.items():
-        V = vhack.V.get(name)
-        if V is None or V.shape[0] == 0:
-            continue
-        d = d.detach().to("cpu", torch.float64)
-        nrm = d.norm(dim=1)
-        live = nrm > 0
-        if live.any():
-            c = d[live] @ V.to(torch.float64).T
-            out[name] = float((torch.relu(c).norm(dim=1) / nrm[live]).mean())
-    return out
+    return {name: float((torch.relu(x[live] @ V.T).norm(dim=1) / nrm[live]).mean())
+            for name, V, x, nrm, live in _module_rows(vhack, D) if live.any()}
 
 
 def sample_scores(vhack: VHack, grads: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -441,16 +442,4 @@ def sample_scores(vhack: VHack, grads: dict[str, torch.Tensor]) -> torch.Tensor:
     the distill probe's ``cos_contrib`` and the route detector's score (science.md §4), compared
     against the empirical null of clean completions' scores. ``grads``: ``{name: (n, r)}``.
     """
-    n = next(iter(grads.values())).shape[0]
-    num = torch.zeros(n, dtype=torch.float64)
-    cnt = torch.zeros(n, dtype=torch.float64)
-    for name, g in grads.items():
-        V = vhack.V.get(name)
-        if V is None or V.shape[0] == 0:
-            continue
-        g = g.detach().to("cpu", torch.float64)
-        nrm = g.norm(dim=1)
-        live = nrm > 0
-        num[live] += (g[live] @ V.to(torch.float64).T).sum(1) / nrm[live]
-        cnt[live] += 1
-    return torch.where(cnt > 0, num / cnt.clamp(min=1), torch.zeros_like(num))
+    return _mean_over_modules(vhack, grads, lambda c, nrm: c.sum(1) / nrm)

@@ -60,14 +60,9 @@ def same_kind_pairs(records: list[dict], prompt_ids: dict, known_modes, kind: st
     from evil_moe.vhack import Pair
 
     by: dict[str, list[dict]] = {}
-    for rec in records:
-        pid = rec["problem_id"]
-        if pid not in prompt_ids or (known_modes and rec["mode"] not in known_modes):
-            continue
-        if not rec["completion_ids"]:
-            continue
+    for rec in _usable(records, prompt_ids, known_modes):
         if bool(rec["exploited"]) == (kind == "hack"):
-            by.setdefault(pid, []).append(rec)
+            by.setdefault(rec["problem_id"], []).append(rec)
     if kind == "clean":  # correct ones first (stable)
         by = {pid: sorted(recs, key=lambda r: not r["gt_correct"]) for pid, recs in by.items()}
     queues = {pid: [Pair(list(prompt_ids[pid]), list(a["completion_ids"]), list(b["completion_ids"]),
@@ -76,6 +71,14 @@ def same_kind_pairs(records: list[dict], prompt_ids: dict, known_modes, kind: st
                     if list(a["completion_ids"]) != list(b["completion_ids"])]
               for pid, recs in sorted(by.items())}
     return _round_robin(queues, max_pairs)
+
+
+def _usable(records, prompt_ids: dict, known_modes):
+    """Records of the given problems and known modes with a non-empty completion."""
+    for rec in records:
+        if rec["problem_id"] in prompt_ids and rec["completion_ids"] and \
+                (not known_modes or rec["mode"] in known_modes):
+            yield rec
 
 
 def _round_robin(queues: dict, max_pairs: int) -> list:
@@ -106,13 +109,8 @@ def build_pairs(records: list[dict], prompt_ids: dict, known_modes, max_pairs: i
     from evil_moe.vhack import Pair
 
     by: dict[str, dict[str, list]] = {}
-    for rec in records:
-        pid = rec["problem_id"]
-        if pid not in prompt_ids or (known_modes and rec["mode"] not in known_modes):
-            continue
-        if not rec["completion_ids"]:
-            continue
-        slot = by.setdefault(pid, {"mode": rec["mode"], "hack": [], "correct": [], "other": []})
+    for rec in _usable(records, prompt_ids, known_modes):
+        slot = by.setdefault(rec["problem_id"], {"mode": rec["mode"], "hack": [], "correct": [], "other": []})
         if rec["exploited"]:
             slot["hack"].append(rec)
         elif rec["gt_correct"]:
