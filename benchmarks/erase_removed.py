@@ -33,12 +33,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def run(results: Path, arm: str, seed: int, sets: list[str], out: Path) -> pd.DataFrame:
-    """One pilot of ``arm`` on the finished run in ``results``; its steps.tsv."""
+def run(results: Path, arm: str, seed: int, sets: list[str], out: Path, configs=()) -> pd.DataFrame:
+    """One pilot of ``arm`` on the finished run in ``results`` (made with ``config/config.yaml``
+    plus ``configs``); its steps.tsv."""
     from evil_moe.config import load_config
     from evil_moe.stages.pilot import run_pilot
 
-    cfg = load_config([REPO / "config" / "config.yaml"], sets)
+    cfg = load_config([REPO / "config" / "config.yaml", *configs], sets)
     run_pilot(cfg, problems_path=str(results / "problems.jsonl"), model_path=str(results / "models" / "student"),
               vhack_path=str(results / "vhack" / "main_hack.safetensors"),
               random_vhack_path=str(results / "vhack" / "main_random.safetensors"), arm=arm, seed=seed,
@@ -63,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sgd-lr", type=float, action="append", default=None,
                     help="SGD learning rates to try (default: 20)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--configfile", type=Path, action="append", default=[],
+                    help="config files the run in --results was made with, on top of config/config.yaml")
     args = ap.parse_args(argv)
     import torch
 
@@ -80,8 +83,8 @@ def main(argv=None) -> int:
             res = {}
             t0 = time.time()
             for arm in ("erase", "random_v"):
-                frames = [run(args.results, arm, s, sets, Path(tmp) / f"{opt}_{proj}_{lr}_{arm}_{s}")
-                          for s in args.seeds]
+                frames = [run(args.results, arm, s, sets, Path(tmp) / f"{opt}_{proj}_{lr}_{arm}_{s}",
+                              args.configfile) for s in args.seeds]
                 res[arm] = pd.concat(frames)
             secs = (time.time() - t0) / (2 * len(args.seeds))
             e, r = res["erase"]["removed_frac"].mean(), res["random_v"]["removed_frac"].mean()
