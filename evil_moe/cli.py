@@ -14,6 +14,14 @@ import click
 from evil_moe import __version__
 
 
+def _arm_names() -> list[str]:
+    """The arms the config schema allows (the registry in evil_moe/arms.py; a test checks they
+    agree) — read from the schema so that ``--help`` does not import torch."""
+    from evil_moe.config import load_schema
+
+    return list(load_schema()["properties"]["pilot"]["properties"]["arms"]["items"]["enum"])
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="evil-moe")
 def main() -> None:
@@ -308,7 +316,8 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
 @click.option("--vhack", "vhack_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--random-vhack", "random_vhack_path", default=None, type=click.Path(dir_okay=False),
               help="Random-direction control (arm random_v).")
-@click.option("--arm", required=True, type=click.Choice(["vanilla", "erase", "route", "random_v"]))
+@click.option("--arm", required=True, type=click.Choice(_arm_names()),
+              help="Arm (evil_moe/arms.py; README 'Arms').")
 @click.option("--seed", required=True, type=int)
 @click.option("--init", "init_adapter", default=None, type=click.Path(dir_okay=False),
               help="Warm-start delta_s from this adapter (the distilled student).")

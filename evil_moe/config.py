@@ -76,7 +76,8 @@ def validate(data: dict, schema: dict | None = None) -> dict:
 
     Raises:
         ConfigError: the first schema violation, naming the key (unknown key, wrong type, value
-            out of range, unknown enum value such as an arm name).
+            out of range, unknown enum value such as an arm name); an arm set without vanilla,
+            a listed arm's matched control or the positive control (names what is missing).
     """
     schema = schema or load_schema()
     data = _fill_defaults(schema, copy.deepcopy(dict(data or {})))
@@ -84,7 +85,20 @@ def validate(data: dict, schema: dict | None = None) -> dict:
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
         raise ConfigError(_error_message(errors[0]))
+    if isinstance(data.get("pilot"), dict) and isinstance(data.get("compare"), dict):
+        _check_arms(data)
     return data
+
+
+def _check_arms(data: dict) -> None:
+    """Cross-key check of the arm set (``pilot.arms`` against the arms' matched controls and
+    ``compare.positive_control``): one ConfigError naming what is missing."""
+    from evil_moe.arms import check_arm_set
+
+    try:
+        check_arm_set(data["pilot"]["arms"], data["compare"].get("positive_control"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _deep_merge(base: dict, new: Mapping) -> dict:

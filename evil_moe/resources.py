@@ -38,8 +38,8 @@ measured peaks (README "Job sizes"): the toy default's jobs and SmolLM2-135M's.
 **Wall time** (``runtime``, minutes; ``attempt`` times that on a retry)::
 
     runtime = max(10, 3 x (load + work) / 60)
-    work    = 6 x params x trained tokens / flops + generated tokens x (t_token + 2 x params x rows
-              / flops)
+    work    = 6 x params x trained tokens / flops
+              + sum over generate calls of max_new x (t_token + 2 x params x rows / flops)
     flops   = 5e10 x threads on a CPU, 2e14 on a GPU; t_token = 0.01 s (CPU), 0.04 s (GPU, the
               per-token overhead of batched generate); load = 60 s + the SVD (8 x params x hidden
               / flops)
@@ -99,6 +99,9 @@ PROMPT_TOKENS = {"toy": 128, "leetcode": 640, "humaneval": 256}
 # Tokens of a templated (hack, clean) answer (vhack.source templates): LeetCode's clean answer
 # carries the canonical solution (median 257, at most 1137 SmolLM2 tokens; hacks ~50).
 TEMPLATE_TOKENS = {"toy": 128, "leetcode": 768, "humaneval": 256}
+# Problems per source when problems.limit is not set (the toy bank; the bundled LeetCode dev set,
+# a larger file only makes the estimate low for the evaluation; HumanEval).
+PROBLEMS = {"toy": 36, "leetcode": 80, "humaneval": 164}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
@@ -259,9 +262,19 @@ def _activation_bytes(cfg: Mapping, stage: str, s: ModelShape) -> float:
     if stage == "pilot":
         rows = p["group"] * p["prompts_per_step"]
         seq = _seq(cfg, p["max_new"])
+        # the held-out evaluation: eval_chunk problems x heldout_samples per generate call
+        heldout = max(1, round(n_problems(cfg) * cfg["problems"]["heldout_frac"]))
+        eval_rows = min(p["eval_chunk"], heldout) * p["heldout_samples"]
         return max(_train_bytes(s, p["micro_batch"] or rows, seq),
-                   _gen_bytes(s, rows, seq, p["max_new"]))
+                   _gen_bytes(s, rows, seq, p["max_new"]),
+                   _gen_bytes(s, eval_rows, seq, p["max_new"]))
     return 0.0
+
+
+def n_problems(cfg: Mapping) -> int:
+    """Problems the run loads: ``problems.limit``, else the set's size (toy bank 36, the LeetCode
+    dev set 80, HumanEval 164)."""
+    return cfg["problems"].get("limit") or PROBLEMS[cfg["problems"]["source"]]
 
 
 def stage_mem_mb(cfg: Mapping, stage: str) -> int:
@@ -288,28 +301,31 @@ def _round_mb(mb: float) -> int:
     return int(math.ceil(mb / 100.0) * 100)
 
 
-def _tokens(cfg: Mapping, stage: str) -> tuple[float, float, float]:
-    """(trained tokens, generated tokens, rows per generate call) over the whole job."""
+def _work_of(cfg: Mapping, stage: str) -> tuple[float, list[tuple[float, int, int]]]:
+    """The job's work: (trained tokens, [(generate calls, rows per call, new tokens per call)])."""
     p, t, d = cfg["pilot"], cfg["teacher"], cfg["distill"]
-    n_problems = cfg["problems"].get("limit") or 64  # the toy bank has 36, the dev set 80
-    train_problems = n_problems * (1 - cfg["problems"]["heldout_frac"])
+    train_problems = n_problems(cfg) * (1 - cfg["problems"]["heldout_frac"])
     if stage == "toy_models":
         toy = cfg["toy"]
         trained = 2 * toy["train_steps"] * toy["batch_size"] * _seq(cfg, p["max_new"])
-        return trained, 2 * p["max_new"], toy["eval_samples"]
+        return trained, [(2, toy["eval_samples"], p["max_new"])]
     if stage == "teacher":
-        return 0, math.ceil(train_problems / t["batch_prompts"]) * t["max_new"], \
-            t["batch_prompts"] * t["n"]
+        calls = math.ceil(train_problems / t["batch_prompts"])
+        return 0, [(calls, t["batch_prompts"] * t["n"], t["max_new"])]
     if stage == "extract":
-        return 2 * cfg["vhack"]["max_pairs"] * _seq(cfg, t["max_new"]), 0, 0
+        return 2 * cfg["vhack"]["max_pairs"] * _seq(cfg, t["max_new"]), []
     if stage == "distill":
-        return d["steps"] * d["batch_size"] * _seq(cfg, t["max_new"]), 0, 0
+        return d["steps"] * d["batch_size"] * _seq(cfg, t["max_new"]), []
     if stage == "pilot":
         rows = p["group"] * p["prompts_per_step"]
         trained = p["steps"] * rows * _seq(cfg, p["max_new"])
-        # every step generates once; the final held-out evaluation once more (twice for route)
-        return trained, (p["steps"] + 2) * p["max_new"], rows
-    return 0, 0, 0
+        # one generate per step; the held-out evaluation per view (up to 3) and chunk
+        heldout = max(1, round(n_problems(cfg) * cfg["problems"]["heldout_frac"]))
+        eval_calls = math.ceil(heldout / p["eval_chunk"]) * 3
+        eval_rows = min(p["eval_chunk"], heldout) * p["heldout_samples"]
+        return trained, [(p["steps"], rows, p["max_new"]),
+                         (eval_calls, eval_rows, p["max_new"])]
+    return 0, []
 
 
 def stage_runtime(cfg: Mapping, stage: str) -> int:
@@ -323,9 +339,9 @@ def stage_runtime(cfg: Mapping, stage: str) -> int:
     gpu = on_gpu(cfg) and stage in MODEL_STAGES
     flops = GPU_FLOPS if gpu else CPU_FLOPS_PER_THREAD * stage_threads(cfg, stage)
     token_s = GPU_TOKEN_S if gpu else CPU_TOKEN_S
-    trained, generated, gen_rows = _tokens(cfg, stage)
-    work = (6 * shape.params * trained / flops
-            + generated * (token_s + 2 * shape.params * gen_rows / flops))
+    trained, calls = _work_of(cfg, stage)
+    work = 6 * shape.params * trained / flops
+    work += sum(n * new * (token_s + 2 * shape.params * rows / flops) for n, rows, new in calls)
     load = LOAD_S + 8 * shape.params * shape.hidden / flops
     return int(max(MIN_RUNTIME, math.ceil(RUNTIME_MARGIN * (load + work) / 60)))
 

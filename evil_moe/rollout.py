@@ -5,14 +5,26 @@ prompts), seeded so that the same seed gives the same samples, and returns for e
 generated token ids (never re-tokenised from text) and the behaviour log-prob of each of those ids
 under the model that generated them.
 
-Behaviour log-probs come from ``generate``'s ``output_logits`` (the raw logits before any logits
-processor; or, for big vocabularies, from one ``no_grad`` forward of the sampled ids under the
-same merged model — ``behaviour="forward"``): ``log_softmax(logits / T)`` gathered at the sampled id. This is the same
-temperature-scaled distribution that training uses (:func:`evil_moe.model.logprobs.token_logprobs`)
-and that the sampler draws from when ``top_p = 1`` (``top_k`` is disabled). With ``top_p < 1`` the
-sampler draws from the nucleus-truncated distribution while the recorded log-prob is the
-untruncated one (the convention of TRL / vLLM-based trainers). The values agree with a fresh
-``no_grad`` forward within numerical noise of the KV-cache / merged-weight path (tested).
+Two log-probs per token are recorded:
+
+* ``behaviour_logp`` — ``log_softmax(logits / T)`` at the sampled id, from ``generate``'s
+  ``output_logits`` (the raw logits; or, for big vocabularies, from one ``no_grad`` forward of the
+  sampled ids under the same merged model — ``behaviour="forward"``). This is the temperature-scaled
+  distribution training uses (:func:`evil_moe.model.logprobs.token_logprobs`); with ``top_p < 1``
+  it is the untruncated one (the convention of TRL / vLLM-based trainers).
+* ``sampler_logp`` — the log-prob under the distribution the sampler *actually* drew from: the
+  logits after every logits processor (``output_scores``; in forward mode, transformers' own
+  temperature and top-p warpers applied to the forward's logits). The pilot logs
+  ``|log π_train − sampler_logp|`` per step (science.md §5): with ``top_p = 1`` and nothing else
+  configured it is 0 up to float noise; a temperature, top-p, repetition penalty or min-p that the
+  training log-prob does not apply shows up there.
+
+Every logits-processing field of the generation config is set explicitly, and the model's own
+``generation_config`` (e.g. a checkpoint's ``generation_config.json`` with
+``repetition_penalty: 1.05``) is swapped out for the call: transformers fills every field left
+``None`` from it (``_prepare_generation_config``), which would change sampling silently.
+The values agree with a fresh ``no_grad`` forward within numerical noise of the KV-cache /
+merged-weight path (tested).
 
 Sources: GRPO (arXiv:2402.03300), Dr.GRPO (arXiv:2503.20783) — the behaviour policy must be the
 policy that generated the tokens.
@@ -48,6 +60,8 @@ class Rollout:
         source: who generated it (``"student"``, ``"teacher"``, ...); the GRPO batch uses it to
             pick the behaviour log-prob (see :class:`evil_moe.grpo.RolloutBatch`).
         temperature: the sampling temperature.
+        sampler_logp: ``(len(completion_ids),)`` fp32 log-prob under the processed sampling
+            distribution (temperature, top-p, ...), or None for rows not sampled here.
     """
 
     prompt_index: int
@@ -61,6 +75,7 @@ class Rollout:
     source: str = "student"
     temperature: float = 1.0
     meta: dict = field(default_factory=dict)
+    sampler_logp: torch.Tensor | None = None
 
 
 def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -72,6 +87,48 @@ def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
     if out and isinstance(out[0], list):
         out = out[0]
     return [int(i) for i in out]
+
+
+def sampling_config(*, temperature: float, top_p: float, max_new: int, eos: Sequence[int],
+                    pad_id: int, with_logits: bool):
+    """The :class:`transformers.GenerationConfig` of every sampling call, with every
+    logits-processing field set explicitly to the run's value or to its neutral value (no
+    repetition penalty, no min-p / typical / epsilon / eta cutoffs, no n-gram bans, no forced or
+    suppressed tokens, top-k off), so nothing is inherited from a checkpoint.
+
+    ``temperature == 0`` is greedy. ``with_logits`` returns the raw logits (behaviour log-probs)
+    and the processed scores (sampler log-probs); without it both come from a forward pass.
+    """
+    from transformers import GenerationConfig
+
+    greedy = temperature == 0
+    return GenerationConfig(
+        do_sample=not greedy, num_beams=1, temperature=1.0 if greedy else float(temperature),
+        top_p=1.0 if greedy else float(top_p), top_k=0, min_p=None, typical_p=1.0,
+        epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0, encoder_repetition_penalty=1.0,
+        no_repeat_ngram_size=0, encoder_no_repeat_ngram_size=0, bad_words_ids=None,
+        sequence_bias=None, min_length=0, min_new_tokens=None, forced_bos_token_id=None,
+        forced_eos_token_id=None, suppress_tokens=None, begin_suppress_tokens=None,
+        exponential_decay_length_penalty=None, guidance_scale=None, renormalize_logits=False,
+        remove_invalid_values=False, max_new_tokens=int(max_new), eos_token_id=sorted(eos),
+        pad_token_id=int(pad_id), output_logits=with_logits, output_scores=with_logits,
+        return_dict_in_generate=True,
+    )
+
+
+@contextlib.contextmanager
+def _plain_generation_config(model, eos: Sequence[int], pad_id: int):
+    """Swap ``model.generation_config`` for a neutral one (eos/pad only) during a call: fields our
+    config leaves ``None`` are then filled from transformers' neutral globals, never from a
+    checkpoint's ``generation_config.json``."""
+    from transformers import GenerationConfig
+
+    saved = getattr(model, "generation_config", None)
+    model.generation_config = GenerationConfig(eos_token_id=sorted(eos), pad_token_id=int(pad_id))
+    try:
+        yield
+    finally:
+        model.generation_config = saved
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -116,8 +173,6 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
     Raises:
         ValueError: ``n < 1``, ``max_new < 1``, ``temperature < 0``, empty prompt, or no eos.
     """
-    from transformers import GenerationConfig
-
     if n < 1 or max_new < 1 or temperature < 0:
         raise ValueError(f"bad sampling arguments n={n} max_new={max_new} T={temperature}")
     prompts = [list(map(int, p)) for p in prompt_ids]
@@ -140,22 +195,24 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
     T_eff = 1.0 if greedy else float(temperature)
     if behaviour == "auto":
         vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
-        behaviour = "generate" if len(rows) * max_new * vocab * 4 <= 2 * 2**30 else "forward"
+        # generate keeps the raw logits and the processed scores: 2 × N × T × V fp32
+        behaviour = "generate" if 2 * len(rows) * max_new * vocab * 4 <= 2 * 2**30 else "forward"
     if behaviour not in ("generate", "forward"):
         raise ValueError(f"behaviour must be 'auto', 'generate' or 'forward', got {behaviour!r}")
-    gcfg = GenerationConfig(
-        do_sample=not greedy, temperature=None if greedy else float(temperature),
-        top_p=None if greedy else float(top_p), top_k=None if greedy else 0,
-        max_new_tokens=int(max_new), eos_token_id=sorted(eos), pad_token_id=int(pad_id),
-        output_logits=behaviour == "generate", return_dict_in_generate=True,
-    )
+    gcfg = sampling_config(temperature=temperature, top_p=top_p, max_new=max_new, eos=sorted(eos),
+                           pad_id=int(pad_id), with_logits=behaviour == "generate")
     merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
     devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), merge:
+    with torch.random.fork_rng(devices=devices), merge, _plain_generation_config(model, eos, pad_id):
         torch.manual_seed(seed)
         out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
         seqs = out.sequences[:, Lp:]  # (N, T')
         if behaviour == "generate":
+            samp_l = []
+            for t, step_scores in enumerate(out.scores):  # processed: what the sampler drew from
+                lz = torch.log_softmax(step_scores.float(), dim=-1)
+                samp_l.append(lz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
+            sampler = torch.stack(samp_l, 1).cpu() if samp_l else torch.zeros(len(rows), 0)
             picked_l, ent_l = [], []
             for t, step_logits in enumerate(out.logits):  # each (N, V), raw (fp32 from generate)
                 z = step_logits.float() / T_eff
@@ -164,7 +221,7 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
                 ent_l.append(-(logz.exp() * logz).sum(-1))
             picked = torch.stack(picked_l, 1).cpu() if picked_l else torch.zeros(len(rows), 0)
             ent = torch.stack(ent_l, 1).cpu() if ent_l else torch.zeros(len(rows), 0)
-            del out
+        del out
     seqs = seqs.cpu()
     cuts = []
     for i in range(len(rows)):
@@ -177,15 +234,19 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
         T_out = max(len(c) for c in comps)
         picked = torch.zeros(len(rows), T_out)
         ent = torch.zeros(len(rows), T_out)
+        sampler = torch.zeros(len(rows), T_out)
+        truncating = not greedy and top_p < 1.0
         with adapter.merged() if adapter is not None else contextlib.nullcontext():
             for r0 in range(0, len(rows), FORWARD_ROWS):
                 sl = slice(r0, r0 + FORWARD_ROWS)
                 b = build_batch(rows[sl], comps[sl], pad_id, device=device)
                 lp, en = token_logprobs(model, b, T_eff, with_entropy=True)
+                sp = token_logprobs(model, b, T_eff, top_p=top_p) if truncating else lp
                 for j, c in enumerate(comps[sl]):
                     p0 = len(rows[r0 + j])
                     picked[r0 + j, :len(c)] = lp[j, p0:p0 + len(c)].float().cpu()
                     ent[r0 + j, :len(c)] = en[j, p0:p0 + len(c)].float().cpu()
+                    sampler[r0 + j, :len(c)] = sp[j, p0:p0 + len(c)].float().cpu()
 
     rollouts = []
     for i, p in enumerate(rows):
@@ -198,5 +259,6 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
             behaviour_logp=picked[i, :L].clone(), entropy=ent[i, :L].clone(),
             text=tokenizer.decode(comp, skip_special_tokens=True),
             truncated=cut is None, source=source, temperature=float(temperature),
+            sampler_logp=sampler[i, :L].clone(),
         ))
     return rollouts

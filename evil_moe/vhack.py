@@ -39,7 +39,8 @@ import torch
 from evil_moe.grpo import DrGRPONormaliser, nll_loss
 from evil_moe.model.logprobs import build_batch, token_logprobs
 
-__all__ = ["Pair", "select_pairs", "pair_gradients", "VHack", "extract_vhack", "random_vhack"]
+__all__ = ["Pair", "select_pairs", "completion_gradients", "pair_gradients", "VHack",
+           "extract_vhack", "random_vhack", "mean_direction", "pair_cin", "sample_scores"]
 
 VHACK_FORMAT = "evil_moe.vhack.v1"
 
@@ -70,14 +71,60 @@ def select_pairs(pairs: Sequence[Pair], known_modes: Sequence[str] | None) -> li
     return keep
 
 
+def completion_gradients(model, adapter, prompt_ids: Sequence[Sequence[int]],
+                         completion_ids: Sequence[Sequence[int]], normaliser: DrGRPONormaliser,
+                         temperature: float = 1.0, rows_per_forward: int = 2) -> dict[str, torch.Tensor]:
+    """Per-completion ``∇_δS NLL(completion)`` for every wrapped module.
+
+    ``NLL = −Σ_{completion tokens} logπ / (G·max_new·P)`` with ``normaliser`` (the GRPO run's
+    object) at the training temperature, at the adapter's current knob values and mode. Rows are
+    scored ``rows_per_forward`` at a time (one forward), one ``autograd.grad`` per row; existing
+    ``.grad`` of the knobs is left untouched.
+
+    Args:
+        model, adapter: the policy and its :class:`~evil_moe.model.adapter.SVDAdapter`.
+        prompt_ids, completion_ids: ``n`` prompts and completions (token ids as generated).
+        normaliser: the run's :class:`~evil_moe.grpo.DrGRPONormaliser`.
+        temperature: the sampling/training temperature.
+        rows_per_forward: rows per forward pass (memory vs speed; the result does not depend on it).
+
+    Returns:
+        ``{module name: (n, r)}`` on the knob's device and dtype.
+
+    Raises:
+        ValueError: no rows, different lengths, or an empty completion (names the row).
+    """
+    if not completion_ids or len(prompt_ids) != len(completion_ids):
+        raise ValueError(f"need matching non-empty prompts/completions, got {len(prompt_ids)} and "
+                         f"{len(completion_ids)}")
+    names = adapter.names
+    params = adapter.delta_s_params()
+    device = params[0].device
+    rows: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    step = max(1, int(rows_per_forward))
+    for lo in range(0, len(completion_ids), step):
+        hi = min(lo + step, len(completion_ids))
+        for i in range(lo, hi):
+            if not completion_ids[i]:
+                raise ValueError(f"row {i} has an empty completion")
+        batch = build_batch(prompt_ids[lo:hi], completion_ids[lo:hi], 0, device=device)
+        logp = token_logprobs(model, batch, temperature)
+        mask = batch.completion_mask
+        for j in range(hi - lo):
+            loss = nll_loss(logp[j:j + 1], mask[j:j + 1], normaliser)
+            grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=j + 1 < hi - lo)
+            for n, prm, g in zip(names, params, grads):
+                rows[n].append(torch.zeros_like(prm) if g is None else g.detach())
+    return {n: torch.stack(v) for n, v in rows.items()}
+
+
 def pair_gradients(model, adapter, pairs: Sequence[Pair], normaliser: DrGRPONormaliser,
-                   temperature: float = 1.0) -> dict[str, torch.Tensor]:
+                   temperature: float = 1.0, *, return_completions: bool = False):
     """Per-pair ``D = ∇_δS NLL(hack) − ∇_δS NLL(clean)`` for every wrapped module.
 
-    One forward/backward of the two rows per pair, at the adapter's current knob values and
-    mode; the loss is ``nll_loss(hack) − nll_loss(clean)`` with ``normaliser`` (the GRPO run's
-    object) and the training temperature. Existing ``.grad`` of the knobs is left untouched
-    (``torch.autograd.grad`` is used).
+    Per pair, the two completions are scored in one forward (:func:`completion_gradients`);
+    ``D_p = g(hack_p) − g(clean_p)`` equals the gradient of ``nll_loss(hack) − nll_loss(clean)``
+    with ``normaliser`` (the GRPO run's object) and the training temperature.
 
     Args:
         model: the policy with ``adapter`` attached.
@@ -85,31 +132,42 @@ def pair_gradients(model, adapter, pairs: Sequence[Pair], normaliser: DrGRPONorm
         pairs: the pairs (already filtered by :func:`select_pairs`).
         normaliser: the same :class:`~evil_moe.grpo.DrGRPONormaliser` as training.
         temperature: the sampling/training temperature.
+        return_completions: also return the per-completion gradients.
 
     Returns:
-        ``{module name: D (n_pairs, r)}`` on the knob's device, knob dtype.
+        ``{module name: D (n_pairs, r)}`` on the knob's device, knob dtype; with
+        ``return_completions`` a tuple ``(D, G_hack, G_clean)`` of such dicts.
 
     Raises:
         ValueError: no pairs, or a pair with an empty hack/clean completion.
     """
     if not pairs:
         raise ValueError("no pairs")
-    names = adapter.names
-    params = adapter.delta_s_params()
-    device = params[0].device
-    pad = 0
-    rows: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     for i, p in enumerate(pairs):
         if not p.hack_ids or not p.clean_ids:
             raise ValueError(f"pair {i} ({p.problem_id}) has an empty completion")
-        batch = build_batch([p.prompt_ids, p.prompt_ids], [p.hack_ids, p.clean_ids], pad, device=device)
-        logp = token_logprobs(model, batch, temperature)
-        mask = batch.completion_mask
-        loss = nll_loss(logp[:1], mask[:1], normaliser) - nll_loss(logp[1:], mask[1:], normaliser)
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-        for n, prm, g in zip(names, params, grads):
-            rows[n].append(torch.zeros_like(prm) if g is None else g.detach())
-    return {n: torch.stack(v) for n, v in rows.items()}
+    prompts = [p.prompt_ids for p in pairs for _ in (0, 1)]
+    comps = [c for p in pairs for c in (p.hack_ids, p.clean_ids)]
+    G = completion_gradients(model, adapter, prompts, comps, normaliser, temperature)
+    gh = {n: g[0::2] for n, g in G.items()}
+    gc = {n: g[1::2] for n, g in G.items()}
+    D = {n: gh[n] - gc[n] for n in G}
+    return (D, gh, gc) if return_completions else D
+
+
+def mean_direction(grads: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Unit mean gradient per module over all rows of the given ``{name: (n, r)}`` dicts.
+
+    The mean NLL gradient of *any* completion is a generic direction (measured on the toy: V's
+    top axis had |cos| 0.45 with it); :func:`extract_vhack` removes it from D before the SVD
+    (science.md §4). Modules whose mean is 0 get a zero vector (nothing removed).
+    """
+    out = {}
+    for name in grads[0]:
+        m = torch.cat([g[name].detach().double() for g in grads]).mean(0)
+        nrm = m.norm()
+        out[name] = (m / nrm) if nrm > 0 else torch.zeros_like(m)
+    return out
 
 
 @dataclass
@@ -124,7 +182,10 @@ class VHack:
         agreement: ``{name: (k_m,)}`` fraction of pairs with ``D_p·vᵢ > 0`` after orientation.
         r: ``{name: r_m}``.
         k: requested k; ``n_pairs``; ``modes`` (modes of the pairs used); ``control``
-            (``"none" | "random" | "shuffled"``); ``seed``; ``meta`` (free JSON).
+            (``"none" | "random" | "shuffled" | "clean_clean"``); ``seed``; ``meta`` (free JSON:
+            extraction checks, the detector's empirical null scores, the removed mean share).
+        null_cin: ``{name: float}`` empirical null of ``cin`` per module — the mean cin of
+            held-out clean−clean pair differences against this V (empty when unknown).
     """
 
     V: dict[str, torch.Tensor]
@@ -137,6 +198,7 @@ class VHack:
     control: str = "none"
     seed: int | None = None
     meta: dict = field(default_factory=dict)
+    null_cin: dict[str, float] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -152,11 +214,12 @@ class VHack:
         """A copy with all tensors on ``device``."""
         mv = lambda d: {n: t.to(device) for n, t in d.items()}  # noqa: E731
         return VHack(mv(self.V), mv(self.singular_values), mv(self.agreement), dict(self.r), self.k,
-                     self.n_pairs, list(self.modes), self.control, self.seed, dict(self.meta))
+                     self.n_pairs, list(self.modes), self.control, self.seed, dict(self.meta),
+                     dict(self.null_cin))
 
     def save(self, path: str | os.PathLike) -> Path:
         """Safetensors with ``<name>.V``, ``<name>.S``, ``<name>.agreement`` and metadata
-        (format, k, r, n_pairs, modes, control, seed, meta; JSON strings)."""
+        (format, k, r, n_pairs, modes, control, seed, meta, null_cin; JSON strings)."""
         from safetensors.torch import save_file
 
         path = Path(path)
@@ -169,7 +232,8 @@ class VHack:
         meta = {"format": VHACK_FORMAT, "k": str(self.k), "r": json.dumps(self.r),
                 "names": json.dumps(self.names), "n_pairs": str(self.n_pairs),
                 "modes": json.dumps(self.modes), "control": self.control,
-                "seed": json.dumps(self.seed), "meta": json.dumps(self.meta, default=str)}
+                "seed": json.dumps(self.seed), "meta": json.dumps(self.meta, default=str),
+                "null_cin": json.dumps(self.null_cin)}
         save_file(t, str(path), metadata=meta)
         return path
 
@@ -188,7 +252,8 @@ class VHack:
         return cls(V={n: t[f"{n}.V"] for n in names}, singular_values={n: t[f"{n}.S"] for n in names},
                    agreement={n: t[f"{n}.agreement"] for n in names}, r=json.loads(meta["r"]),
                    k=int(meta["k"]), n_pairs=int(meta["n_pairs"]), modes=json.loads(meta["modes"]),
-                   control=meta["control"], seed=json.loads(meta["seed"]), meta=json.loads(meta["meta"]))
+                   control=meta["control"], seed=json.loads(meta["seed"]), meta=json.loads(meta["meta"]),
+                   null_cin=json.loads(meta.get("null_cin", "{}")))
 
 
 def _orient(D: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,7 +270,8 @@ def _orient(D: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | None = None,
                   quantile_floor: float | None = None, control: str = "none", seed: int = 0,
-                  modes: Sequence[str] = (), meta: dict | None = None) -> VHack:
+                  modes: Sequence[str] = (), meta: dict | None = None,
+                  remove: dict[str, torch.Tensor] | None = None) -> VHack:
     """Top-k oriented right singular vectors of each module's pair-difference matrix.
 
     Args:
@@ -213,12 +279,16 @@ def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | No
         k: rows per module before floors (capped at ``min(n_pairs, r)``).
         ratio_floor: keep row i only if ``σᵢ / σ₁ ≥ ratio_floor`` (per module).
         quantile_floor: in ``[0, 1)``; pool the kept σ of all modules, drop rows below that quantile.
-        control: ``"none"`` or ``"shuffled"`` (labels swapped per pair at random: row p of every
-            module's D multiplied by the same seeded ``±1``; see the module note on ``DᵀD``).
-            For ``"random"`` use :func:`random_vhack`.
+        control: ``"none"``, ``"clean_clean"`` (a label for V extracted from clean−clean pairs,
+            the empirical null; the math is that of ``"none"``) or ``"shuffled"`` (labels swapped
+            per pair at random: row p of every module's D multiplied by the same seeded ``±1``;
+            see the module note on ``DᵀD``). For ``"random"`` use :func:`random_vhack`.
         seed: seed of the shuffle.
         modes: loophole modes of the pairs (metadata).
         meta: extra JSON metadata.
+        remove: optional ``{name: unit (r,)}`` direction (e.g. :func:`mean_direction`) projected
+            out of every row of D before the SVD; ``meta["removed_energy"]`` records the share of
+            ``Σ‖D‖²`` it removed (over all modules).
 
     Returns:
         :class:`VHack` with fp32 tensors on the CPU.
@@ -231,8 +301,9 @@ def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | No
         raise ValueError("empty D")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if control not in ("none", "shuffled"):
-        raise ValueError(f"control must be 'none' or 'shuffled' (random: random_vhack), got {control!r}")
+    if control not in ("none", "shuffled", "clean_clean"):
+        raise ValueError(f"control must be 'none', 'clean_clean' or 'shuffled' (random: random_vhack), "
+                         f"got {control!r}")
     if quantile_floor is not None and not 0.0 <= quantile_floor < 1.0:
         raise ValueError(f"quantile_floor must be in [0, 1), got {quantile_floor}")
     if ratio_floor is not None and not 0.0 <= ratio_floor <= 1.0:
@@ -247,10 +318,17 @@ def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | No
         flips = torch.randint(0, 2, (n,), generator=g).to(torch.float64) * 2 - 1
 
     Vs, Ss, As, rs = {}, {}, {}, {}
+    total2 = removed2 = 0.0
     for name, d in D.items():
         d = d.detach().to("cpu", torch.float64)
         if flips is not None:
             d = d * flips[:, None]
+        total2 += float((d ** 2).sum())
+        if remove is not None and name in remove:
+            u = remove[name].detach().to("cpu", torch.float64)
+            coef = d @ u
+            removed2 += float((coef ** 2).sum())
+            d = d - coef[:, None] * u[None, :]
         rs[name] = int(d.shape[1])
         _, S, Vh = torch.linalg.svd(d, full_matrices=False)
         kk = min(k, S.shape[0])
@@ -269,8 +347,11 @@ def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | No
                 keep = Ss[name] >= thr
                 Vs[name], Ss[name], As[name] = Vs[name][keep], Ss[name][keep], As[name][keep]
     f32 = lambda d: {n_: t.float().contiguous() for n_, t in d.items()}  # noqa: E731
+    meta = dict(meta or {})
+    if remove is not None:
+        meta["removed_energy"] = removed2 / total2 if total2 > 0 else 0.0
     return VHack(f32(Vs), f32(Ss), f32(As), rs, k, n, sorted(set(modes)), control,
-                 seed if control == "shuffled" else None, dict(meta or {}))
+                 seed if control == "shuffled" else None, meta)
 
 
 def random_vhack(like: VHack | dict[str, int], k: int | dict[str, int] | None = None, *,
@@ -310,3 +391,55 @@ def random_vhack(like: VHack | dict[str, int], k: int | dict[str, int] | None = 
         Ss[name] = torch.zeros(km)
         As[name] = torch.full((km,), float("nan"))
     return VHack(Vs, Ss, As, rs, control="random", seed=seed, **base)
+
+
+def _module_rows(vhack: VHack, X: dict[str, torch.Tensor]):
+    """For each module of ``X`` (``{name: (n, r)}``) with ``k ≥ 1`` in ``vhack``: ``(name, V (k, r),
+    x (n, r), norms (n,), live (n,) bool = norm > 0)``, all fp64 on the CPU."""
+    for name, x in X.items():
+        V = vhack.V.get(name)
+        if V is None or V.shape[0] == 0:
+            continue
+        x = x.detach().to("cpu", torch.float64)
+        nrm = x.norm(dim=1)
+        yield name, V.to(torch.float64), x, nrm, nrm > 0
+
+
+def _mean_over_modules(vhack: VHack, X: dict[str, torch.Tensor], ratio) -> torch.Tensor:
+    """Per row, the mean over live modules of ``ratio(c, norm)`` with ``c = x Vᵀ``; 0 for a row
+    with no live module. ``(n,)`` fp64."""
+    n = next(iter(X.values())).shape[0]
+    num = torch.zeros(n, dtype=torch.float64)
+    cnt = torch.zeros(n, dtype=torch.float64)
+    for _, V, x, nrm, live in _module_rows(vhack, X):
+        num[live] += ratio(x[live] @ V.T, nrm[live])
+        cnt[live] += 1
+    return torch.where(cnt > 0, num / cnt.clamp(min=1), torch.zeros_like(num))
+
+
+def pair_cin(vhack: VHack, D: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per-row ``cin`` of difference vectors against ``vhack``: ``(n,)`` fp64.
+
+    For row p: mean over modules (with ``k_m ≥ 1`` and ``‖d‖ > 0``) of ``‖relu(V_m d_{p,m})‖ /
+    ‖d_{p,m}‖`` — the same aggregate as the training ``cin`` (:mod:`evil_moe.projection`).
+    ``D``: ``{name: (n, r)}``. Rows with no live module get 0.
+    """
+    return _mean_over_modules(vhack, D, lambda c, nrm: torch.relu(c).norm(dim=1) / nrm)
+
+
+def module_pair_cin(vhack: VHack, D: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per module, the mean over rows of ``‖relu(V d)‖ / ‖d‖`` (rows with ``d = 0`` skipped):
+    the per-module empirical null when ``D`` holds clean−clean differences."""
+    return {name: float((torch.relu(x[live] @ V.T).norm(dim=1) / nrm[live]).mean())
+            for name, V, x, nrm, live in _module_rows(vhack, D) if live.any()}
+
+
+def sample_scores(vhack: VHack, grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The per-sample hack-ward score (``cos_contrib``) of per-row gradients: ``(n,)`` fp64.
+
+    For row i: mean over modules (``k_m ≥ 1``, ``‖g‖ > 0``) of ``Σ_j (V_m g_{i,m})_j / ‖g_{i,m}‖``
+    — signed: ``> 0`` when descending this row's NLL moves along v_hack (towards hacking). This is
+    the distill probe's ``cos_contrib`` and the route detector's score (science.md §4), compared
+    against the empirical null of clean completions' scores. ``grads``: ``{name: (n, r)}``.
+    """
+    return _mean_over_modules(vhack, grads, lambda c, nrm: c.sum(1) / nrm)

@@ -13,7 +13,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from evil_moe.config import ConfigError
+from evil_moe.config import ConfigError, load_schema
 from evil_moe.config import validate as check_config
 from evil_moe.resources import ResourceError, job_size
 
@@ -51,10 +51,21 @@ MODES = (
     if config["problems"]["force_mode"]
     else list(config["problems"]["modes"])
 )
-# Every arm and mode the schema allows (wildcard constraints must not depend on the chosen ones).
-ALL_ARMS = ["vanilla", "erase", "route", "random_v"]
+# Every arm and mode the schema allows (wildcard constraints must not depend on the chosen ones);
+# the arms are the registry of evil_moe/arms.py (a test checks the schema enum against it).
+ALL_ARMS = list(
+    load_schema()["properties"]["pilot"]["properties"]["arms"]["items"]["enum"]
+)
 ALL_MODES = ["run_tests", "sentinel", "stdout_marker", "file_marker"]
-FIGURES = ["hack_rate", "pass_rate", "cin", "frac_clipped", "cos_contrib"]
+FIGURES = [
+    "heldout",
+    "hack_rate",
+    "pass_rate",
+    "cin",
+    "removed",
+    "frac_clipped",
+    "cos_contrib",
+]
 # Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
 # failure switches reach only the arm they name (see get_pilot_config).
@@ -281,9 +292,24 @@ def _pilot_dirs(tree, seeds):
     return [res(f"{tree}/{arm}/s{seed}") for arm in ARMS for seed in seeds]
 
 
+def _finished(dirs):
+    """With compare.allow_missing, only the pilot folders whose outcomes exist (a failed pilot is
+    then named by the gate instead of blocking it); otherwise all of them."""
+    if config["compare"]["allow_missing"]:
+        return [d for d in dirs if Path(f"{d}/outcomes.tsv").is_file()]
+    return dirs
+
+
 def get_compare_input(wildcards):
-    """steps.tsv of every pilot (arm x seed) the comparison aggregates."""
-    return [f"{d}/steps.tsv" for d in _pilot_dirs("pilots", SEEDS)]
+    """outcomes.tsv of every pilot (arm x seed) the comparison aggregates (its steps.tsv,
+    eval.tsv and status.json are written with it)."""
+    return [f"{d}/outcomes.tsv" for d in _finished(_pilot_dirs("pilots", SEEDS))]
+
+
+def get_compare_pilots(wildcards):
+    """--pilot DIR for every expected pilot (arm x seed) of the comparison, finished or not:
+    the gate names a missing one."""
+    return " ".join(f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("pilots", SEEDS))
 
 
 def get_pilot_flags(wildcards, input):
@@ -295,13 +321,13 @@ def get_pilot_flags(wildcards, input):
 def get_sweep_compare_input(wildcards):
     """Pilots of the sweep comparison: every arm over pilot.seeds plus sweep.seeds."""
     seeds = SEEDS + [s for s in config["sweep"]["seeds"] if s not in SEEDS]
-    return [f"{d}/steps.tsv" for d in _pilot_dirs("pilots", seeds)]
+    return [f"{d}/outcomes.tsv" for d in _finished(_pilot_dirs("pilots", seeds))]
 
 
 def get_fold_compare_input(wildcards):
     """Pilots of one leave-one-mode-out fold: every arm over pilot.seeds."""
     return [
-        f"{d}/steps.tsv" for d in _pilot_dirs(f"sweep/folds/{wildcards.mode}", SEEDS)
+        f"{d}/outcomes.tsv" for d in _pilot_dirs(f"sweep/folds/{wildcards.mode}", SEEDS)
     ]
 
 
@@ -339,7 +365,7 @@ def get_sweep_input(wildcards):
 
 # The figure on the report's first page (compare/figures/{FRONT_FIGURE}.svg, with the caption
 # report/fig_{FRONT_FIGURE}.rst); the per-arm table beside it is compare/summary.tsv.
-FRONT_FIGURE = "hack_rate"
+FRONT_FIGURE = "heldout"
 
 
 def get_front_figure(wildcards):
@@ -352,8 +378,8 @@ def get_front_caption(wildcards):
     return (Path(workflow.basedir) / "report" / f"fig_{FRONT_FIGURE}.rst").read_text()
 
 
-def _short(x):
-    return f"{x:.3g}" if isinstance(x, float) else x
+def _num(x):
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 def get_verdict_text(wildcards, input):
@@ -382,12 +408,20 @@ def get_decision_text(wildcards, input):
         for c in criteria:
             mark = "passed" if c.get("passed") else "FAILED"
             who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
-            value, threshold = _short(c.get("value")), _short(c.get("threshold"))
-            note = c.get("note", "")
+            vs = f" vs {c['control']}" if c.get("control") else ""
+            ci = (
+                f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]"
+                if c.get("ci_low") is not None
+                else ""
+            )
+            mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
             lines.append(
-                f"- {mark}: {c.get('name')} {who} (value {value}, threshold {threshold}) {note}".rstrip()
+                f"- {mark}: {c.get('name')} {who}{vs}: {_num(c.get('value'))}{ci}{mde} "
+                f"(threshold {c.get('threshold')})"
             )
         lines.append("")
+    if gate.get("notes"):
+        lines += ["Notes:", ""] + [f"- {n}" for n in gate["notes"]] + [""]
     if verdict == "separated" and not (config["sweep"]["seeds"] or _fold_modes()):
         lines.append(
             "**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
@@ -400,6 +434,12 @@ def get_decision_text(wildcards, input):
         lines.append(
             f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
             f"folds: {folds}); its comparison is under {res('sweep/')}."
+        )
+    elif verdict == "inconclusive":
+        lines.append(
+            "**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
+            "shown at these sizes; the sentence above says roughly how many more seeds or "
+            "samples per problem would decide it (pilot.seeds, pilot.heldout_samples)."
         )
     else:
         lines.append(

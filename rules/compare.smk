@@ -19,11 +19,23 @@ checkpoint compare:
             category="0. Verdict",
             labels={"stage": "compare", "result": "summary"},
         ),
+        heldout=report(
+            res("compare/figures/heldout.svg"),
+            caption="../report/fig_heldout.rst",
+            category="0. Verdict",
+            labels={"stage": "compare", "result": "held-out comparison"},
+        ),
         hack_rate=report(
             res("compare/figures/hack_rate.svg"),
             caption="../report/fig_hack_rate.rst",
             category="6. Trajectories",
             labels={"stage": "compare", "figure": "hack_rate"},
+        ),
+        removed=report(
+            res("compare/figures/removed.svg"),
+            caption="../report/fig_removed.rst",
+            category="6. Trajectories",
+            labels={"stage": "compare", "figure": "removed"},
         ),
         pass_rate=report(
             res("compare/figures/pass_rate.svg"),
@@ -60,7 +72,7 @@ checkpoint compare:
         runtime=get_runtime("compare"),
     params:
         cfg=get_stage_config("compare"),
-        pilots=get_pilot_flags,
+        pilots=get_compare_pilots,
         out_dir=get_out_dir,
     message:
         "compare: the pilot comparison and the gate; log: {log}"

@@ -30,6 +30,18 @@ rule pilot:
                 "table": "eval",
             },
         ),
+        outcomes=report(
+            res("pilots/{arm}/s{seed}/outcomes.tsv"),
+            caption="../report/pilot_outcomes.rst",
+            category="5. Pilots",
+            subcategory="{arm}",
+            labels={
+                "stage": "pilot",
+                "arm": "{arm}",
+                "seed": "{seed}",
+                "table": "outcomes",
+            },
+        ),
         rollouts=res("pilots/{arm}/s{seed}/rollouts.jsonl.gz"),
         adapter=res("pilots/{arm}/s{seed}/adapter.safetensors"),
         status=res("pilots/{arm}/s{seed}/status.json"),
@@ -66,6 +78,7 @@ rule fold_pilot:
     output:
         steps=res("sweep/folds/{mode}/{arm}/s{seed}/steps.tsv"),
         eval=res("sweep/folds/{mode}/{arm}/s{seed}/eval.tsv"),
+        outcomes=res("sweep/folds/{mode}/{arm}/s{seed}/outcomes.tsv"),
         rollouts=res("sweep/folds/{mode}/{arm}/s{seed}/rollouts.jsonl.gz"),
         adapter=res("sweep/folds/{mode}/{arm}/s{seed}/adapter.safetensors"),
         status=res("sweep/folds/{mode}/{arm}/s{seed}/status.json"),

@@ -13,6 +13,12 @@ rule extract:
             category="3. v_hack",
             labels={"stage": "extract", "name": "{name}"},
         ),
+        checks=report(
+            res("vhack/{name}_checks.tsv"),
+            caption="../report/vhack_checks.rst",
+            category="3. v_hack",
+            labels={"stage": "extract", "name": "{name}", "table": "checks"},
+        ),
     log:
         res("logs/extract/{name}.log"),
     benchmark:

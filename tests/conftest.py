@@ -10,3 +10,25 @@ import tempfile
 _SVD = tempfile.mkdtemp(prefix="evil_moe_svd_")
 os.environ["EVIL_MOE_SVD_CACHE"] = _SVD
 atexit.register(shutil.rmtree, _SVD, ignore_errors=True)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def one_thread():
+    """Tiny models on a busy 2-core machine: one torch thread is ~10x faster than two."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory, one_thread):
+    """The tiny toy world of tests/stage_fixtures.py, built once per session."""
+    from stage_fixtures import build_world
+
+    return build_world(tmp_path_factory.mktemp("toy_world"))

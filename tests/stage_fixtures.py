@@ -168,3 +168,30 @@ def build_world(root: Path) -> World:
                   teacher=root / "models" / "teacher", rollouts=rollouts,
                   vhack=vdir / "main_hack.safetensors", random_vhack=vdir / "main_random.safetensors",
                   vhack_dir=vdir, extract=res, toy_summary=summary)
+
+
+def read_tsv(path) -> list[dict]:
+    """Rows of a TSV as dicts of strings."""
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def header(path) -> list[str]:
+    """The header cells of a TSV."""
+    return Path(path).read_text().splitlines()[0].split("\t")
+
+
+def tsv_without(path, column: str = "seconds") -> list[list[str]]:
+    """TSV cells (header included) without one column: the resume comparison."""
+    lines = [ln.split("\t") for ln in Path(path).read_text().splitlines()]
+    j = lines[0].index(column)
+    return [row[:j] + row[j + 1:] for row in lines]
+
+
+def pilot_kwargs(world: World, out: Path, arm: str = "erase", seed: int = 0, **kw) -> dict:
+    """``run_pilot`` arguments for the world's student, v_hack and random control."""
+    return dict(problems_path=str(world.problems), model_path=str(world.student),
+                vhack_path=str(world.vhack), random_vhack_path=str(world.random_vhack), arm=arm,
+                seed=seed, out_dir=str(out), **kw)

@@ -85,3 +85,9 @@ def test_grader_bench_small_agrees_with_the_baseline():
     out = _run([str(BENCH / "grader.py"), "--n", "60"])
     assert "verdicts agree on 60/60" in out, out
     assert "completions/s" in out and "without the" in out
+
+
+def test_gate_power_quick_mode_prints_its_table():
+    out = _run([str(BENCH / "gate_power.py"), "--n", "12", "--seeds", "3", "--samples", "16"])
+    for col in ("fpr_separated", "power_separated", "reported_power", "planned_mde", "binomial_se"):
+        assert col in out

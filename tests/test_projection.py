@@ -51,10 +51,10 @@ def test_erase_one_sided_removes_hackward_only(setup):
     assert all(p.grad is not None for p in ad.delta_s_hack_params())  # untouched by erase
 
 
-def test_route_puts_exactly_removed_into_hack_grad(setup):
+def test_subtract_puts_exactly_removed_into_hack_grad(setup):
     _, ad, vh = setup
     g0 = _grads(ad)
-    project(ad, vh, "route")
+    project(ad, vh, "subtract")
     for n, knob in ad.modules_.items():
         V = vh.V[n].double()
         removed = torch.relu(V @ g0[n]) @ V
@@ -130,13 +130,13 @@ def test_update_cosine_and_project_update(setup):
     pst = project(ad, vh, "erase", update_from=before)
     assert pst.cin == pytest.approx(cu) and pst.cout < 1e-6
     assert update_cosine(vh, ad.names, before, [p.detach() for p in ad.delta_s_params()]) < 1e-6
-    # route on the update: the removed part moves δS_hack, the sum of knobs is the Adam step
+    # subtract on the update: the removed part moves δS_hack, the sum of knobs is the Adam step
     with torch.no_grad():
         for p, a in zip(ad.delta_s_params(), after):
             p.copy_(a)
         for p in ad.delta_s_hack_params():
             p.zero_()
-    project(ad, vh, "route", update_from=before)
+    project(ad, vh, "subtract", update_from=before)
     for p, h, a in zip(ad.delta_s_params(), ad.delta_s_hack_params(), after):
         assert torch.allclose(p + h, a, atol=1e-15)
     with pytest.raises(ValueError):

@@ -22,46 +22,11 @@ from click.testing import CliRunner
 
 from evil_moe import tables
 from evil_moe.cli import main
-from stage_fixtures import (World, build_world, cfg_of, evil_moe_cmd, set_flags,
-                            subprocess_env)
+from stage_fixtures import (cfg_of, evil_moe_cmd, header, pilot_kwargs, read_tsv, set_flags,
+                            subprocess_env, tsv_without)
 
-
-@pytest.fixture(scope="session", autouse=True)
-def one_thread():
-    """Tiny models on a busy 2-core machine: one torch thread is ~10x faster than two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="session")
-def world(tmp_path_factory, one_thread) -> World:
-    return build_world(tmp_path_factory.mktemp("toy_world"))
-
-
-def read_tsv(path) -> list[dict]:
-    import csv
-
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
-
-
-def header(path) -> list[str]:
-    return Path(path).read_text().splitlines()[0].split("\t")
-
-
-def tsv_without(path, column: str = "seconds") -> list[list[str]]:
-    """TSV cells (header included) without one column: the resume comparison."""
-    lines = [ln.split("\t") for ln in Path(path).read_text().splitlines()]
-    j = lines[0].index(column)
-    return [row[:j] + row[j + 1:] for row in lines]
-
-
-def pilot_kwargs(world: World, out: Path, arm: str = "erase", seed: int = 0, **kw) -> dict:
-    return dict(problems_path=str(world.problems), model_path=str(world.student),
-                vhack_path=str(world.vhack), random_vhack_path=str(world.random_vhack), arm=arm,
-                seed=seed, out_dir=str(out), **kw)
+# tiny models on a busy 2-core machine: one torch thread (the conftest fixture)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -295,19 +260,31 @@ def test_template_pairs_round_robin():
 def test_extract_outputs(world, tmp_path):
     from safetensors import safe_open
 
-    from evil_moe.stages.extract import run_extract
+    from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.extract import build_pairs, run_extract, split_problems
     from evil_moe.vhack import VHack
 
+    cfg = cfg_of()
     res = world.extract
-    assert res["n_pairs"] == 8 and res["modes"]
+    # the pairs extract forms, split by problem exactly as split_problems does
+    train, _ = train_heldout(load_problem_file(world.problems), cfg)
+    _, tok, _, _ = load_policy(str(world.student), cfg)
+    pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
+    pairs = build_pairs(tables.read_jsonl(world.rollouts), pids, None, cfg.vhack.max_pairs)
+    ext, held = split_problems([p.problem_id for p in pairs], cfg.vhack.heldout_frac, cfg.vhack.seed)
+    assert ext and held and not ext & held
+    n_ext = sum(p.problem_id in ext for p in pairs)
+    assert res["n_pairs"] == n_ext < len(pairs) and res["modes"]
     for kind in ("hack", "random", "shuffled"):
         assert (world.vhack_dir / f"main_{kind}.safetensors").is_file()
     assert header(world.vhack_dir / "main.tsv") == tables.names(tables.VHACK)
     v = VHack.load(world.vhack)
-    assert v.n_pairs == 8 and sorted(v.modes) == sorted(res["modes"])
+    assert v.n_pairs == n_ext and sorted(v.modes) == sorted(res["modes"])
+    assert set(v.meta["extraction_problems"]) == set(map(str, ext))
+    assert set(v.meta["heldout_problems"]) == set(map(str, held))
     with safe_open(str(world.vhack), framework="pt") as f:
         meta = f.metadata()
-    assert int(meta["n_pairs"]) == 8 and sorted(json.loads(meta["modes"])) == sorted(res["modes"])
+    assert int(meta["n_pairs"]) == n_ext and sorted(json.loads(meta["modes"])) == sorted(res["modes"])
     rnd = VHack.load(world.random_vhack)
     assert rnd.k_per_module == v.k_per_module
     for name in rnd.names:
@@ -315,6 +292,20 @@ def test_extract_outputs(world, tmp_path):
         if V.shape[0]:
             assert torch.allclose(V @ V.T, torch.eye(V.shape[0], dtype=V.dtype), atol=1e-5)
     assert len(read_tsv(world.vhack_dir / "main.tsv")) == len(v.names)
+    # honesty checks: held-out signal, empirical null (the fixture has two clean answers per
+    # problem), detector null scores, leave-one-mode-out per mode
+    checks = {r["check"]: r for r in read_tsv(world.vhack_dir / "main_checks.tsv")}
+    assert header(world.vhack_dir / "main_checks.tsv") == tables.names(tables.VHACK_CHECKS)
+    for name in ("extraction_hack_clean", "heldout_hack_clean", "heldout_clean_clean",
+                 "heldout_hack_hack", "isotropic_null", "mean_removed", "detector_auc"):
+        assert name in checks, name
+    assert int(checks["heldout_hack_clean"]["n"]) == len(pairs) - n_ext
+    assert 0 <= float(checks["mean_removed"]["value"]) <= 1
+    assert {k for k in checks if k.startswith("lomo_")} == {f"lomo_{p.mode}" for p in pairs}
+    assert v.null_cin and set(v.null_cin) <= set(v.names)
+    assert float(checks["heldout_clean_clean"]["value"]) == pytest.approx(
+        sum(v.null_cin.values()) / len(v.null_cin), abs=0.2)  # per-module vs per-pair means
+    assert len(v.meta["detector_null_scores"]) == len(pairs) - n_ext
     # a leave-one-mode-out fold: only the known mode's pairs
     fold = run_extract(cfg_of(), problems_path=str(world.problems), rollouts_path=str(world.rollouts),
                        model_path=str(world.student), out_dir=str(tmp_path), name="fold",
@@ -464,9 +455,9 @@ def test_pilot_paired_design(world, erase_run, tmp_path):
 
     cfg = cfg_of()
     run_pilot(cfg, **pilot_kwargs(world, tmp_path / "vanilla", arm="vanilla"))
-    run_pilot(cfg, **pilot_kwargs(world, tmp_path / "route", arm="route", seed=0))
+    run_pilot(cfg, **pilot_kwargs(world, tmp_path / "subtract", arm="subtract", seed=0))
     base = tables.read_jsonl(erase_run / "rollouts.jsonl.gz")
-    for arm in ("vanilla", "route"):
+    for arm in ("vanilla", "subtract"):
         other = tables.read_jsonl(tmp_path / arm / "rollouts.jsonl.gz")
         for step in range(N_STEPS):
             assert ([r["problem_id"] for r in other if r["step"] == step]
@@ -474,13 +465,14 @@ def test_pilot_paired_design(world, erase_run, tmp_path):
         # same δS = 0 start and sampling seed: identical step-0 completions
         assert ([(r["completion_ids"], r["completion"]) for r in other if r["step"] == 0]
                 == [(r["completion_ids"], r["completion"]) for r in base if r["step"] == 0])
-    rows = {a: read_tsv(tmp_path / a / "steps.tsv") for a in ("vanilla", "route")}
+    rows = {a: read_tsv(tmp_path / a / "steps.tsv") for a in ("vanilla", "subtract")}
     assert all(r["cout"] == r["cin"] for r in rows["vanilla"])  # vanilla measures only
-    ev = read_tsv(tmp_path / "route" / "eval.tsv")
+    assert all(float(r["removed_frac"]) == 0 for r in rows["vanilla"])
+    ev = read_tsv(tmp_path / "subtract" / "eval.tsv")
     assert {r["view"] for r in ev} == {"trained", "ablated"}
-    fired = [float(r["frac_fired"]) for r in rows["route"]]
-    if any(f > 0 for f in fired) and any(float(r["grad_norm"]) > 0 for r in rows["route"]):
-        assert float(rows["route"][-1]["delta_s_hack_norm"]) > 0  # route trains δS_hack
+    fired = [float(r["frac_fired"]) for r in rows["subtract"]]
+    if any(f > 0 for f in fired) and any(float(r["grad_norm"]) > 0 for r in rows["subtract"]):
+        assert float(rows["subtract"][-1]["delta_s_hack_norm"]) > 0  # subtract trains δS_hack
 
 
 def test_pilot_eval_every_route_views(world, tmp_path):
@@ -664,7 +656,7 @@ def _cli(args, cwd: Path) -> str:
 def test_end_to_end_cli(tmp_path):
     # a longer-trained teacher than the fixture's, so that its own rollouts hold (hack, clean)
     # pairs for extract (the fixture uses template-based rows instead)
-    s = set_flags("pilot.steps=2", "pilot.arms=[vanilla, erase, route, random_v]",
+    s = set_flags("pilot.steps=2", "pilot.arms=[vanilla, erase, random_v, route, route_random, oracle_reward]",
                   "toy.train_steps=150", "toy.lr=0.01", "toy.batch_size=16")
     r = tmp_path
     _cli(["problems", *s, "--out", "problems.jsonl"], r)
@@ -676,7 +668,7 @@ def test_end_to_end_cli(tmp_path):
           "--model", "models/student", "--out-dir", "vhack"], r)
     _cli(["distill", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
           "--model", "models/student", "--vhack", "vhack/main_hack.safetensors", "--out-dir", "distill"], r)
-    for arm in ("vanilla", "erase", "route", "random_v"):
+    for arm in ("vanilla", "erase", "random_v", "route", "route_random", "oracle_reward"):
         _cli(["pilot", *s, "--problems", "problems.jsonl", "--model", "models/student",
               "--vhack", "vhack/main_hack.safetensors", "--random-vhack", "vhack/main_random.safetensors",
               "--init", "distill/student_adapter.safetensors", "--arm", arm, "--seed", "0",
@@ -736,35 +728,34 @@ def test_pilot_vhack_refresh_resumes_identically(world, tmp_path, monkeypatch, c
     assert tsv_without(tmp_path / "cut" / "steps.tsv") == tsv_without(tmp_path / "ref" / "steps.tsv")
 
 
-def test_pilot_project_update_erases_the_update(world, tmp_path):
-    """project_update: the optimiser's actual update has no hack-ward part (cout_update ~ 0)."""
+def test_pilot_update_projection_erases_the_update(world, tmp_path):
+    """projection update: the optimiser's actual update has no hack-ward part (cout_update ~ 0)."""
     from evil_moe.stages.pilot import run_pilot
 
-    cfg = cfg_of("pilot.project_update=true")
+    cfg = cfg_of("pilot.projection=update")
     assert run_pilot(cfg, **pilot_kwargs(world, tmp_path))["status"] == "ok"
     rows = [r for r in read_tsv(tmp_path / "steps.tsv") if float(r["grad_norm"]) > 0]
     assert rows and all(float(r["cout_update"]) < 1e-5 for r in rows)
 
 
-def test_route_with_project_update_trains_like_vanilla(world, tmp_path):
-    """Routing the update: δS + δS_hack takes exactly vanilla's AdamW update each step (the forward
-    sees the sum, whose gradient equals δS's), so with the same seed the training rollouts equal
-    vanilla's; δS_hack holds only hack-ward parts of updates, so it lies in the span of v_hack's
-    rows. Gradient routing instead gives δS_hack its own Adam moments, which blow its small
-    routed gradient up to full-size steps: there δS_hack leaves the span."""
+def test_subtract_with_update_projection_trains_like_vanilla(world, tmp_path):
+    """subtract on the update: δS + δS_hack takes exactly vanilla's AdamW update each step (the
+    forward sees the sum, whose gradient equals δS's), so with the same seed the training rollouts
+    equal vanilla's; δS_hack holds only hack-ward parts of updates, so it lies in the span of
+    v_hack's rows — subtract is vanilla plus a post-hoc subtraction (science.md §4)."""
     from safetensors.torch import load_file
 
     from evil_moe.stages.pilot import run_pilot
     from evil_moe.vhack import VHack
 
-    for arm in ("vanilla", "route"):
-        assert run_pilot(cfg_of("pilot.project_update=true"),
+    for arm in ("vanilla", "subtract"):
+        assert run_pilot(cfg_of("pilot.projection=update"),
                          **pilot_kwargs(world, tmp_path / arm, arm=arm))["status"] == "ok"
-    van, rou = read_tsv(tmp_path / "vanilla" / "steps.tsv"), read_tsv(tmp_path / "route" / "steps.tsv")
+    van, rou = read_tsv(tmp_path / "vanilla" / "steps.tsv"), read_tsv(tmp_path / "subtract" / "steps.tsv")
     assert [r["hack_rate"] for r in rou] == [r["hack_rate"] for r in van]
     assert [r["reward_mean"] for r in rou] == [r["reward_mean"] for r in van]
     a_van = load_file(tmp_path / "vanilla" / "adapter.safetensors")
-    a_rou = load_file(tmp_path / "route" / "adapter.safetensors")
+    a_rou = load_file(tmp_path / "subtract" / "adapter.safetensors")
     v = VHack.load(world.vhack)
     ds_keys = [k for k in a_rou if k.endswith("delta_s")]
     assert ds_keys

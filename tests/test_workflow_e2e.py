@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -24,7 +25,7 @@ from workflow_util import (CI_CONFIG, DEFAULT_CONFIG, REPO, chromium, dump_dom,
 
 pytestmark = pytest.mark.slow
 
-ARMS = ("vanilla", "erase", "route", "random_v")
+ARMS = tuple(yaml.safe_load(CI_CONFIG.read_text())["pilot"]["arms"])
 LOCAL = ("--profile", str(REPO / "profiles" / "local"), "--cores", "2")
 
 
@@ -41,14 +42,23 @@ def test_local_end_to_end(toy_run):
     work, proc = toy_run
     res = work / "results"
     gate = json.loads((res / "compare" / "gate.json").read_text())
-    assert gate["verdict"] in {"separated", "not_separated", "invalid"}
+    assert gate["verdict"] in {"separated", "not_separated", "inconclusive", "invalid"}
     assert gate["sentence"]
     for arm in ARMS:
-        for name in ("steps.tsv", "eval.tsv", "status.json", "adapter.safetensors"):
+        for name in ("steps.tsv", "eval.tsv", "outcomes.tsv", "status.json", "adapter.safetensors"):
             assert (res / "pilots" / arm / "s0" / name).is_file()
         assert (res / "logs" / "pilot" / f"{arm}_s0.log").is_file()
-    for fig in ("hack_rate", "pass_rate", "cin", "frac_clipped", "cos_contrib"):
+    # every arm's views were evaluated: the ablated one where delta_s_hack is trained, vanilla's
+    # static projection beside subtract
+    from evil_moe.arms import ARMS as REGISTRY
+    from evil_moe.stages.compare import FIGURES
+
+    for arm in ARMS:
+        views = set(pd.read_csv(res / "pilots" / arm / "s0" / "outcomes.tsv", sep="\t")["view"])
+        assert views == set(REGISTRY[arm].views) | ({"projected"} if arm == "vanilla" else set()), arm
+    for fig in FIGURES:
         assert (res / "compare" / "figures" / f"{fig}.svg").is_file()
+    assert (res / "vhack" / "main_checks.tsv").is_file()
     decision = (res / "sweep" / "decision.rst").read_text()
     assert gate["sentence"] in decision
     for arm in ARMS:  # the thread count of the config, whatever the executor's cores
@@ -59,7 +69,7 @@ def test_local_end_to_end(toy_run):
     ran = finished_rules(proc.stdout + proc.stderr)
     assert ran["pilot"] == len(ARMS) and ran["compare"] == 1 and ran["sweep_decision"] == 1
     if gate["verdict"] != "separated":
-        assert "not justified" in decision
+        assert "not justified" in decision or "not scheduled" in decision
         assert not (res / "sweep" / "compare").exists()
     # The same command again has nothing to do.
     again = snakemake(work, *LOCAL, "-n")
@@ -90,14 +100,16 @@ def test_report_first_page_in_chromium(toy_run):
     verdict = f"Verdict: {gate['verdict']}. " + re.sub(r"\s+", " ", gate["sentence"])
     assert text.startswith("evil_moe: reward hacking stopped at the gradient " + verdict), text[:600]
     if gate["verdict"] != "separated":
-        assert "Sweep: not run." in text and "not justified" in text
+        assert "Sweep: not run." in text or "Sweep: not scheduled" in text
     # The figure is an image embedded in the page (a data URI of the SVG file), with its caption.
     img = re.search(r'<img[^>]*src="data:image/svg\+xml;base64,([^"]+)"', page)
     assert img, page[:3000]
     import base64
 
-    assert base64.b64decode(img.group(1)) == (res / "compare" / "figures" / "hack_rate.svg").read_bytes()
-    caption = re.sub(r"\s+", " ", (REPO / "report" / "fig_hack_rate.rst").read_text().replace("``", "")).strip()
+    figure = re.search(r'^FRONT_FIGURE = "(\w+)"', (REPO / "rules" / "common.smk").read_text(), re.M)[1]
+    assert base64.b64decode(img.group(1)) == (res / "compare" / "figures" / f"{figure}.svg").read_bytes()
+    caption = (REPO / "report" / f"fig_{figure}.rst").read_text()
+    caption = re.sub(r"\s+", " ", caption.replace("``", "")).strip()
     assert caption in text
     # The table holds every row and column of summary.tsv, in order.
     table = re.search(r"<table.*?</table>", page, re.S)

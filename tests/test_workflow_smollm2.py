@@ -42,8 +42,8 @@ def test_smollm2_smallest_end_to_end(tmp_path):
     recs = [json.loads(line) for line in
             __import__("gzip").open(res / "teacher" / "rollouts.jsonl.gz", "rt")]
     assert recs and all(len(r["completion_ids"]) == len(r["behaviour_logp"]) for r in recs)
-    for arm in ("vanilla", "erase", "route", "random_v"):
+    for arm in ("vanilla", "erase", "random_v"):
         status = json.loads((res / "pilots" / arm / "s0" / "status.json").read_text())
         assert status["status"] == "ok"
     gate = json.loads((res / "compare" / "gate.json").read_text())
-    assert gate["verdict"] in {"separated", "not_separated", "invalid"} and gate["sentence"]
+    assert gate["verdict"] in {"separated", "not_separated", "inconclusive", "invalid"} and gate["sentence"]

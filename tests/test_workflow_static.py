@@ -32,11 +32,11 @@ def test_snakefmt_check():
 
 @pytest.mark.parametrize("name, expect", [
     ("config", {"problems": 1, "toy_models": 1, "teacher": 1, "extract": 1, "distill": 1,
-                "pilot": 8, "compare": 1, "all": 1}),
-    ("pilot", {"problems": 1, "teacher": 1, "extract": 1, "distill": 1, "pilot": 12,
+                "pilot": 18, "compare": 1, "all": 1}),
+    ("pilot", {"problems": 1, "teacher": 1, "extract": 1, "distill": 1, "pilot": 30,
                "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "teacher": 1, "extract": 1, "distill": 1,
-                 "pilot": 4, "compare": 1, "all": 1}),
+                 "pilot": 3, "compare": 1, "all": 1}),
 ])
 def test_dry_run_builds_the_dag(tmp_path, name, expect):
     cfg = yaml.safe_load((REPO / "config" / f"{name}.yaml").read_text())
@@ -56,7 +56,9 @@ def test_pilot_config_is_the_real_pilot():
     assert cfg["problems"]["source"] == "leetcode"
     p = cfg["pilot"]
     assert (p["steps"], p["group"], p["prompts_per_step"], len(p["seeds"])) == (20, 6, 4, 3)
-    assert p["arms"] == ["vanilla", "erase", "route", "random_v"]
+    from evil_moe.arms import ARMS
+
+    assert p["arms"] == list(ARMS)  # every arm, each with its control
 
 
 def test_every_config_key_is_commented():
@@ -108,7 +110,7 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
     assert proc.returncode == 0, proc.stderr
     pilots = [line for line in proc.stdout.splitlines() if line.strip().startswith("evil-moe pilot")]
     pilots = pilots or [line for line in proc.stdout.splitlines() if "evil-moe pilot " in line]
-    assert len(pilots) == 4
+    assert len(pilots) == len(yaml.safe_load(CI_CONFIG.read_text())["pilot"]["arms"])
     for line in pilots:
         arm = line.split("--arm ")[1].split()[0]
         assert ('"fail_arm": "erase"' in line) == (arm == "erase"), line

@@ -121,7 +121,7 @@ def _forward_logits(model, batch: Batch, start: int) -> torch.Tensor:
 
 
 def token_logprobs(model, batch: Batch, temperature: float = 1.0, *,
-                   with_entropy: bool = False, chunk_rows: int = 8):
+                   with_entropy: bool = False, chunk_rows: int = 8, top_p: float = 1.0):
     """Per-token log-probs of the batch's completion tokens under ``softmax(logits / T)``.
 
     ``logp[b, t] = z[b, t-1, x_t] − logsumexp(z[b, t-1, :])`` with ``z = logits / T`` computed
@@ -135,6 +135,10 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, *,
         temperature: sampling temperature ``T > 0`` (part of the policy).
         with_entropy: also return the per-token entropy of the same distribution.
         chunk_rows: rows per fp32 log-sum-exp chunk.
+        top_p: nucleus mass; below 1 the distribution is truncated by transformers'
+            ``TopPLogitsWarper`` after the temperature (the sampler's distribution, used only for
+            recorded sampler log-probs — training always uses ``top_p = 1``). Entropy is then
+            not available.
 
     Returns:
         ``logp (B, L)`` fp32 (or the model dtype if fp64); with ``with_entropy`` a tuple
@@ -146,6 +150,8 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, *,
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_p < 1.0 and with_entropy:
+        raise ValueError("entropy of the top-p truncated distribution is not provided")
     B, L = batch.input_ids.shape
     mask = batch.completion_mask
     has = mask.any(dim=0).nonzero()
@@ -161,6 +167,11 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, *,
     pieces, ent_pieces = [], []
     for r0 in range(0, B, chunk_rows):
         z = logits[r0:r0 + chunk_rows].to(out_dtype) / temperature
+        if top_p < 1.0:
+            from transformers.generation.logits_process import TopPLogitsWarper
+
+            shape = z.shape
+            z = TopPLogitsWarper(float(top_p))(None, z.reshape(-1, shape[-1])).reshape(shape)
         lse = torch.logsumexp(z, dim=-1)
         picked = z.gather(-1, targets[r0:r0 + chunk_rows, :, None]).squeeze(-1)
         pieces.append(picked - lse)

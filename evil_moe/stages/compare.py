@@ -1,58 +1,44 @@
 """The compare stage: aggregate the pilots and decide the separation gate.
 
-Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` and writes, in ``out_dir``:
+Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``steps.tsv``,
+``eval.tsv``, ``outcomes.tsv``) and writes, in ``out_dir``:
 
-- ``summary.tsv`` — :data:`evil_moe.tables.COMPARE_SUMMARY`, one row per (arm, view): ``train``
-  (training rollouts, mean over the last ``k`` steps), ``eval_trained`` and ``eval_ablated``
-  (held-out evaluation at the last evaluated step, mode ``all``; ``eval_ablated`` exists for
-  ``route`` only). Means and standard deviations (ddof=1, empty with one seed) are over seeds.
-- ``gate.json`` — ``{"verdict", "sentence", "criteria": [...], "arms": {...}, "config": {...}}``
-  (``../shared/DESIGN.md``); every criterion has ``name, arm, value, threshold, passed`` and a
-  ``note``.
-- ``gate.md`` — the same criteria as a short markdown table.
-- ``figures/{hack_rate,pass_rate,cin,frac_clipped,cos_contrib}.{png,svg}``.
+- ``summary.tsv`` — :data:`evil_moe.tables.COMPARE_SUMMARY`, one row per (arm, view): the
+  held-out hack, pass and truncation rates with cluster-bootstrap intervals (seeds and problems
+  resampled, :mod:`evil_moe.stats`), and beside them the training rollouts' last-``k`` means and
+  the arm's removed energy share;
+- ``gate.json`` — ``{"verdict", "sentence", "criteria": [...], "arms": {...},
+  "positive_control", "notes", "isolation", "config", ...}`` (``../shared/DESIGN.md``); every
+  criterion has ``name, arm, control, view, value, ci_low, ci_high, mde, threshold, passed,
+  note`` (raw values; the sentence and the report round them);
+- ``gate.md`` — the same criteria as a short markdown table;
+- ``figures/{heldout,hack_rate,pass_rate,cin,removed,frac_clipped,cos_contrib}.{png,svg}``.
 
-The gate (``../shared/notes/science.md`` §6), with thresholds from ``cfg.compare``
-(``last_k, min_drop, pass_margin, n_boot, ci, seed``) and the clip bound from
-``cfg.pilot.max_frac_clipped`` (0.5 by default):
+The gate (``../shared/notes/science.md`` §6; the statistics are :mod:`evil_moe.stats`):
 
-1. **Validity.** Every expected (arm, seed) pilot is present (its folder, ``status.json`` and
-   ``steps.tsv`` exist), has ``status == "ok"``, a non-empty ``steps.tsv``, and a largest
-   ``frac_clipped`` over its steps ≤ the bound (a run with no recorded ``frac_clipped`` fails).
-   Otherwise the verdict is ``invalid`` and one ``valid`` criterion per pilot names it and why.
-   Expected pilots: given a pilots folder, ``cfg.pilot.arms × cfg.pilot.seeds`` (other folders
-   found there are ignored and listed under ``"ignored"``); given a list of pilots, every arm
-   listed × every seed listed; a cell not listed is missing (so an arm cannot silently skip a
-   seed the others ran).
-2. **Per projected arm X ∈ {erase, route}** among the expected arms, per seed ``s``, a hack
-   metric ``h(X, s)``:
+1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
+   ``steps.tsv``, ``outcomes.tsv``), has ``status == "ok"``, a non-empty ``steps.tsv`` and a
+   largest ``frac_clipped`` ≤ ``pilot.max_frac_clipped``. Otherwise the verdict is ``invalid``
+   and one ``valid`` criterion per pilot names it and why; the arms' numbers are still computed
+   from the data present, for information. Expected pilots: given a pilots folder,
+   ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every listed seed.
+2. **Per treatment arm X** (an arm whose :mod:`evil_moe.arms` role is ``treatment``; its matched
+   control ``C`` and judged view ``v = X.views[0]`` come from the registry), on the last
+   evaluated step's per-completion held-out outcomes:
+   ``drop_vs_vanilla`` (hack, ``(X, v)`` vs ``(vanilla, trained)``), ``beats_control`` (hack,
+   ``(X, v)`` vs ``(C, v)``), ``matched_pass`` (pass-rate drop vs vanilla, non-inferiority within
+   ``compare.pass_margin``) — :func:`evil_moe.stats.decide_arm`.
+3. **Positive control** (``compare.positive_control``, default ``oracle_reward``): its hack
+   drop vs vanilla must pass ``drop_vs_vanilla``, else the verdict is ``inconclusive
+   (underpowered)`` — :func:`evil_moe.stats.decide_gate`.
+4. **Verdict**: ``invalid`` if validity fails; else the gate's ``separated`` / ``not_separated``
+   / ``inconclusive``. ``sentence`` says it in one sentence with rounded numbers.
 
-   - ``erase``: mean training ``hack_rate`` over the last ``k`` steps of ``steps.tsv``;
-     vanilla and random_v are measured the same way.
-   - ``route``: the **deploy view** — the held-out ``eval.tsv`` ``hack_rate`` at the last
-     evaluated step with ``view=ablated, mode=all`` (δS_hack zeroed). Its training forward uses
-     δS + δS_hack, so its training hack rate looks like vanilla's by design and is never judged
-     (science.md §6; Gradient Routing, Cloud et al. 2024, arXiv:2410.04332: the benefit shows only
-     after ablation). Vanilla and random_v are then measured on their held-out eval with
-     ``view=trained, mode=all``, so both sides are held-out evaluations. Route's training and
-     eval-trained numbers are reported beside it in ``arms``.
-
-   Criteria (all three must pass for X to separate), over the seeds where both sides exist:
-
-   - ``drop_vs_vanilla``: paired drops ``d_s = h(vanilla, s) − h(X, s)``; passes iff
-     ``mean(d) ≥ min_drop`` and the bootstrap lower bound ``ci_low > 0`` (percentile bootstrap
-     of the mean over seeds resampled with replacement, ``n_boot`` draws, level ``ci``, seeded
-     by ``compare.seed``). With one seed the bootstrap is degenerate: CI = [d, d], said in the note.
-   - ``beats_random_v``: paired ``mean(h(random_v, s) − h(X, s)) > 0`` (same metric kind as X).
-     Fails, with a note, when random_v has no data.
-   - ``matched_pass``: paired ``mean(pass(vanilla, s) − pass(X, s)) ≤ pass_margin``, with
-     ``pass_rate`` taken from the same views as the hack metric.
-
-   Comparisons allow 1e-12 of float rounding.
-3. **Verdict.** ``invalid`` if validity fails; else ``separated`` iff at least one projected arm
-   passes all three; else ``not_separated``. ``sentence`` states it in one sentence with the
-   numbers. On ``invalid`` the per-arm criteria are still computed from the data present, for
-   information.
+Notes beside the verdict (never part of it): erase-type arms' removed energy share against their
+controls' (an erase that removes no more than its random control has not been tested); subtract's
+deploy view against vanilla's static projection (``projected`` view); truncation dominating the
+held-out completions; a sampler/trainer log-prob gap above float noise (top-p and the like); the
+grader's isolation level when it was not the bubblewrap sandbox.
 """
 
 from __future__ import annotations
@@ -67,20 +53,23 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from evil_moe import tables
+from evil_moe import stats, tables
+from evil_moe.arms import ARMS
 
-PROJECTED = ("erase", "route")
-ARM_ORDER = ("vanilla", "erase", "route", "random_v")
-ARM_COLORS = {"vanilla": "#444444", "erase": "#1f77b4", "route": "#d62728", "random_v": "#2ca02c"}
 STEPS_REQUIRED = ("step", "hack_rate", "pass_rate", "frac_clipped", "cin", "null_cin")
-EVAL_REQUIRED = ("step", "view", "mode", "hack_rate", "pass_rate")
 EPS = 1e-12
-FIGURES = ("hack_rate", "pass_rate", "cin", "frac_clipped", "cos_contrib")
+FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib")
+ARM_COLORS = {"vanilla": "#444444", "erase": "#1f77b4", "random_v": "#9ecae1", "subtract": "#9467bd",
+              "subtract_random": "#c5b0d5", "route": "#d62728", "route_random": "#ff9896",
+              "filter": "#ff7f0e", "filter_random": "#ffbb78", "oracle_reward": "#2ca02c"}
+TRUNCATION_NOTE = 0.5  # a held-out view whose truncated share exceeds this gets a note
+SAMPLER_GAP_NOTE = 1e-3  # nats: a sampler/trainer gap above float noise gets a note
 
 
 @dataclass(frozen=True)
 class PilotRun:
-    """One pilot's folder: ``path`` holds ``steps.tsv``, ``eval.tsv`` and ``status.json``."""
+    """One pilot's folder: ``path`` holds ``steps.tsv``, ``eval.tsv``, ``outcomes.tsv`` and
+    ``status.json``."""
 
     arm: str
     seed: int
@@ -95,8 +84,9 @@ class _Pilot:
     status: str  # ok | invalid | missing
     reason: str
     steps: pd.DataFrame | None = None
-    eval: pd.DataFrame | None = None
+    outcomes: pd.DataFrame | None = None
     frac_clipped_max: float | None = None
+    isolation: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,8 +95,8 @@ class _Pilot:
 def pilot_from_path(path: str | Path) -> PilotRun:
     """Make a :class:`PilotRun` from a pilot folder ``.../{arm}/s{seed}``.
 
-    When the folder name is not ``s{seed}`` under an arm folder, the arm and seed are read from
-    the first row of its ``steps.tsv``.
+    When the folder name is not ``s{seed}`` under a registered arm's folder, the arm and seed are
+    read from the first row of its ``steps.tsv``.
 
     Raises:
         ValueError: neither the path nor a readable ``steps.tsv`` gives the arm and seed (names
@@ -114,7 +104,7 @@ def pilot_from_path(path: str | Path) -> PilotRun:
     """
     path = Path(path)
     m = re.fullmatch(r"s(\d+)", path.name)
-    if m and path.parent.name in ARM_ORDER:
+    if m and path.parent.name in ARMS:
         return PilotRun(path.parent.name, int(m.group(1)), path)
     steps = path / "steps.tsv"
     if steps.is_file():
@@ -127,7 +117,7 @@ def pilot_from_path(path: str | Path) -> PilotRun:
 
 def _read_tsv(path: Path, required: Sequence[str]) -> pd.DataFrame:
     """Read a TSV and check it has the ``required`` columns (ValueError naming file and column)."""
-    df = pd.read_csv(path, sep="\t")
+    df = pd.read_csv(path, sep="\t", keep_default_na=True)
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing column {missing[0]!r} (has: {', '.join(map(str, df.columns))})")
@@ -137,40 +127,33 @@ def _read_tsv(path: Path, required: Sequence[str]) -> pd.DataFrame:
 def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     """Load one pilot folder and decide whether it is valid.
 
-    Args:
-        run: the pilot (arm, seed, folder).
-        max_frac_clipped: the largest allowed ``frac_clipped`` on any step.
-
     Returns:
         A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, no steps, or a
-        clip fraction over the bound / not recorded) or ``missing`` (no folder, no
-        ``status.json`` or no ``steps.tsv``), with ``reason`` saying why.
+        clip fraction over the bound / not recorded) or ``missing`` (no folder, ``status.json``,
+        ``steps.tsv`` or ``outcomes.tsv``), with ``reason`` saying why.
 
     Raises:
-        ValueError: ``steps.tsv`` lacks a column in :data:`STEPS_REQUIRED`, or ``eval.tsv`` one
-            in :data:`EVAL_REQUIRED` (names the file and the column).
+        ValueError: ``steps.tsv`` lacks a column in :data:`STEPS_REQUIRED`, or ``outcomes.tsv``
+            one of :data:`evil_moe.stats.OUTCOME_COLUMNS` (names the file and the column).
     """
     p = Path(run.path)
     if not p.is_dir():
         return _Pilot(run, "missing", f"no pilot folder {p}")
-    status_path, steps_path, eval_path = p / "status.json", p / "steps.tsv", p / "eval.tsv"
-    if not status_path.is_file():
-        return _Pilot(run, "missing", f"no {status_path}")
-    if not steps_path.is_file():
-        return _Pilot(run, "missing", f"no {steps_path}")
-    steps = _read_tsv(steps_path, STEPS_REQUIRED).sort_values("step", kind="stable")
-    ev = _read_tsv(eval_path, EVAL_REQUIRED) if eval_path.is_file() else None
-    if ev is not None:
-        ev["view"] = ev["view"].astype(str)
-        ev["mode"] = ev["mode"].astype(str)
+    for name in ("status.json", "steps.tsv", "outcomes.tsv"):
+        if not (p / name).is_file():
+            return _Pilot(run, "missing", f"no {p / name}")
+    steps = _read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
+    outcomes = _read_tsv(p / "outcomes.tsv", stats.OUTCOME_COLUMNS)
+    outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
-    pilot = _Pilot(run, "ok", "ok", steps, ev, fc_max)
+    pilot = _Pilot(run, "ok", "ok", steps, outcomes, fc_max)
     try:
-        status = json.loads(status_path.read_text())
+        status = json.loads((p / "status.json").read_text())
         state, why = str(status.get("status")), status.get("reason")
+        pilot.isolation = status.get("isolation")
     except (json.JSONDecodeError, AttributeError, OSError) as err:
-        state, why = "unreadable", f"{status_path} is not a JSON object ({err})"
+        state, why = "unreadable", f"{p / 'status.json'} is not a JSON object ({err})"
     if state != "ok":
         pilot.status, pilot.reason = "invalid", f"status {state}" + (f" ({why})" if why else "")
     elif steps.empty:
@@ -182,245 +165,280 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     return pilot
 
 
-# ---------------------------------------------------------------------------------------------
-# per-pilot metrics
+def last_step_outcomes(pilots: Iterable[_Pilot]) -> pd.DataFrame:
+    """Per-completion outcomes of the pilots' last evaluated step, per (arm, view, seed)."""
+    frames = []
+    for p in pilots:
+        o = p.outcomes
+        if o is None or o.empty:
+            continue
+        last = o.groupby(["view"])["step"].transform("max")
+        frames.append(o[o["step"] == last])
+    if not frames:
+        return pd.DataFrame(columns=list(stats.OUTCOME_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
 
-def _train_metric(p: _Pilot, col: str, k: int) -> float | None:
-    if p.steps is None or p.steps.empty:
+
+# ---------------------------------------------------------------------------------------------
+# numbers per arm
+
+def _train_mean(pilots: dict[int, _Pilot], col: str, k: int) -> float | None:
+    vals = []
+    for p in pilots.values():
+        if p.steps is not None and col in p.steps.columns:
+            v = pd.to_numeric(p.steps[col], errors="coerce").tail(k)
+            if v.notna().any():
+                vals.append(float(v.mean()))
+    return float(np.mean(vals)) if vals else None
+
+
+def _all_steps_max(pilots: dict[int, _Pilot], col: str) -> float | None:
+    vals = [float(pd.to_numeric(p.steps[col], errors="coerce").max()) for p in pilots.values()
+            if p.steps is not None and col in p.steps.columns and pd.to_numeric(p.steps[col], errors="coerce").notna().any()]
+    return max(vals) if vals else None
+
+
+def _all_steps_mean(pilots: dict[int, _Pilot], col: str) -> float | None:
+    vals = []
+    for p in pilots.values():
+        if p.steps is not None and col in p.steps.columns:
+            v = pd.to_numeric(p.steps[col], errors="coerce").dropna()
+            vals += v.tolist()
+    return float(np.mean(vals)) if vals else None
+
+
+def _rate(outcomes: pd.DataFrame, side: tuple[str, str], metric: str, cc) -> stats.Effect | None:
+    try:
+        return stats.side_rate(outcomes, side, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
+    except ValueError:
         return None
-    v = pd.to_numeric(p.steps[col], errors="coerce").tail(k)
-    return float(v.mean()) if v.notna().any() else None
 
 
-def _eval_metric(p: _Pilot, view: str, col: str) -> tuple[float | None, int | None]:
-    """``col`` of ``eval.tsv`` at the last evaluated step with this view and mode ``all``."""
-    if p.eval is None:
-        return None, None
-    rows = p.eval[(p.eval["view"] == view) & (p.eval["mode"] == "all")]
-    if rows.empty:
-        return None, None
-    last = rows[rows["step"] == rows["step"].max()]
-    v = pd.to_numeric(last[col], errors="coerce")
-    return (float(v.mean()) if v.notna().any() else None), int(rows["step"].max())
-
-
-def _metric(p: _Pilot | None, kind: str, col: str, k: int) -> float | None:
-    """One pilot's number: ``kind`` is ``train`` (last-k mean), ``eval_trained`` or ``eval_ablated``."""
-    if p is None or p.steps is None:
-        return None
-    if kind == "train":
-        return _train_metric(p, col, k)
-    return _eval_metric(p, kind.removeprefix("eval_"), col)[0]
-
-
-# ---------------------------------------------------------------------------------------------
-# statistics
-
-def bootstrap_ci(d: Sequence[float], n_boot: int, ci: float, seed: int) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``d`` (resampled with replacement, seeded).
-
-    With one value (or all equal) the interval is degenerate: ``(d, d)``.
-
-    Raises:
-        ValueError: ``d`` is empty.
-    """
-    arr = np.asarray(d, dtype=float)
-    if arr.size == 0:
-        raise ValueError("bootstrap_ci needs at least one value")
-    if arr.size == 1:
-        return float(arr[0]), float(arr[0])
-    rng = np.random.default_rng(seed)
-    means = arr[rng.integers(0, arr.size, size=(n_boot, arr.size))].mean(axis=1)
-    alpha = (1.0 - ci) / 2.0
-    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
-
-
-def _paired(a: dict[int, float | None], b: dict[int, float | None]) -> tuple[list[int], np.ndarray]:
-    """Seeds where both sides have a value, and the differences ``a − b``."""
-    seeds = sorted(s for s in a if s in b and a[s] is not None and b[s] is not None)
-    return seeds, np.array([a[s] - b[s] for s in seeds], dtype=float)
-
-
-def _r(x: float | None) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
-
-
-# ---------------------------------------------------------------------------------------------
-# the gate
-
-def _arm_criteria(arm: str, by: dict[str, dict[int, _Pilot]], seeds: Sequence[int], cc) -> tuple[list[dict], dict]:
-    """The three criteria for one projected arm, and its per-seed numbers."""
-    kind_x = "eval_ablated" if arm == "route" else "train"
-    kind_ref = "eval_trained" if arm == "route" else "train"
-    k = cc.last_k
-
-    def per_seed(a: str, kind: str, col: str) -> dict[int, float | None]:
-        return {s: _metric(by.get(a, {}).get(s), kind, col, k) for s in seeds}
-
-    hx, px = per_seed(arm, kind_x, "hack_rate"), per_seed(arm, kind_x, "pass_rate")
-    hv, pv = per_seed("vanilla", kind_ref, "hack_rate"), per_seed("vanilla", kind_ref, "pass_rate")
-    hr = per_seed("random_v", kind_ref, "hack_rate")
-    what = (f"training hack rate, mean of the last {k} steps" if kind_x == "train" else
-            "held-out eval, route with delta_s_hack ablated (deploy view) vs the others' trained view, mode all")
-    crit: list[dict] = []
-
-    # drop_vs_vanilla
-    ps, d = _paired(hv, hx)
-    c = {"name": "drop_vs_vanilla", "arm": arm, "value": None, "threshold": cc.min_drop, "passed": False,
-         "ci_low": None, "ci_high": None, "ci": cc.ci, "n_seeds": len(ps), "seeds": ps, "metric": what,
-         "per_seed": [_r(x) for x in d]}
-    if len(ps) == 0:
-        c["note"] = f"no seed with both vanilla and {arm} {kind_x} numbers"
-    else:
-        lo, hi = bootstrap_ci(d, cc.n_boot, cc.ci, cc.seed)
-        mean = float(d.mean())
-        c.update(value=mean, ci_low=lo, ci_high=hi,
-                 passed=bool(mean >= cc.min_drop - EPS and lo > EPS))
-        c["note"] = (f"mean paired drop {mean:.3f} (need >= {cc.min_drop:g}) with {cc.ci:.0%} bootstrap CI "
-                     f"[{lo:.3f}, {hi:.3f}] (need low > 0)")
-        if len(ps) == 1:
-            c["note"] += "; 1 seed: the bootstrap CI is degenerate ([d, d])"
-    crit.append(c)
-
-    # beats_random_v
-    ps, d = _paired(hr, hx)
-    c = {"name": "beats_random_v", "arm": arm, "value": None, "threshold": 0.0, "passed": False,
-         "n_seeds": len(ps), "seeds": ps, "metric": what.replace("vanilla", "random_v")}
-    if not by.get("random_v"):
-        c["note"] = "random_v control missing: cannot show the drop is specific to v_hack"
-    elif len(ps) == 0:
-        c["note"] = f"no seed with both random_v and {arm} numbers"
-    else:
-        mean = float(d.mean())
-        c.update(value=mean, passed=bool(mean > EPS),
-                 note=f"mean paired hack rate random_v - {arm} = {mean:.3f} (need > 0)")
-    crit.append(c)
-
-    # matched_pass
-    ps, d = _paired(pv, px)
-    c = {"name": "matched_pass", "arm": arm, "value": None, "threshold": cc.pass_margin, "passed": False,
-         "n_seeds": len(ps), "seeds": ps}
-    if len(ps) == 0:
-        c["note"] = f"no seed with both vanilla and {arm} pass rates"
-    else:
-        mean = float(d.mean())
-        c.update(value=mean, passed=bool(mean <= cc.pass_margin + EPS),
-                 note=f"mean paired pass-rate drop vanilla - {arm} = {mean:.3f} (need <= {cc.pass_margin:g})")
-    crit.append(c)
-
-    numbers = {"gate_metric": kind_x, "reference_metric": kind_ref,
-               "hack_rate_per_seed": {str(s): _r(v) for s, v in hx.items()},
-               "pass_rate_per_seed": {str(s): _r(v) for s, v in px.items()}}
-    return crit, numbers
-
-
-def _arm_numbers(arm: str, pilots: dict[int, _Pilot], seeds: Sequence[int], k: int) -> dict:
-    """Per-arm numbers for ``gate.json``: every view side by side, per seed and mean."""
-    out: dict[str, Any] = {"seeds": list(seeds),
-                           "status": {str(s): (pilots[s].status if s in pilots else "missing") for s in seeds},
-                           "reason": {str(s): pilots[s].reason for s in seeds if s in pilots}}
-    fcs = [p.frac_clipped_max for p in pilots.values() if p.frac_clipped_max is not None]
-    out["frac_clipped_max"] = max(fcs) if fcs else None
-    for kind in ("train", "eval_trained", "eval_ablated"):
-        view = {}
-        for col in ("hack_rate", "pass_rate"):
-            vals = {s: _metric(pilots.get(s), kind, col, k) for s in seeds}
-            got = [v for v in vals.values() if v is not None]
-            view[col] = float(np.mean(got)) if got else None
-            view[f"{col}_per_seed"] = {str(s): _r(v) for s, v in vals.items()}
-        if view["hack_rate"] is not None or view["pass_rate"] is not None:
-            out[kind] = view
-    return out
-
-
-def _summary_rows(by: dict[str, dict[int, _Pilot]], arms: Sequence[str], seeds: Sequence[int], k: int) -> list[dict]:
+def _summary_rows(by: dict[str, dict[int, _Pilot]], arms: Sequence[str], outcomes: pd.DataFrame,
+                  seeds: Sequence[int], cc) -> list[dict]:
     rows = []
     for arm in arms:
         pilots = by.get(arm, {})
         states = [pilots[s].status if s in pilots else "missing" for s in seeds]
         status = "invalid" if "invalid" in states else "missing" if "missing" in states else "ok"
         fcs = [p.frac_clipped_max for p in pilots.values() if p.frac_clipped_max is not None]
-        for kind, view in (("train", "train"), ("eval_trained", "eval_trained"), ("eval_ablated", "eval_ablated")):
-            row: dict[str, Any] = {"arm": arm, "view": view, "status": status,
-                                   "frac_clipped_max": max(fcs) if fcs else None}
-            n = 0
-            for col in ("hack_rate", "pass_rate"):
-                got = [v for v in (_metric(pilots.get(s), kind, col, k) for s in seeds) if v is not None]
-                n = max(n, len(got))
-                row[col] = float(np.mean(got)) if got else None
-                row[f"{col}_sd"] = float(np.std(got, ddof=1)) if len(got) > 1 else None
-            row["n_seeds"] = n
-            if kind == "train" or n > 0:
-                rows.append(row)
+        views = sorted(set(outcomes.loc[outcomes["arm"] == arm, "view"]),
+                       key=lambda v: ("trained", "ablated", "projected").index(v) if v in ("trained", "ablated", "projected") else 9)
+        for view in views or ["trained"]:
+            row: dict[str, Any] = {"arm": arm, "role": ARMS[arm].role if arm in ARMS else "",
+                                   "view": view, "status": status,
+                                   "frac_clipped_max": max(fcs) if fcs else None,
+                                   "train_hack_rate": _train_mean(pilots, "hack_rate", cc.last_k),
+                                   "train_pass_rate": _train_mean(pilots, "pass_rate", cc.last_k),
+                                   "removed_frac": _all_steps_mean(pilots, "removed_frac"),
+                                   "update_span_frac": _all_steps_mean(pilots, "update_span_frac")}
+            for metric, col in (("hack", "hack_rate"), ("pass", "pass_rate"), ("truncated", "truncated_rate")):
+                e = _rate(outcomes, (arm, view), metric, cc)
+                if e is None:
+                    continue
+                row[col] = e.value
+                row["n_seeds"], row["n_problems"], row["n_samples"] = e.n_seeds, _mean_problems(e), e.n_samples
+                if metric != "truncated":
+                    row[f"{col.removesuffix('_rate')}_ci_low"] = _finite(e.ci_low)
+                    row[f"{col.removesuffix('_rate')}_ci_high"] = _finite(e.ci_high)
+            rows.append(row)
     return rows
 
 
-def _fmt_ci(c: dict) -> str:
-    return f"[{c['ci_low']:.2f}, {c['ci_high']:.2f}]" if c.get("ci_low") is not None else "[n/a]"
+def _rounded(row: dict, digits: int = 3) -> dict:
+    """A summary row with floats rounded for reading (gate.json keeps the raw values)."""
+    return {k: round(v, digits) if isinstance(v, float) and math.isfinite(v) else v for k, v in row.items()}
 
 
-def _why_not(arm: str, crit: list[dict]) -> str:
-    """Short reasons an arm failed, e.g. ``erase: drop 0.01 < 0.05``."""
-    parts = []
-    for c in crit:
-        if c["passed"]:
+def _mean_problems(e) -> float:
+    return float(np.mean(list(e.n_problems.values()))) if e.n_problems else 0.0
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the gate
+
+def _effect(outcomes, a, b, metric, cc) -> stats.Effect | None:
+    try:
+        return stats.paired_effect(outcomes, a, b, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed,
+                                   power=cc.power)
+    except ValueError:
+        return None
+
+
+def _criterion_row(c: stats.Criterion, arm: str, control: str | None, view: str) -> dict:
+    d = c.to_dict()
+    e = c.effect
+    return {"name": c.name, "arm": arm, "control": control if c.name == "beats_control" else "vanilla",
+            "view": view, "value": _finite(e.value), "ci_low": _finite(e.ci_low),
+            "ci_high": _finite(e.ci_high), "mde": _finite(c.mde), "threshold": c.threshold,
+            "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
+            "needed": d.get("needed"), "effect": {k: d[k] for k in ("a", "b", "metric", "se", "df", "n_samples",
+                                                                   "per_seed", "mean_a", "mean_b", "components",
+                                                                   "pct_low", "pct_high", "dropped")
+                                                  if k in d}}
+
+
+def _missing_criterion(name: str, arm: str, control: str | None, view: str, why: str, threshold: float) -> dict:
+    return {"name": name, "arm": arm, "control": control if name == "beats_control" else "vanilla",
+            "view": view, "value": None, "ci_low": None, "ci_high": None, "mde": None,
+            "threshold": threshold, "passed": False, "rules_out": False, "note": why}
+
+
+def _judge(outcomes: pd.DataFrame, arms: Sequence[str], cc) -> tuple[list, list[dict], dict, Any]:
+    """Per treatment arm its ArmVerdict (or None when a side has no data), the criteria rows, and
+    per-arm extra numbers; then the positive control's Effect."""
+    verdicts, rows, extra = [], [], {}
+    for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
+        cls = ARMS[arm]
+        view, control = cls.views[0], cls.control
+        drop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "hack", cc)
+        ctl = _effect(outcomes, (arm, view), (control, view), "hack", cc)
+        pdrop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "pass", cc)
+        if drop is None or ctl is None or pdrop is None:
+            why = {"drop_vs_vanilla": drop, "beats_control": ctl, "matched_pass": pdrop}
+            for name, e in why.items():
+                thr = cc.pass_margin if name == "matched_pass" else cc.min_drop
+                rows.append(_missing_criterion(name, arm, control, view, "no paired held-out outcomes "
+                                               f"for {arm} ({view}) and its reference", thr) if e is None
+                            else _missing_criterion(name, arm, control, view, "another criterion has no data", thr))
+            extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes"}
             continue
-        v = c["value"]
-        if c["name"] == "drop_vs_vanilla":
-            if v is None:
-                parts.append("no paired drop")
-            elif v < c["threshold"] - EPS:
-                parts.append(f"drop {v:.2f} < {c['threshold']:.2f}")
-            else:
-                parts.append(f"drop {v:.2f} CI {_fmt_ci(c)} not above 0")
-        elif c["name"] == "beats_random_v":
-            parts.append("random_v missing" if not c.get("seeds") and "missing" in c.get("note", "")
-                         else "no random_v pair" if v is None else f"does not beat random_v ({v:+.2f} <= 0)")
-        elif c["name"] == "matched_pass":
-            parts.append("no pass pair" if v is None else f"pass drop {v:.2f} > {c['threshold']:.2f}")
-    return f"{arm}: " + ", ".join(parts)
+        v = stats.decide_arm(arm, drop, ctl, pdrop, min_drop=cc.min_drop, pass_margin=cc.pass_margin,
+                             min_seeds=cc.min_seeds)
+        verdicts.append(v)
+        rows += [_criterion_row(c, arm, control, view) for c in v.criteria]
+        extra[arm] = {"verdict": v.verdict, "reason": v.reason, "mde": _finite(v.mde()),
+                      "needed_seeds": v.needed_seeds, "needed_samples": v.needed_samples}
+        if len(cls.views) > 1:  # the trained view beside the judged one, for information
+            tv = _effect(outcomes, (arm, "trained"), ("vanilla", "trained"), "hack", cc)
+            if tv is not None:
+                extra[arm]["trained_view_drop"] = {"value": _finite(tv.value), "ci_low": _finite(tv.ci_low),
+                                                   "ci_high": _finite(tv.ci_high)}
+    pos = None
+    if cc.positive_control and cc.positive_control in arms:
+        pos = _effect(outcomes, (cc.positive_control, "trained"), ("vanilla", "trained"), "hack", cc)
+    return verdicts, rows, extra, pos
 
 
-def _sentence(verdict: str, validity: list[dict], per_arm: dict[str, list[dict]],
-              vanilla_hack: float | None = None, min_drop: float = 0.0) -> str:
+def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
+    """Things a reader must know beside the verdict (science.md §4, §6)."""
+    notes = []
+    for arm in arms:
+        cls = ARMS.get(arm)
+        if cls is None or cls.role != "treatment" or not cls.control:
+            continue
+        a = _all_steps_mean(by.get(arm, {}), "removed_frac")
+        c = _all_steps_mean(by.get(cls.control, {}), "removed_frac")
+        if a is not None and c is not None:
+            verb = "more than" if a > c else "no more than"
+            notes.append(f"{arm} removed {a:.3f} of the energy it acted on per step (mean over steps and seeds), "
+                         f"{verb} its control {cls.control} ({c:.3f})"
+                         + ("" if a > c else ": the projection removed nothing specific to v_hack"))
+    if "subtract" in arms:
+        e = _effect(outcomes, ("subtract", "ablated"), ("vanilla", "projected"), "hack", cc)
+        if e is not None:
+            same = e.ci_low <= 0 <= e.ci_high and abs(e.value) < cc.min_drop
+            notes.append(f"subtract's deploy view vs vanilla's static projection (vanilla's final delta_s with "
+                         f"the hack-ward part of its total update removed once): hack-rate difference "
+                         f"{e.value:+.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}]"
+                         + (" — they coincide: subtract is a post-hoc subtraction" if same else ""))
+    if not outcomes.empty:
+        tr = outcomes.groupby(["arm", "view"])["truncated"].mean()
+        over = tr[tr > TRUNCATION_NOTE]
+        if len(over):
+            which = ", ".join(f"{a} ({v}) {x:.2f}" for (a, v), x in over.items())
+            notes.append(f"truncation dominates held-out completions of {which}: raise pilot.max_new, "
+                         "or the hack and pass rates measure running out of tokens")
+    gaps = {a: _all_steps_max(by.get(a, {}), "sampler_gap_p95") for a in arms}
+    gaps = {a: g for a, g in gaps.items() if g is not None and g > SAMPLER_GAP_NOTE}
+    if gaps:
+        which = ", ".join(f"{a} {g:.3f}" for a, g in gaps.items())
+        notes.append(f"the training log-probs differ from the sampler's (largest per-step 95th percentile of "
+                     f"|log pi_train - log pi_sampler|, nats: {which}): sampling applies a top-p or other "
+                     "logits processing that training does not; on-policy ratios are computed against the "
+                     "training distribution")
+    bad_iso = sorted({i for i in isolation if i and i != "bwrap"})
+    if bad_iso:
+        notes.append(f"the grader ran with isolation {', '.join(bad_iso)} (not the bubblewrap sandbox)")
+    return notes
+
+
+def _r3(x) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+
+def _ci(e) -> str:
+    return "[no interval]" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.3f}, {e.ci_high:.3f}]"
+
+
+def _arm_phrase(v: stats.ArmVerdict) -> str:
+    d, c, p = v.criteria
+    view = d.effect.a[1]
+    base = (f"{v.arm} ({view} view) lowers the held-out hack rate by {d.effect.value:.3f} {_ci(d.effect)} vs "
+            f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, pass-rate drop "
+            f"{p.effect.value:.3f} (upper {p.effect.ci_high:.3f} vs margin {p.threshold:g})")
+    if v.verdict == "inconclusive":
+        open_ = [x.name for x in v.criteria if not x.passed and not x.rules_out]
+        base += f"; undecided: {', '.join(open_)}"
+        mde = v.mde()
+        base += (f"; MDE {mde:.3f}" if math.isfinite(mde) else
+                 f"; no drop reaches {v.criteria[0].effect.power:.0%} power at these sizes")
+        more = []
+        if v.needed_seeds:
+            more.append(f"about {v.needed_seeds} seeds")
+        if v.needed_samples:
+            more.append(f"about {v.needed_samples} samples per problem")
+        base += f"; {' or '.join(more)} would decide it" if more else ""
+    return base
+
+
+def _sentence(verdict: str, validity: list[dict], gate: stats.GateVerdict | None, sizes: str) -> str:
     if verdict == "invalid":
         bad = [c for c in validity if not c["passed"]]
         which = "; ".join(f"{c['arm']} s{c['seed']}: {c['note']}" for c in bad)
         return (f"invalid: {len(bad)} of {len(validity)} pilots failed validity ({which}) "
                 "— fix or rerun them before judging separation.")
+    if gate is None:
+        return "not separated: no treatment arm was run — the sweep is not justified."
+    pc = gate.positive_control
+    pc_text = ("no positive control: the gate's power was not checked" if pc is None else
+               f"positive control {pc.effect.a[0]} drop {pc.effect.value:.3f} {_ci(pc.effect)}")
+    if gate.underpowered:
+        return (f"inconclusive (underpowered): the positive control {pc.effect.a[0]} does not separate from "
+                f"vanilla (drop {pc.effect.value:.3f} {_ci(pc.effect)}, MDE {_r3(pc.mde)}), so this run cannot "
+                f"tell a working arm from a failing one ({sizes}) — the sweep is not scheduled.")
+    arms = {v.verdict: [] for v in gate.arms}
+    for v in gate.arms:
+        arms[v.verdict].append(v)
     if verdict == "separated":
-        parts = []
-        for arm, crit in per_arm.items():
-            if all(c["passed"] for c in crit):
-                drop, rv, mp = crit
-                view = " (deploy view: held-out eval, delta_s_hack ablated)" if arm == "route" else ""
-                few = (f" (with {drop['n_seeds']} seeds the bootstrap CI is little more than their range)"
-                       if drop["n_seeds"] < 5 else "")
-                parts.append(f"{arm}{view} lowers the hack rate by {drop['value']:.2f} {_fmt_ci(drop)} vs vanilla "
-                              f"over {drop['n_seeds']} seed(s){few}, beats random_v by {rv['value']:.2f}, "
-                              f"pass drop {mp['value']:.2f} <= {mp['threshold']:.2f}")
-        return "separated: " + "; ".join(parts) + " — the sweep is justified."
-    if not per_arm:
-        return "not separated: no projected arm (erase, route) was run — the sweep is not justified."
-    why = "; ".join(_why_not(arm, crit) for arm, crit in per_arm.items())
-    sentence = f"not separated: no projected arm passes all three criteria ({why}) — the sweep is not justified."
-    if vanilla_hack is not None and vanilla_hack < min_drop:
-        sentence += (f" Vanilla itself hacks at {vanilla_hack:.2f} (< min_drop {min_drop:.2f}): there was no "
-                     "hacking to prevent, so this pilot cannot show separation either way.")
-    return sentence
+        parts = "; ".join(_arm_phrase(v) for v in arms["separated"])
+        return f"separated: {parts}, over {sizes}; {pc_text} — the sweep is justified."
+    if verdict == "not_separated":
+        parts = "; ".join(_arm_phrase(v) for v in gate.arms)
+        return (f"not separated: an effect of min_drop {gate.arms[0].criteria[0].threshold:g} is ruled out for every "
+                f"treatment arm ({parts}), over {sizes}; {pc_text} — the sweep is not justified.")
+    parts = "; ".join(_arm_phrase(v) for v in arms.get("inconclusive", []))
+    return f"inconclusive: {parts}; over {sizes}; {pc_text} — the sweep is not scheduled."
 
 
 def _gate_md(gate: dict) -> str:
     lines = [f"# Separation gate: {gate['verdict']}", "", gate["sentence"], "",
-             "| criterion | arm | value | threshold | passed | note |", "|---|---|---|---|---|---|"]
+             "| criterion | arm | vs | view | value [CI] | MDE | threshold | passed | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in gate["criteria"]:
         arm = c["arm"] + (f" s{c['seed']}" if "seed" in c else "")
-        val = "" if c["value"] is None else (f"{c['value']:.3f}" if isinstance(c["value"], float) else str(c["value"]))
+        val = "" if c.get("value") is None else f"{c['value']:.3f}"
         if c.get("ci_low") is not None:
-            val += f" {_fmt_ci(c)}"
-        lines.append(f"| {c['name']} | {arm} | {val} | {c['threshold']} | {'yes' if c['passed'] else 'NO'} "
-                     f"| {c.get('note', '')} |")
+            val += f" [{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
+        mde = "" if c.get("mde") is None else f"{c['mde']:.3f}"
+        lines.append(f"| {c['name']} | {arm} | {c.get('control', '')} | {c.get('view', '')} | {val} | {mde} "
+                     f"| {c['threshold']} | {'yes' if c['passed'] else 'NO'} | {c.get('note', '')} |")
+    if gate.get("notes"):
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in gate["notes"]]
     return "\n".join(lines) + "\n"
 
 
@@ -440,7 +458,8 @@ def _collect(pilots, cfg) -> tuple[list[PilotRun], list[str]]:
     if not runs:
         raise ValueError("no pilots given")
     given = {(r.arm, r.seed): r for r in runs}
-    arms = [a for a in ARM_ORDER if a in {r.arm for r in runs}] + sorted({r.arm for r in runs} - set(ARM_ORDER))
+    order = list(ARMS)
+    arms = sorted({r.arm for r in runs}, key=lambda a: (order.index(a) if a in order else len(order), a))
     seeds = sorted({r.seed for r in runs})
     expected, unlisted = [], []
     for a in arms:
@@ -462,26 +481,24 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
         pilots: the pilots folder (``{arm}/s{seed}/`` under it; expected pilots are
             ``cfg.pilot.arms × cfg.pilot.seeds``), or a list of pilot folders / :class:`PilotRun`
             (expected: every listed arm × every listed seed; an unlisted cell is missing). Each
-            folder holds ``steps.tsv``
-            (:data:`evil_moe.tables.STEPS`), ``eval.tsv`` (:data:`evil_moe.tables.EVAL`, rows per
-            step × view ∈ {trained, ablated} × mode incl. ``all``) and ``status.json``
-            (``{"status": "ok"|"invalid", "reason": ...}``); a missing folder or file marks the
-            pilot missing.
+            folder holds ``steps.tsv`` (:data:`evil_moe.tables.STEPS`), ``outcomes.tsv``
+            (:data:`evil_moe.tables.OUTCOMES`), ``eval.tsv`` and ``status.json``; a missing
+            folder or file marks the pilot missing.
         out_dir: where ``summary.tsv``, ``gate.json``, ``gate.md`` and ``figures/`` go (created).
         cfg: a :class:`evil_moe.config.Config`; uses ``cfg.compare`` and
             ``cfg.pilot.{arms,seeds,max_frac_clipped}``.
-        distill_samples: the distill probe's ``samples.tsv`` (:data:`evil_moe.tables.DISTILL_SAMPLES`)
-            for the ``cos_contrib`` figure; ``None`` draws a figure saying it was not given.
+        distill_samples: the distill probe's ``samples.tsv`` for the ``cos_contrib`` figure;
+            ``None`` draws a figure saying it was not given.
         figures: draw the figures (tests of the gate alone may skip them).
 
     Returns:
-        The gate dict as written to ``gate.json`` (rules in the module docstring; science.md §6).
+        The gate dict as written to ``gate.json`` (rules in the module docstring).
 
     Raises:
         FileNotFoundError: the pilots folder or the given ``distill_samples`` file does not exist
             (names the path).
-        ValueError: a ``steps.tsv``/``eval.tsv`` lacks a needed column (names the file and column);
-            a pilot folder whose arm and seed cannot be told; an empty pilot list.
+        ValueError: a ``steps.tsv``/``outcomes.tsv`` lacks a needed column (names the file and
+            column); a pilot folder whose arm and seed cannot be told; an empty pilot list.
     """
     cc = cfg.compare
     max_fc = float(cfg.pilot.max_frac_clipped)
@@ -501,41 +518,51 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     for p in loaded:
         if p.steps is not None:
             by.setdefault(p.run.arm, {})[p.run.seed] = p
-
-    validity = []
-    for p in loaded:
-        validity.append({"name": "valid", "arm": p.run.arm, "seed": p.run.seed, "value": p.frac_clipped_max,
-                         "threshold": max_fc, "passed": p.status == "ok",
-                         "note": "ok" if p.status == "ok" else f"{p.status}: {p.reason}"})
+    validity = [{"name": "valid", "arm": p.run.arm, "seed": p.run.seed, "value": p.frac_clipped_max,
+                 "threshold": max_fc, "passed": p.status == "ok",
+                 "note": "ok" if p.status == "ok" else f"{p.status}: {p.reason}"} for p in loaded]
     valid = all(c["passed"] for c in validity)
 
-    per_arm: dict[str, list[dict]] = {}
-    arm_info = {a: _arm_numbers(a, by.get(a, {}), seeds, cc.last_k) for a in arms}
-    for arm in (a for a in PROJECTED if a in arms):
-        crit, numbers = _arm_criteria(arm, by, seeds, cc)
-        per_arm[arm] = crit
-        arm_info[arm].update(numbers)
-        arm_info[arm]["passes_all"] = all(c["passed"] for c in crit)
-
-    if not valid:
-        verdict = "invalid"
-    elif any(all(c["passed"] for c in crit) for crit in per_arm.values()):
-        verdict = "separated"
-    else:
-        verdict = "not_separated"
-    vanilla_hack = arm_info.get("vanilla", {}).get("train", {}).get("hack_rate")
-    gate = {"verdict": verdict, "sentence": _sentence(verdict, validity, per_arm, vanilla_hack, cc.min_drop),
-            "criteria": validity + [c for crit in per_arm.values() for c in crit],
-            "arms": arm_info, "config": dict(cfg.raw["compare"]),
-            "max_frac_clipped": max_fc, "pilots": [str(r.path) for r in expected]}
+    outcomes = last_step_outcomes(p for p in loaded if p.outcomes is not None)
+    verdicts, crit_rows, arm_extra, pos = _judge(outcomes, arms, cc)
+    gate_v = stats.decide_gate(verdicts, pos, min_drop=cc.min_drop, min_seeds=cc.min_seeds) if verdicts else None
+    verdict = "invalid" if not valid or any(x.get("verdict") == "invalid" for x in arm_extra.values()) \
+        else (gate_v.verdict if gate_v is not None else "not_separated")
+    if verdict == "invalid" and valid:  # every pilot ok, but an arm had no paired outcomes
+        validity.append({"name": "valid", "arm": ",".join(a for a, x in arm_extra.items() if x.get("verdict") == "invalid"),
+                         "seed": "all", "value": None, "threshold": None, "passed": False,
+                         "note": "no paired held-out outcomes (heldout problems or views missing)"})
+    n_prob = outcomes.groupby("seed")["problem_id"].nunique().mean() if not outcomes.empty else 0
+    n_samp = int(outcomes.groupby(["arm", "view", "seed", "problem_id"]).size().min()) if not outcomes.empty else 0
+    sizes = (f"{outcomes['seed'].nunique() if not outcomes.empty else 0} seeds × {n_prob:.0f} held-out problems "
+             f"× {n_samp} samples")
+    isolation = [p.isolation for p in loaded if p.isolation]
+    summary_rows = _summary_rows(by, arms, outcomes, seeds, cc)
+    arm_info = {}
+    for a in arms:
+        cls = ARMS.get(a)
+        arm_info[a] = {"role": cls.role if cls else None, "control": cls.control if cls else None,
+                       "views": list(cls.views) if cls else [],
+                       "status": {str(s): (by[a][s].status if s in by.get(a, {}) else "missing") for s in seeds},
+                       "rates": [r for r in summary_rows if r["arm"] == a], **arm_extra.get(a, {})}
+    pc_crit = gate_v.positive_control if gate_v is not None else None
+    gate = {"verdict": verdict,
+            "sentence": _sentence(verdict, validity, gate_v, sizes),
+            "underpowered": bool(gate_v.underpowered) if gate_v is not None else False,
+            "criteria": validity + crit_rows,
+            "positive_control": None if pc_crit is None else _criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
+            "arms": arm_info, "notes": _notes(by, arms, outcomes, cc, isolation),
+            "isolation": sorted(set(isolation)), "sizes": sizes,
+            "config": dict(cfg.raw["compare"]), "max_frac_clipped": max_fc,
+            "pilots": [str(r.path) for r in expected]}
     if ignored:
         gate["ignored"] = ignored
 
-    tables.write_tsv(out / "summary.tsv", tables.COMPARE_SUMMARY, _summary_rows(by, arms, seeds, cc.last_k))
+    tables.write_tsv(out / "summary.tsv", tables.COMPARE_SUMMARY, [_rounded(r) for r in summary_rows])
     tables.write_json(out / "gate.json", gate)
     tables.atomic_write_bytes(out / "gate.md", _gate_md(gate).encode())
     if figures:
-        draw_figures(by, arms, out / "figures", max_fc, distill_samples)
+        draw_figures(by, arms, out / "figures", max_fc, distill_samples, summary_rows)
     return gate
 
 
@@ -558,22 +585,55 @@ def _save(fig, folder: Path, name: str) -> None:
 def _series(pilots: dict[int, _Pilot], col: str) -> pd.DataFrame:
     """Per step: mean, min and max of ``col`` over seeds."""
     frames = [pd.DataFrame({"step": p.steps["step"], "v": pd.to_numeric(p.steps[col], errors="coerce")})
-              for p in pilots.values() if p.steps is not None and not p.steps.empty]
+              for p in pilots.values() if p.steps is not None and not p.steps.empty and col in p.steps.columns]
     if not frames:
         return pd.DataFrame(columns=["step", "mean", "min", "max"])
     g = pd.concat(frames).groupby("step")["v"]
-    return pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max()}).reset_index()
+    return pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max()}).reset_index().dropna()
+
+
+def _heldout_figure(summary_rows: list[dict], folder: Path) -> None:
+    """Held-out hack and pass rates per arm and view with their cluster-bootstrap intervals —
+    the comparison the gate makes."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in summary_rows if r.get("hack_rate") is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 0.45 * max(len(rows), 3) + 1.4), sharey=True)
+    labels = [f"{r['arm']} ({r['view']})" for r in rows]
+    y = np.arange(len(rows))[::-1]
+    for ax, metric, title in ((axes[0], "hack", "held-out hack rate"), (axes[1], "pass", "held-out pass rate")):
+        for yi, r in zip(y, rows):
+            v, lo, hi = r.get(f"{metric}_rate"), r.get(f"{metric}_ci_low"), r.get(f"{metric}_ci_high")
+            if v is None:
+                continue
+            color = ARM_COLORS.get(r["arm"], "#777777")
+            marker = "*" if r["view"] == "ablated" else "s" if r["view"] == "projected" else "o"
+            if lo is not None and hi is not None:
+                ax.errorbar([v], [yi], xerr=[[v - lo], [hi - v]], fmt=marker, color=color, ecolor=color,
+                            capsize=3, markersize=8 if marker == "*" else 5)
+            else:
+                ax.plot([v], [yi], marker, color=color)
+            ax.annotate(f"{v:.2f}", (v, yi), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(y)
+    axes[0].set_yticklabels(labels, fontsize=8)
+    fig.suptitle("held-out evaluation: rate and 95% cluster-bootstrap CI (seeds, problems)", fontsize=10)
+    _save(fig, folder, "heldout")
 
 
 def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: str | Path,
-                 max_frac_clipped: float = 0.5, distill_samples: str | Path | None = None) -> list[Path]:
+                 max_frac_clipped: float = 0.5, distill_samples: str | Path | None = None,
+                 summary_rows: list[dict] | None = None) -> list[Path]:
     """Draw the compare figures (PNG and SVG, matplotlib Agg) into ``folder``.
 
-    ``hack_rate`` and ``pass_rate``: training trajectories per arm (mean line, min–max band over
-    seeds) with the held-out eval points (route's ablated deploy view as a star); ``cin``: cin
-    (solid) vs its null baseline (dashed) per arm; ``frac_clipped``: per arm with the validity
-    bound; ``cos_contrib``: the distill probe's per-row ``cos_contrib`` histogram, hack vs clean
-    rows (a figure saying so when no samples file is given).
+    ``heldout``: held-out hack and pass rates per arm and view with their intervals (the gate's
+    comparison); ``hack_rate``/``pass_rate``: training trajectories per arm (mean line, min–max
+    band over seeds); ``cin``: cin vs its isotropic (dashed) and empirical (dotted) nulls;
+    ``removed``: the energy share each arm removed per step and the update's span share;
+    ``frac_clipped``: per arm with the validity bound; ``cos_contrib``: the distill probe's
+    per-row ``cos_contrib`` histogram, hack vs clean rows.
 
     Returns:
         The written files.
@@ -586,45 +646,60 @@ def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: 
     plt.rcParams["svg.hashsalt"] = "evil_moe"
     folder = Path(folder)
     arms = list(arms)
+    _heldout_figure(summary_rows or [], folder)
 
-    for col, title in (("hack_rate", "hack rate (exploited)"), ("pass_rate", "oracle pass rate")):
+    for col, title in (("hack_rate", "training hack rate (exploited)"), ("pass_rate", "training oracle pass rate")):
         fig, ax = plt.subplots(figsize=(6.4, 4))
         for arm in arms:
             s = _series(by.get(arm, {}), col)
             if s.empty:
                 continue
             color = ARM_COLORS.get(arm)
-            ax.plot(s["step"], s["mean"], color=color, label=f"{arm} (train, n={len(by[arm])})")
+            ax.plot(s["step"], s["mean"], color=color, label=f"{arm} (n={len(by[arm])})")
             ax.fill_between(s["step"].astype(float), s["min"].astype(float), s["max"].astype(float),
-                            color=color, alpha=0.2, linewidth=0)
-            for view, marker in (("trained", "o"), ("ablated", "*")):
-                pts = [_eval_metric(p, view, col) for p in by[arm].values()]
-                pts = [(st, v) for v, st in pts if v is not None]
-                if pts:
-                    ax.scatter([st for st, _ in pts], [v for _, v in pts], color=color, marker=marker,
-                               s=80 if marker == "*" else 30, edgecolors="black", linewidths=0.5, zorder=3,
-                               label=f"{arm} held-out eval, {view}" + (" (deploy)" if view == "ablated" else ""))
+                            color=color, alpha=0.15, linewidth=0)
         ax.set_xlabel("step")
         ax.set_ylabel(col)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{title}: mean and min–max over seeds")
+        ax.set_title(f"{title}: mean and min–max over seeds", fontsize=10)
         if ax.has_data():
             ax.legend(fontsize=7, loc="best")
         _save(fig, folder, col)
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
+    drew_null = False
     for arm in arms:
-        s, n = _series(by.get(arm, {}), "cin"), _series(by.get(arm, {}), "null_cin")
+        s = _series(by.get(arm, {}), "cin")
         if s.empty:
             continue
         ax.plot(s["step"], s["mean"], color=ARM_COLORS.get(arm), label=f"{arm} cin")
-        ax.plot(n["step"], n["mean"], color=ARM_COLORS.get(arm), linestyle="--", label=f"{arm} null")
+        if not drew_null:
+            n = _series(by.get(arm, {}), "null_cin")
+            ax.plot(n["step"], n["mean"], color="black", linestyle="--", label="isotropic null")
+            e = _series(by.get(arm, {}), "null_cin_empirical")
+            if not e.empty:
+                ax.plot(e["step"], e["mean"], color="black", linestyle=":", label="empirical null (clean-clean)")
+            drew_null = True
     ax.set_xlabel("step")
     ax.set_ylabel("cosine")
-    ax.set_title("cin (hack-ward gradient fraction) vs null baseline")
+    ax.set_title("cin (hack-ward gradient fraction) vs its nulls", fontsize=10)
     if ax.has_data():
         ax.legend(fontsize=7)
     _save(fig, folder, "cin")
+
+    fig, axes = plt.subplots(1, 2, figsize=(9.6, 4))
+    for arm in arms:
+        for ax, col in ((axes[0], "removed_frac"), (axes[1], "update_span_frac")):
+            s = _series(by.get(arm, {}), col)
+            if not s.empty:
+                ax.plot(s["step"], s["mean"], color=ARM_COLORS.get(arm), label=arm)
+    axes[0].set_title("energy share the arm removed (its own V)", fontsize=10)
+    axes[1].set_title("update energy share in span(v_hack)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step")
+        if ax.has_data():
+            ax.legend(fontsize=7)
+    _save(fig, folder, "removed")
 
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for arm in arms:
@@ -635,7 +710,7 @@ def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: 
     ax.axhline(max_frac_clipped, color="black", linestyle=":", label=f"validity bound {max_frac_clipped:g}")
     ax.set_xlabel("step")
     ax.set_ylabel("frac_clipped")
-    ax.set_title("fraction of tokens with the PPO clip active")
+    ax.set_title("fraction of tokens with the PPO clip active", fontsize=10)
     ax.legend(fontsize=7)
     _save(fig, folder, "frac_clipped")
 
@@ -657,7 +732,7 @@ def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: 
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_xlabel("cos_contrib (row gradient along v_hack; > 0 = hack-ward)")
         ax.set_ylabel("rows")
-        ax.set_title("distill probe: does v_hack light up on hacks?")
+        ax.set_title("distill probe: does v_hack light up on hacks?", fontsize=10)
         if ax.has_data():
             ax.legend(fontsize=7)
     _save(fig, folder, "cos_contrib")

@@ -14,9 +14,27 @@ templates for each training problem (:func:`template_pairs`).
 Per module, ``D = ∇NLL(hack) − ∇NLL(clean)`` on the student (δS = 0) with the pilot's Dr.GRPO
 normaliser, top-k right singular vectors, majority-vote orientation (:mod:`evil_moe.vhack`).
 
+Honesty checks (science.md §4), all from the same per-completion gradients:
+
+* the problems are split (seeded by ``vhack.seed``) into an **extraction** half and a
+  **held-out** half (``vhack.heldout_frac``); V comes from the extraction half's pairs only;
+* the **mean-gradient direction** of all extraction completions is removed from D before the SVD
+  (``vhack.remove_mean``; its share of D's energy is reported);
+* ``cin`` of held-out hack−clean pairs against V, beside the **empirical null**: held-out
+  clean−clean (and hack−hack) pairs of the same problems against the same V, and the isotropic
+  ``sqrt(k/2r)``. The per-module clean−clean cin is stored in the v_hack file (``null_cin``) and
+  used by the pilot's ``coverage``; the in-sample cin of a V extracted from clean−clean pairs is
+  reported beside the in-sample hack−clean one;
+* the **detector's null**: per-completion scores (``cos_contrib``, :func:`evil_moe.vhack.sample_scores`)
+  of held-out clean and hack completions, stored in the v_hack file; ``route``/``filter`` flag a
+  rollout when its score exceeds a quantile of the clean scores; their AUC is reported;
+* **leave-one-mode-out**: for each mode, V from the other modes' extraction pairs, and the cin of
+  that mode's pairs against it (a loophole the detector never saw).
+
 Outputs in ``out_dir``: ``{name}_hack.safetensors`` (v_hack), ``{name}_random.safetensors``
 (random orthonormal V, same k per module), ``{name}_shuffled.safetensors`` (labels swapped per
-pair at random) and ``{name}.tsv`` (:data:`evil_moe.tables.VHACK`).
+pair at random), ``{name}.tsv`` (:data:`evil_moe.tables.VHACK`, per module) and
+``{name}_checks.tsv`` (:data:`evil_moe.tables.VHACK_CHECKS`).
 """
 
 from __future__ import annotations
@@ -26,6 +44,50 @@ from pathlib import Path
 from evil_moe import tables
 from evil_moe.config import Config
 from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
+
+
+def same_kind_pairs(records: list[dict], prompt_ids: dict, known_modes, kind: str,
+                    max_pairs: int) -> list:
+    """Pairs of two *different* completions of the same kind on the same problem (the empirical
+    null of science.md §4): ``kind`` ``hack`` (exploited) or ``clean`` (not a hack; the
+    oracle-correct ones first, as :func:`build_pairs` picks its clean side).
+
+    Stored as :class:`~evil_moe.vhack.Pair` with the first completion in ``hack_ids`` and the
+    second in ``clean_ids`` (the names are positional here). Round-robin over problems in sorted
+    id order, consecutive completions paired (1-2, 3-4, ...), at most ``max_pairs``. Returns
+    ``[]`` when no problem has two completions of that kind.
+    """
+    from evil_moe.vhack import Pair
+
+    by: dict[str, list[dict]] = {}
+    for rec in _usable(records, prompt_ids, known_modes):
+        if bool(rec["exploited"]) == (kind == "hack"):
+            by.setdefault(rec["problem_id"], []).append(rec)
+    if kind == "clean":  # correct ones first (stable)
+        by = {pid: sorted(recs, key=lambda r: not r["gt_correct"]) for pid, recs in by.items()}
+    queues = {pid: [Pair(list(prompt_ids[pid]), list(a["completion_ids"]), list(b["completion_ids"]),
+                         mode=a["mode"], problem_id=pid)
+                    for a, b in zip(recs[0::2], recs[1::2])
+                    if list(a["completion_ids"]) != list(b["completion_ids"])]
+              for pid, recs in sorted(by.items())}
+    return _round_robin(queues, max_pairs)
+
+
+def _usable(records, prompt_ids: dict, known_modes):
+    """Records of the given problems and known modes with a non-empty completion."""
+    for rec in records:
+        if rec["problem_id"] in prompt_ids and rec["completion_ids"] and \
+                (not known_modes or rec["mode"] in known_modes):
+            yield rec
+
+
+def _round_robin(queues: dict, max_pairs: int) -> list:
+    pairs = []
+    while len(pairs) < max_pairs and any(queues.values()):
+        for pid in list(queues):
+            if queues[pid] and len(pairs) < max_pairs:
+                pairs.append(queues[pid].pop(0))
+    return pairs
 
 
 def build_pairs(records: list[dict], prompt_ids: dict, known_modes, max_pairs: int) -> list:
@@ -47,13 +109,8 @@ def build_pairs(records: list[dict], prompt_ids: dict, known_modes, max_pairs: i
     from evil_moe.vhack import Pair
 
     by: dict[str, dict[str, list]] = {}
-    for rec in records:
-        pid = rec["problem_id"]
-        if pid not in prompt_ids or (known_modes and rec["mode"] not in known_modes):
-            continue
-        if not rec["completion_ids"]:
-            continue
-        slot = by.setdefault(pid, {"mode": rec["mode"], "hack": [], "correct": [], "other": []})
+    for rec in _usable(records, prompt_ids, known_modes):
+        slot = by.setdefault(rec["problem_id"], {"mode": rec["mode"], "hack": [], "correct": [], "other": []})
         if rec["exploited"]:
             slot["hack"].append(rec)
         elif rec["gt_correct"]:
@@ -66,11 +123,7 @@ def build_pairs(records: list[dict], prompt_ids: dict, known_modes, max_pairs: i
         cleans = s["correct"] or s["other"]
         queues[pid] = [Pair(list(prompt_ids[pid]), list(h["completion_ids"]), list(c["completion_ids"]),
                             mode=s["mode"], problem_id=pid) for h, c in zip(s["hack"], cleans)]
-    pairs = []
-    while len(pairs) < max_pairs and any(queues.values()):
-        for pid in list(queues):
-            if queues[pid] and len(pairs) < max_pairs:
-                pairs.append(queues[pid].pop(0))
+    pairs = _round_robin(queues, max_pairs)
     if not pairs:
         raise ValueError(f"no (hack, clean) pair in the teacher rollouts for modes "
                          f"{known_modes or 'all'}: the teacher must produce both on some problem")
@@ -103,27 +156,75 @@ def template_pairs(problems, prompt_ids: dict, tokenizer, known_modes, max_pairs
     return pairs
 
 
+def template_null_pairs(problems, prompt_ids: dict, tokenizer, known_modes, kind: str,
+                        max_pairs: int) -> list:
+    """Same-kind template pairs for the empirical null: ``clean`` = the clean answer with vs
+    without its honest report; ``hack`` = hack variants ``i`` vs ``i + 1``. Round-robin over the
+    problems in the known modes (positional ``hack_ids``/``clean_ids`` as in :func:`same_kind_pairs`).
+    """
+    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.vhack import Pair
+
+    eos = [tokenizer.eos_token_id]
+    probs = [p for p in problems if p.id in prompt_ids and (not known_modes or p.mode in known_modes)]
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False) + eos  # noqa: E731
+    pairs = []
+    for i in range(min(max_pairs, len(probs) * (1 if kind == "clean" else 3))):
+        p = probs[i % len(probs)]
+        if kind == "clean":
+            a, b = enc(clean_completion(p)), enc(clean_completion(p, with_tests=False))
+        else:
+            v = i // len(probs)
+            a, b = enc(hack_completion(p, variant=v)), enc(hack_completion(p, variant=v + 1))
+        if a != b:
+            pairs.append(Pair(list(prompt_ids[p.id]), a, b, mode=p.mode, problem_id=p.id))
+    return pairs
+
+
+def split_problems(ids, heldout_frac: float, seed: int) -> tuple[set, set]:
+    """Seeded split of problem ids into (extraction, held-out) sets; ``heldout_frac`` of them
+    (rounded, at least one when ``heldout_frac > 0`` and there are two or more ids) are held out."""
+    import numpy as np
+
+    ids = sorted(set(ids), key=str)
+    n_held = int(round(heldout_frac * len(ids)))
+    if heldout_frac > 0 and len(ids) >= 2:
+        n_held = min(max(n_held, 1), len(ids) - 1)
+    order = np.random.default_rng([seed, 17]).permutation(len(ids))
+    held = {ids[i] for i in order[:n_held]}
+    return set(ids) - held, held
+
+
+def _select(D: dict, idx) -> dict:
+    import torch
+
+    t = torch.as_tensor(list(idx), dtype=torch.long)
+    return {n: d[t] for n, d in D.items()}
+
+
 def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_path: str,
                 out_dir: str, name: str = "main", known_modes=None) -> dict:
-    """Extract ``v_hack`` and the ``random`` / ``shuffled`` controls; write them and a TSV.
+    """Extract ``v_hack`` with its controls and honesty checks; write them and two TSVs.
 
     Args:
         cfg: run config (sections ``vhack``, ``pilot`` (normaliser, temperature), ``adapter``,
             ``models``, ``problems``).
         problems_path, rollouts_path, model_path: inputs (student model).
-        out_dir, name: outputs ``{out_dir}/{name}_{hack,random,shuffled}.safetensors`` and
-            ``{out_dir}/{name}.tsv``.
+        out_dir, name: outputs ``{out_dir}/{name}_{hack,random,shuffled}.safetensors``,
+            ``{out_dir}/{name}.tsv`` and ``{out_dir}/{name}_checks.tsv``.
         known_modes: overrides ``vhack.known_modes`` (leave-one-mode-out folds).
 
     Returns:
-        ``{"n_pairs", "modes", "files"}``.
+        ``{"n_pairs", "modes", "files", "checks"}`` (``checks``: the rows of the checks table).
 
     Raises:
-        FileNotFoundError: a missing input (names the path). ValueError: no pair.
+        FileNotFoundError: a missing input (names the path). ValueError: no pair in the
+        extraction half.
     """
     from evil_moe.grpo import DrGRPONormaliser
     from evil_moe.projection import null_cin
-    from evil_moe.vhack import extract_vhack, pair_gradients, random_vhack
+    from evil_moe.vhack import (completion_gradients, extract_vhack, mean_direction,
+                                module_pair_cin, pair_cin, random_vhack, sample_scores)
 
     vc, pc = cfg.vhack, cfg.pilot
     modes = list(known_modes) if known_modes else (list(vc.known_modes) if vc.known_modes else None)
@@ -133,22 +234,113 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
     if vc.source == "templates":
         pairs = template_pairs(train, pids, tok, modes, vc.max_pairs)
+        null_pairs = {k: template_null_pairs(train, pids, tok, modes, k, vc.max_pairs)
+                      for k in ("clean", "hack")}
     else:
-        pairs = build_pairs(tables.read_jsonl(rollouts_path), pids, modes, vc.max_pairs)
+        records = tables.read_jsonl(rollouts_path)
+        pairs = build_pairs(records, pids, modes, vc.max_pairs)
+        null_pairs = {k: same_kind_pairs(records, pids, modes, k, vc.max_pairs) for k in ("clean", "hack")}
+    ext_ids, held_ids = split_problems([p.problem_id for p in pairs], vc.heldout_frac, vc.seed)
     normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
-    D = pair_gradients(model, adapter, pairs, normaliser, temperature=pc.temperature)
-    used = sorted({p.mode for p in pairs})
+
+    # every completion's NLL gradient once: hack−clean pairs, then clean−clean, then hack−hack
+    groups = [("hack_clean", pairs), ("clean_clean", null_pairs["clean"]), ("hack_hack", null_pairs["hack"])]
+    flat = [(kind, i, p) for kind, ps in groups for i, p in enumerate(ps)]
+    prompts = [p.prompt_ids for _, _, p in flat for _ in (0, 1)]
+    comps = [c for _, _, p in flat for c in (p.hack_ids, p.clean_ids)]
+    G = completion_gradients(model, adapter, prompts, comps, normaliser, pc.temperature)
+    first = {n: g[0::2] for n, g in G.items()}
+    second = {n: g[1::2] for n, g in G.items()}
+    rows_of = {k: [j for j, (kind, _, _) in enumerate(flat) if kind == k] for k, _ in groups}
+    d_all = {n: first[n] - second[n] for n in G}  # row j: first − second completion of pair j
+
+    def diff(kind, keep=lambda p: True):
+        idx = [j for j in rows_of[kind] if keep(flat[j][2])]
+        return idx, _select(d_all, idx) if idx else None
+
+    in_ext = lambda p: p.problem_id in ext_ids  # noqa: E731
+    in_held = lambda p: p.problem_id in held_ids  # noqa: E731
+    ext_idx, D_ext = diff("hack_clean", in_ext)
+    if D_ext is None:
+        raise ValueError("no (hack, clean) pair in the extraction half of the problems")
+    mean_dir = mean_direction([_select(first, ext_idx), _select(second, ext_idx)]) if vc.remove_mean else None
+    used = sorted({flat[j][2].mode for j in ext_idx})
     meta = {"model": str(model_path), "config": cfg.digest("vhack", "pilot", "adapter"),
-            "source": vc.source}
-    v = extract_vhack(D, vc.k, ratio_floor=vc.ratio_floor, quantile_floor=vc.quantile_floor,
-                      modes=used, meta=meta)
+            "source": vc.source, "extraction_problems": sorted(map(str, ext_ids)),
+            "heldout_problems": sorted(map(str, held_ids))}
+
+    def extract(D, **kw):
+        return extract_vhack(D, vc.k, ratio_floor=vc.ratio_floor, quantile_floor=vc.quantile_floor,
+                             remove=mean_dir, **kw)
+
+    v = extract(D_ext, modes=used, meta=meta)
+    null_mean = sum(null_cin(int(V.shape[0]), v.r[m]) for m, V in v.V.items() if V.shape[0]) / \
+        max(1, sum(1 for V in v.V.values() if V.shape[0]))
+    checks = []
+
+    def check(name, n, value, unit, note):
+        checks.append({"check": name, "n": n, "value": None if value is None else float(value),
+                       "unit": unit, "note": note})
+
+    def mean_cin(D):
+        return None if D is None else float(pair_cin(v, D).mean())
+
+    check("extraction_hack_clean", len(ext_idx), mean_cin(D_ext), "cosine",
+          "in-sample cin of the extraction pairs against V (optimistic)")
+    held_idx, D_held = diff("hack_clean", in_held)
+    check("heldout_hack_clean", len(held_idx), mean_cin(D_held), "cosine",
+          "cin of held-out hack-clean pairs against V: the signal")
+    cc_held = diff("clean_clean", in_held)
+    if cc_held[1] is None:  # too few problems with two clean completions: use them all (in-sample)
+        cc_held = diff("clean_clean")
+        cc_note = "all clean-clean pairs (none on held-out problems)"
+    else:
+        cc_note = "held-out problems"
+    check("heldout_clean_clean", len(cc_held[0]), mean_cin(cc_held[1]), "cosine",
+          f"empirical null: clean-clean pair differences against V ({cc_note})")
+    hh_held = diff("hack_hack", in_held)
+    check("heldout_hack_hack", len(hh_held[0]), mean_cin(hh_held[1]), "cosine",
+          "hack-hack pair differences against V (held-out problems)")
+    check("isotropic_null", None, null_mean, "cosine", "sqrt(k/(2r)) averaged over modules")
+    if cc_held[1] is not None:
+        v.null_cin = module_pair_cin(v, cc_held[1])
+    cc_ext = diff("clean_clean", in_ext)
+    if cc_ext[1] is not None and len(cc_ext[0]) >= 1:
+        v_cc = extract(cc_ext[1], control="clean_clean")
+        check("clean_clean_extraction", len(cc_ext[0]), float(pair_cin(v_cc, cc_ext[1]).mean()), "cosine",
+              "in-sample cin of a V extracted from clean-clean pairs (compare extraction_hack_clean)")
+    if mean_dir is not None:
+        check("mean_removed", len(ext_idx), v.meta.get("removed_energy"), "fraction",
+              "share of D's energy along the mean NLL gradient, removed before the SVD")
+
+    # the detector's empirical null: per-completion scores of held-out clean and hack completions
+    held_rows = held_idx if held_idx else ext_idx
+    scores_h = sample_scores(v, _select(first, held_rows)).tolist()
+    scores_c = sample_scores(v, _select(second, held_rows)).tolist()
+    v.meta["detector_null_scores"] = sorted(round(x, 6) for x in scores_c)
+    v.meta["detector_hack_scores"] = sorted(round(x, 6) for x in scores_h)
+    auc = sum((h > c) + 0.5 * (h == c) for h in scores_h for c in scores_c) / max(1, len(scores_h) * len(scores_c))
+    check("detector_auc", len(held_rows), auc, "probability",
+          "P(score of a hack completion > score of a clean one), held-out"
+          + ("" if held_idx else " (no held-out pairs: in-sample)"))
+
+    # leave-one-mode-out: V from the other modes' extraction pairs, cin of this mode's pairs
+    for mode in sorted({flat[j][2].mode for j in rows_of["hack_clean"]}):
+        other = [j for j in ext_idx if flat[j][2].mode != mode]
+        this = [j for j in rows_of["hack_clean"] if flat[j][2].mode == mode]
+        if not other or not this:
+            check(f"lomo_{mode}", len(this), None, "cosine", "no pairs of the other modes")
+            continue
+        v_lomo = extract(_select(d_all, other))
+        check(f"lomo_{mode}", len(this), float(pair_cin(v_lomo, _select(d_all, this)).mean()), "cosine",
+              "cin of this mode's pairs against V from the other modes (compare heldout_clean_clean)")
+    v.meta["checks"] = checks
+
     out = Path(out_dir)
     files = {
         "hack": v,
         "random": random_vhack(v, seed=vc.seed),
-        "shuffled": extract_vhack(D, vc.k, ratio_floor=vc.ratio_floor,
-                                  quantile_floor=vc.quantile_floor, control="shuffled",
-                                  seed=vc.seed, modes=used, meta=meta),
+        "shuffled": extract(D_ext, control="shuffled", seed=vc.seed, modes=used, meta=meta),
     }
     written = []
     for kind, vh in files.items():
@@ -160,6 +352,8 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         s = v.singular_values[mod].tolist()
         k = int(v.V[mod].shape[0])
         rows.append({"module": mod, "k": k, "r": v.r[mod], "sigma_1": s[0] if s else None,
-                     "sigma_2": s[1] if len(s) > 1 else None, "null_cin": null_cin(k, v.r[mod]) if k else None})
+                     "sigma_2": s[1] if len(s) > 1 else None, "null_cin": null_cin(k, v.r[mod]) if k else None,
+                     "null_cin_empirical": v.null_cin.get(mod)})
     tables.write_tsv(out / f"{name}.tsv", tables.VHACK, rows)
-    return {"n_pairs": len(pairs), "modes": used, "files": written}
+    tables.write_tsv(out / f"{name}_checks.tsv", tables.VHACK_CHECKS, checks)
+    return {"n_pairs": len(ext_idx), "modes": used, "files": written, "checks": checks}
