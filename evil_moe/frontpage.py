@@ -29,7 +29,8 @@ def _cell(value: str) -> str:
     try:
         x = float(value)
     except ValueError:
-        return value.replace("|", "/").replace("*", r"\*")
+        text = value.replace("|", "/").replace("*", r"\*").replace("`", r"\`")
+        return text[:-1] + r"\_" if text.endswith("_") else text  # not a reference
     if not math.isfinite(x):
         return value
     return value if x.is_integer() and "." not in value else f"{x:.3f}"
@@ -47,7 +48,7 @@ def table_rst(tsv: str | Path, title: str) -> str:
         raise ValueError(f"{tsv}: no header row")
     lines = [f".. list-table:: {title}", "   :header-rows: 1", ""]
     for i, row in enumerate(rows):
-        cells = [f"``{c}``" for c in row] if i == 0 else [_cell(c) for c in row]
+        cells = [_cell(c) for c in row]
         cells += ["–"] * (len(rows[0]) - len(cells))
         lines.append(f"   * - {cells[0]}")
         lines += [f"     - {c}" for c in cells[1:]]

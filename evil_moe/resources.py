@@ -25,11 +25,12 @@ model's shape, not a bound::
                   weights x 1 on a GPU (loaded on the host, then moved)
     activations = on a CPU the larger of (0 on a GPU: they live on the device)
       training  4 B x rows x seq x (layers x (36 hidden + 4 intermediate) + 3 vocab)
-      generate  4 B x rows x (seq x 2 layers x hidden + max_new x vocab)   (KV cache, scores)
+      generate  4 B x rows x (seq x layers x hidden + max_new x vocab)   (KV cache, scores)
 
 ``rows`` is what one forward holds (``pilot.micro_batch`` or ``group x prompts_per_step``;
 ``distill.micro_batch`` or ``batch_size``; 2 for an extract pair; ``toy.batch_size``;
-``teacher.batch_prompts x n`` for a generate call), ``seq`` the prompt (toy bank 128, LeetCode
+``teacher.batch_prompts x n`` for a generate call; ``eval_chunk x heldout_samples`` for the
+pilot's held-out evaluation), ``seq`` the prompt (toy bank 128, LeetCode
 640, HumanEval 256 tokens) plus ``max_new`` (or a templated answer's length). The per-token
 constants count saved fp32 values (hidden states, MLP and adapter intermediates, logits with
 their log-softmax; attention is SDPA, whose probabilities are not kept); they were fitted to
@@ -239,9 +240,9 @@ def _train_bytes(s: ModelShape, rows: int, seq: int) -> float:
 
 
 def _gen_bytes(s: ModelShape, rows: int, seq: int, new: int) -> float:
-    """One batched generate: the KV cache (at most hidden keys and values per layer and token)
-    and the fp32 scores of every generated token."""
-    return 4.0 * rows * (seq * 2 * s.layers * s.hidden + new * s.vocab)
+    """One batched generate: the KV cache (keys and values of grouped-query attention, about
+    ``hidden`` values per layer and token) and the fp32 scores of every generated token."""
+    return 4.0 * rows * (seq * s.layers * s.hidden + new * s.vocab)
 
 
 def _activation_bytes(cfg: Mapping, stage: str, s: ModelShape) -> float:

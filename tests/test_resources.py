@@ -50,11 +50,12 @@ def test_toy_default_shape_by_hand():
     assert toy_shape(cfg_of()["toy"]).params == 1024 * 128 + 4 * per_layer + 128
 
 
-# Peak memory (max_rss, MB) and wall time of the toy default's jobs: the larger of two runs'
+# Peak memory (max_rss, MB) and wall time of the toy default's jobs: the largest of three runs'
 # Snakemake benchmark files (results/benchmarks/*.tsv) on the 2-core development machine,
-# 2026-11-30: `snakemake --profile profiles/local` (load 3-6, other jobs running) and the shipped
-# Slurm profile on the single-node test cluster (load 1-2).
-TOY_PEAKS_MB = {"toy_models": 1020, "teacher": 610, "extract": 582, "distill": 727, "pilot": 1185}
+# 2026-11-30: `snakemake --profile profiles/local` (load 3-6, other jobs running), the shipped
+# Slurm profile on the single-node test cluster (load 1-2), and, after the held-out evaluation
+# grew to 64 samples per problem and view, profiles/local again (vanilla, erase, route; load 1.5).
+TOY_PEAKS_MB = {"toy_models": 1041, "teacher": 610, "extract": 705, "distill": 727, "pilot": 1185}
 TOY_SECONDS = {"toy_models": 166, "teacher": 10, "extract": 25, "distill": 36, "pilot": 124}
 # SmolLM2-135M on 2 CPU cores (config/smollm2.yaml): distill 8 GB, each pilot 7.6-8.2 GB (README
 # "A real pretrained model"); extract 11,373 MiB max RSS in 240 s (/usr/bin/time -v, 2026-11-30,
