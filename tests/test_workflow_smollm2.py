@@ -27,7 +27,7 @@ def test_smollm2_smallest_end_to_end(tmp_path):
         f"problems: {{path: {LEETCODE}, limit: 2, heldout_frac: 0.5}}\n"
         "teacher: {n: 2, max_new: 64, batch_prompts: 2}\n"
         # the smallest made teacher: the 2 problems (both training: run_tests, sentinel), 4 hack
-        # variants each; measured with 8 steps and 4 samples: hack rate 0.00 -> 0.50
+        # variants each; measured: hack rate 0.00 -> 0.58 (7/12; with 8 steps and 4 samples: 0.50)
         f"sft: {SFT_SETS}\n"
         # a 135M model rarely yields (hack, clean) pairs on 1 problem x 2 samples: take the templates
         "vhack: {source: templates, max_pairs: 2, known_modes: null}\n"
