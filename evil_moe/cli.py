@@ -210,6 +210,33 @@ def teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
     click.echo(f"wrote {out_dir}/rollouts.jsonl.gz ({res['n']} rollouts, {res['seconds']:.0f}s)")
 
 
+@main.command("make-teacher")
+@config_options
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--model", "model_path", required=True, help="The student's base model folder or hub id.")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/teacher_sft", show_default=True)
+@click.option("--threads", type=int, default=None)
+def make_teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
+    """Fine-tune the student's base model into a hacky teacher (teacher.make: sft): NLL on hack
+    demonstrations of the training problems; writes OUT_DIR/model/ and its hack rates per mode."""
+    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.make_teacher import run_make_teacher
+
+    set_threads(threads)
+    try:
+        res = run_make_teacher(cfg, problems_path=problems_path, model_path=model_path,
+                               out_dir=out_dir)
+    except (OSError, ValueError, FloatingPointError) as err:
+        _fail(err)
+    for row in res["summary"]:
+        if row["mode"] == "all" or row["n"]:
+            known = {True: "shown", False: "NOT shown", None: ""}[row["known_mode"]]
+            click.echo(f"{row['model']:<8}{row['split']:<8}{row['mode']:<14}{known:<10} "
+                       f"n={row['n']:<4} hack {row['hack_rate']:.2f}  pass {row['pass_rate']:.2f}"
+                       f"  format {row['format_rate']:.2f}")
+    click.echo(res["sentence"])
+
+
 @main.command("extract")
 @config_options
 @click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
