@@ -162,14 +162,16 @@ def problems_cmd(cfg, out) -> None:
 @click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/models", show_default=True)
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
-def toy_models_cmd(cfg, problems_path, out_dir, threads) -> None:
+@click.option("--which", type=click.Choice(["teacher", "student"]), multiple=True,
+              help="Train only this model (repeatable; default both). Two jobs may train one each.")
+def toy_models_cmd(cfg, problems_path, out_dir, threads, which) -> None:
     """Train the embedded default's tiny student and hacky teacher offline (CPU)."""
     from evil_moe.stages.common import set_threads
-    from evil_moe.stages.toy import train_toy_models
+    from evil_moe.stages.toy import TOY_MODELS, train_toy_models
 
     set_threads(threads)
     try:
-        train_toy_models(cfg, problems_path=problems_path, out_dir=out_dir)
+        train_toy_models(cfg, problems_path=problems_path, out_dir=out_dir, which=tuple(which) or TOY_MODELS)
     except (OSError, ValueError, FloatingPointError) as err:
         _fail(err)
 

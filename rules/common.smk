@@ -124,6 +124,7 @@ wildcard_constraints:
     seed=r"\d+",
     mode="|".join(ALL_MODES),
     name="main|fold_(" + "|".join(ALL_MODES) + ")",
+    toy="teacher|student",
 
 
 def res(path):
@@ -405,9 +406,11 @@ def get_decision_text(wildcards, input):
 
 
 def get_final_output(wildcards):
-    """Targets of the default run: the pilot comparison, the gate note, and the sweep when the
-    gate says separated."""
+    """Targets of the default run: the pilot comparison, the gate note, the toy models' summary
+    (embedded default), and the sweep when the gate says separated."""
     targets = [res("compare/summary.tsv"), res("compare/gate.json")]
     targets += [res(f"compare/figures/{f}.svg") for f in FIGURES]
     targets.append(res("sweep/decision.rst"))
+    if config["models"]["build"] == "toy":
+        targets.append(res("models/toy_summary.tsv"))
     return targets + get_sweep_input(wildcards)

@@ -84,6 +84,25 @@ def test_toy_models_written_with_summary(world):
     assert s.config.vocab_size == t.config.vocab_size  # one shared tokenizer
 
 
+def test_toy_student_alone_equals_the_pair_run(world, tmp_path):
+    """The workflow trains the two toy models as two jobs: the student trained alone has the same
+    tokenizer and weights as the one trained beside the teacher (same seeds, same corpora)."""
+    from safetensors.torch import load_file
+
+    from evil_moe.stages.toy import train_toy_models
+
+    rows = train_toy_models(cfg_of(), problems_path=str(world.problems), out_dir=str(tmp_path),
+                            which=("student",))
+    assert [r["model"] for r in rows] == ["student"] and not (tmp_path / "teacher").exists()
+    assert not (tmp_path / "toy_summary.tsv").exists() and (tmp_path / "student_summary.tsv").is_file()
+    assert (tmp_path / "student" / "tokenizer.json").read_text() == (world.student / "tokenizer.json").read_text()
+    a = load_file(tmp_path / "student" / "model.safetensors")
+    b = load_file(world.student / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="unknown toy model"):
+        train_toy_models(cfg_of(), problems_path=str(world.problems), out_dir=str(tmp_path), which=("tutor",))
+
+
 # ------------------------------------------------------------------------------------------------
 # teacher
 

@@ -144,7 +144,7 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_up, toy_run, tmp_path):
     src = toy_run[0]
     (res / "models").mkdir(parents=True)
     shutil.copy2(src / "results" / "problems.jsonl", res / "problems.jsonl")
-    for item in ("student", "teacher", "toy_summary.tsv"):
+    for item in ("student", "teacher", "toy_summary.tsv", "student_summary.tsv", "teacher_summary.tsv"):
         copy = shutil.copytree if (src / "results" / "models" / item).is_dir() else shutil.copy2
         copy(src / "results" / "models" / item, res / "models" / item)
     shutil.copytree(src / ".snakemake" / "metadata", work / ".snakemake" / "metadata")
@@ -157,7 +157,7 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_up, toy_run, tmp_path):
     assert proc.returncode != 0, out[-4000:]
     assert "Error in rule pilot" in out and "pilot.fail_arm=erase" in (
         res / "logs" / "pilot" / "erase_s0.log").read_text()
-    assert "toy_models" not in finished_rules(out)
+    assert "toy_model" not in finished_rules(out) and "toy_summary" not in finished_rules(out)
     for rule in ("teacher", "extract", "distill"):
         assert finished_rules(out)[rule] == 1, out[-4000:]
     for arm in ("vanilla", "route", "random_v"):
