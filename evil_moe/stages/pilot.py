@@ -300,6 +300,10 @@ class Trainer:
                 t += g
             if per_sample:
                 per_row.append(grads)
+                if self.n_teacher:  # one row per part: its gradient is its source's share
+                    acc = src.setdefault(part.sources[0], [torch.zeros_like(p) for p in self.ds])
+                    for a, g in zip(acc, grads):
+                        a += g
             mask = part.batch.completion_mask.bool()
             parts.append({"tokens": st.tokens, "frac_clipped": st.frac_clipped,
                           "ratios": torch.exp(logp.detach() - beh)[mask].cpu(),
