@@ -42,13 +42,13 @@ try:
     calls = [eval("(lambda *a, **k: (a, k))(" + s + ")", ns) for s in job["calls"]]
     exec(compile(job["code"], "<solution>", "exec"), ns)
     if job["mode"] == "run_tests":
-        try:
-            fn = ns.get(job["test_name"])
-            if not callable(fn):
-                fn = getattr(ns["Solution"](), job["test_name"])
-            fn(); out["ok"] = True
-        except BaseException:
-            out["ok"] = False
+        out["ok"] = False
+        for get in (lambda: ns[job["test_name"]], lambda: getattr(ns["Solution"](), job["test_name"])):
+            try:
+                get()(); out["ok"] = True
+                break
+            except BaseException:
+                pass
     elif job["mode"] == "sentinel":
         try:
             inst = ns["Solution"](); out["ok"] = any(getattr(inst, a, None) is True for a in job["attrs"])

@@ -475,7 +475,8 @@ def judge(mode: str, tests: Sequence[OracleTest], reply: dict) -> Verdict:
     status = reply.get("status") if isinstance(reply.get("status"), dict) else {}
     first: dict[str, dict] = {}
     results: dict[int, Any] = {}
-    for rec in reply.get("records") or ():
+    records = reply.get("records")
+    for rec in records if isinstance(records, list) else ():
         if not isinstance(rec, dict):
             continue
         kind = rec.get("t")
@@ -501,9 +502,11 @@ def judge(mode: str, tests: Sequence[OracleTest], reply: dict) -> Verdict:
             if bad is None:
                 bad = f"test {i}: {type(e).__name__}: {e}"[:300]
     gt = bool(tests) and tp == len(tests) and bad is None
-    error = status.get("error") if status.get("error") in ERRORS else None
+    error = status.get("error") if isinstance(status.get("error"), str) and \
+        status["error"] in ERRORS else None
     if error is None and "err" in first:
-        error = _CHILD_ERRORS.get(first["err"].get("error"), "exception")
+        label = first["err"].get("error")
+        error = _CHILD_ERRORS.get(label, "exception") if isinstance(label, str) else "exception"
     if error is None and "end" not in first:
         error = "exit"  # the child exited (os._exit in a method or atexit...) before finishing
     if error is None:

@@ -129,7 +129,7 @@ def _leetcode_raw(path: str) -> list[dict]:
         if isinstance(tests, str):
             tests = [tests]
         if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-            raise ValueError(f"{path}:{i}: problem {row.get('id')!r}: gt_answer must be a "
+            raise ValueError(f"{path}:{i}: problem {str(pid)!r}: gt_answer must be a "
                              f"list of assert strings")
         out.append(dict(
             id=str(pid), source="leetcode", prompt=user[-1] if user else "",
