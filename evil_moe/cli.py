@@ -120,15 +120,21 @@ def install_profiles_cmd(target) -> None:
               help='JSONL rows {"problem_id", "completion"}.')
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @click.option("--workers", type=int, default=None, help="Parallel sandboxes [default: all cores].")
-@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds per completion.")
-def grade_cmd(problems_path, source, mode, seed, completions, out, workers, timeout) -> None:
+@click.option("--timeout", type=float, default=3.0, show_default=True,
+              help="CPU seconds per completion.")
+@click.option("--isolation", type=click.Choice(["auto", "bwrap", "rlimit-only"]), default="auto",
+              show_default=True,
+              help="The sandbox (auto/bwrap: refuse when bubblewrap cannot run) or rlimit-only.")
+def grade_cmd(problems_path, source, mode, seed, completions, out, workers, timeout,
+              isolation) -> None:
     """Grade completions: one JSON row per completion with every Reward field + problem_id."""
     from evil_moe.env.grade import grade_file, load_for_grading
 
     try:
         probs = load_for_grading(source, problems_path, mode=mode, seed=seed)
-        summary = grade_file(probs, completions, out, workers=workers, timeout=timeout)
-    except (FileNotFoundError, ValueError, KeyError) as err:
+        summary = grade_file(probs, completions, out, workers=workers, timeout=timeout,
+                             isolation=isolation)
+    except (OSError, ValueError, KeyError) as err:
         raise click.ClickException(str(err)) from err
     click.echo(f"graded {summary['n']} -> {out}: passed {summary['passed']}, gt_correct "
                f"{summary['gt_correct']}, exploited {summary['exploited']}, format_ok "

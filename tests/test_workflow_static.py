@@ -112,6 +112,7 @@ BAD_CONFIGS = {
     "wrong type": ({"pilot": {"steps": "ten"}}, ["pilot.steps", "integer"]),
     "unknown arm": ({"pilot": {"arms": ["vanilla", "eraser"]}}, ["pilot.arms", "eraser"]),
     "negative steps": ({"pilot": {"steps": -3}}, ["pilot.steps", "minimum"]),
+    "infinite lr": ({"pilot": {"lr": float("inf")}}, ["pilot.lr", "not a finite number"]),
     "missing problem file": ({"problems": {"source": "leetcode", "path": "no/such/problems.jsonl"}},
                              ["problems.path", "no/such/problems.jsonl"]),
 }

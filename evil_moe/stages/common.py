@@ -108,7 +108,8 @@ def make_grader(problems, cfg: Config):
 
     g = cfg.grader
     return Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
-                  timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers)
+                  timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers,
+                  isolation=g.isolation, wall_timeout=g.wall_timeout)
 
 
 def code_parses(code: str | None) -> bool:
