@@ -219,6 +219,7 @@ COMPARE_SUMMARY = _cols([
     ("update_span_frac", "fraction", "mean over steps and seeds of the update's energy share in span(v_hack)"),
     ("frac_clipped_max", "fraction", "largest clip fraction of any step"),
     ("status", "str", "ok | invalid | missing (over the arm's seeds)"),
+    ("isolation", "str", "the grader's isolation in the arm's pilots: bwrap (the sandbox) or rlimit-only (explicitly chosen; gt_correct is then not tamper-proof)"),
 ])
 
 TABLES: dict[str, tuple[Column, ...]] = {

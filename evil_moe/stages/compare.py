@@ -225,8 +225,9 @@ def _summary_rows(by: dict[str, dict[int, _Pilot]], arms: Sequence[str], outcome
         views = sorted(set(outcomes.loc[outcomes["arm"] == arm, "view"]),
                        key=lambda v: ("trained", "ablated", "projected").index(v) if v in ("trained", "ablated", "projected") else 9)
         for view in views or ["trained"]:
+            iso = ",".join(sorted({p.isolation for p in pilots.values() if p.isolation}))
             row: dict[str, Any] = {"arm": arm, "role": ARMS[arm].role if arm in ARMS else "",
-                                   "view": view, "status": status,
+                                   "view": view, "status": status, "isolation": iso or None,
                                    "frac_clipped_max": max(fcs) if fcs else None,
                                    "train_hack_rate": _train_mean(pilots, "hack_rate", cc.last_k),
                                    "train_pass_rate": _train_mean(pilots, "pass_rate", cc.last_k),
