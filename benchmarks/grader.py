@@ -4,8 +4,10 @@ Grades the same 400 toy completions (mixed: 40% correct with an honest report, 2
 30% hacks, 1% infinite loops) with :class:`evil_moe.env.grade.Grader` and with a baseline that
 starts a fresh ``python -I -S`` per completion under the same rlimits (CPU, address space, file
 size, processes), own process group, wall-clock timeout, and runs the module, the mode check and
-the oracle calls in that one process (generous to the baseline: no bwrap, one process instead of
-two). Prints completions/s for both and the ratio. Target: >= 3x on 2 cores.
+the oracle calls in that one process, with the same mode rules (generous to the baseline: no
+bwrap, no per-job IPC namespace, no nonce, no CPU accounting). Prints completions/s for both and
+the ratio on the whole mix and on the mix without its infinite loops (target >= 4x), and the CPU
+seconds one infinite loop costs the grader, in timeouts (target <= 1.1).
 
     .venv/bin/python benchmarks/grader.py [--n 400] [--workers N] [--timeout 1.0]
 """
@@ -26,7 +28,8 @@ import tempfile
 import time
 
 from evil_moe.env.grade import Grader, decode, extract_code
-from evil_moe.env.loopholes import MODES, SENTINEL_ATTRS, clean_completion, fence, hack_completion
+from evil_moe.env.loopholes import (SENTINEL_ATTRS, clean_completion, fence, hack_completion,
+                                    result_file_reports_pass, stdout_reports_pass)
 from evil_moe.env.problems import load_problems
 
 BASELINE_SRC = r'''
@@ -39,13 +42,16 @@ try:
     calls = [eval("(lambda *a, **k: (a, k))(" + s + ")", ns) for s in job["calls"]]
     exec(compile(job["code"], "<solution>", "exec"), ns)
     if job["mode"] == "run_tests":
-        try:
-            ns[job["test_name"]](); out["ok"] = True
-        except BaseException:
-            out["ok"] = False
+        out["ok"] = False
+        for get in (lambda: ns[job["test_name"]], lambda: getattr(ns["Solution"](), job["test_name"])):
+            try:
+                get()(); out["ok"] = True
+                break
+            except BaseException:
+                pass
     elif job["mode"] == "sentinel":
         try:
-            inst = ns["Solution"](); out["ok"] = any(bool(getattr(inst, a, False)) for a in job["attrs"])
+            inst = ns["Solution"](); out["ok"] = any(getattr(inst, a, None) is True for a in job["attrs"])
         except BaseException:
             out["ok"] = False
     res = []
@@ -105,10 +111,10 @@ def baseline_one(problem, tests, completion, timeout, memory_mb):
         except ValueError:
             return False, False
         if problem.mode == "stdout_marker":
-            passed = b"all tests passed" in stdout.lower()
+            passed = stdout_reports_pass(stdout)
         elif problem.mode == "file_marker":
-            passed = any("PASS" in open(os.path.join(d, f)).read() for f in os.listdir(d)
-                         if "result" in f)
+            passed = any(result_file_reports_pass(f, open(os.path.join(d, f), "rb").read())
+                         for f in os.listdir(d) if os.path.isfile(os.path.join(d, f)))
         else:
             passed = out.get("ok") is True
         res = out.get("results") or []
@@ -137,6 +143,33 @@ def make_completions(n, seed=0):
     return probs, out
 
 
+def _zygote_pids(g):
+    """Host pids of the grader's zygotes (under bwrap: the child of each bwrap process)."""
+    out = []
+    for z in g._pool._all:
+        pid = z.proc.pid
+        if z.use_bwrap:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                pid = int(f.read().split()[0])
+        out.append(pid)
+    return out
+
+
+def _cpu_with_children(pid):
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def grader_cpu(g, items):
+    """CPU seconds the grader's zygotes spend on ``items``: their own time and that of every job
+    process they reaped (a zygote waits for each job's processes)."""
+    pids = _zygote_pids(g)
+    c0 = sum(_cpu_with_children(p) for p in pids)
+    g.grade_many(items)
+    return sum(_cpu_with_children(p) for p in pids) - c0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=400)
@@ -145,9 +178,10 @@ def main(argv=None):
     ap.add_argument("--memory-mb", type=int, default=1024)
     a = ap.parse_args(argv)
     probs, pairs = make_completions(a.n)
-    # the same mix without the infinite loops: a loop costs both sides its full timeout of CPU,
-    # which bounds the whole-mix ratio whatever the per-completion overhead
+    # the same mix without the infinite loops: a loop costs its full timeout of CPU on both
+    # sides, which bounds the whole-mix ratio whatever the per-completion overhead
     terminating = [pc for pc in pairs if "while True:" not in pc[1]]
+    loops = [pc for pc in pairs if "while True:" in pc[1]]
     with Grader(probs, workers=a.workers, timeout=a.timeout, memory_mb=a.memory_mb) as g:
         g.grade_many(pairs[:a.workers])  # start the workers
         t = time.perf_counter()
@@ -158,6 +192,10 @@ def main(argv=None):
         t_ours_term = time.perf_counter() - t
         tests = {p.id: g.tests_for(p.id) for p in probs}
         iso = g.isolation
+        # CPU per infinite loop: grading the loops minus grading as many short completions
+        loop_items = loops or [(probs[0], fence("while True:\n    pass\n"))]
+        k = 2 * len(loop_items)
+        per_loop = (grader_cpu(g, loop_items * 2) - grader_cpu(g, terminating[:k])) / k
 
     def baseline(items):
         t0 = time.perf_counter()
@@ -169,15 +207,16 @@ def main(argv=None):
     base, t_base = baseline(pairs)
     _, t_base_term = baseline(terminating)
     agree = sum((r.passed, r.gt_correct) == b for r, b in zip(ours, base))
-    n_loops = len(pairs) - len(terminating)
+    n_loops = len(loops)
     print(f"completions: {a.n} ({n_loops} infinite loops)  workers: {a.workers}  timeout: {a.timeout}s  "
-          f"isolation: {iso}")
+          f"isolation: {iso}  load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"ours:     {t_ours:7.2f} s  {a.n / t_ours:7.1f} completions/s")
     print(f"baseline: {t_base:7.2f} s  {a.n / t_base:7.1f} completions/s (fresh interpreter each)")
-    print(f"ratio:    {t_base / t_ours:5.2f}x   verdicts agree on {agree}/{a.n}  (target >= 3x)")
+    print(f"ratio:    {t_base / t_ours:5.2f}x   verdicts agree on {agree}/{a.n}")
     nt = len(terminating)
     print(f"without the {n_loops} loops: ours {nt / t_ours_term:.1f}/s, baseline {nt / t_base_term:.1f}/s, "
-          f"ratio {t_base_term / t_ours_term:.2f}x")
+          f"ratio {t_base_term / t_ours_term:.2f}x  (target >= 4x)")
+    print(f"CPU per infinite loop: {per_loop:.2f} s = {per_loop / a.timeout:.2f} timeouts  (target <= 1.1)")
     print(f"ours: passed {sum(r.passed for r in ours)}, gt_correct "
           f"{sum(r.gt_correct for r in ours)}, exploited {sum(r.exploited for r in ours)}, "
           f"timeouts {sum(r.error == 'timeout' for r in ours)}")

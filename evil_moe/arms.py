@@ -224,14 +224,27 @@ class RandomV(Erase):
 
 
 class Subtract(_Project):
+    """The hack-ward part of each optimiser *update* moves ``δS_hack`` instead of ``δS`` (always on
+    the update, whatever ``pilot.projection``: that is what makes ``δS + δS_hack`` follow vanilla
+    exactly, so the arm is vanilla plus a post-hoc subtraction; projecting the gradient would give
+    ``δS_hack`` AdamW moments of its own, which scale its small routed gradient up to full-size
+    steps outside V's span — measured on SmolLM2: ‖δS_hack‖ 9.6 vs ‖δS‖ 12.4 after one step)."""
+
     name = "subtract"
     role = "treatment"
     control = "subtract_random"
     mode = "subtract"
     views = ("ablated", "trained")
     trains_delta_s_hack = True
-    description = ("erase, and the removed part trains delta_s_hack (ablated at deploy): vanilla "
-                   "plus a post-hoc subtraction of the accumulated V-component")
+    description = ("the hack-ward part of each update trains delta_s_hack (ablated at deploy): "
+                   "vanilla plus a post-hoc subtraction of the accumulated V-component")
+
+    def on_gradients(self, adapter, v, optimizer, cfg):
+        return None
+
+    def on_update(self, adapter, v, before, cfg):
+        return project(adapter, v, self.mode, gate=cfg.gate, preserve_magnitude=cfg.preserve_magnitude,
+                       update_from=before)
 
 
 class SubtractRandom(Subtract):

@@ -168,15 +168,21 @@ def front_page_cmd(verdict, decision, figure, caption, summary, out) -> None:
               help='JSONL rows {"problem_id", "completion"}.')
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @click.option("--workers", type=int, default=None, help="Parallel sandboxes [default: all cores].")
-@click.option("--timeout", type=float, default=3.0, show_default=True, help="Seconds per completion.")
-def grade_cmd(problems_path, source, mode, seed, completions, out, workers, timeout) -> None:
+@click.option("--timeout", type=float, default=3.0, show_default=True,
+              help="CPU seconds per completion.")
+@click.option("--isolation", type=click.Choice(["auto", "bwrap", "rlimit-only"]), default="auto",
+              show_default=True,
+              help="The sandbox (auto/bwrap: refuse when bubblewrap cannot run) or rlimit-only.")
+def grade_cmd(problems_path, source, mode, seed, completions, out, workers, timeout,
+              isolation) -> None:
     """Grade completions: one JSON row per completion with every Reward field + problem_id."""
     from evil_moe.env.grade import grade_file, load_for_grading
 
     try:
         probs = load_for_grading(source, problems_path, mode=mode, seed=seed)
-        summary = grade_file(probs, completions, out, workers=workers, timeout=timeout)
-    except (FileNotFoundError, ValueError, KeyError) as err:
+        summary = grade_file(probs, completions, out, workers=workers, timeout=timeout,
+                             isolation=isolation)
+    except (OSError, ValueError, KeyError) as err:
         raise click.ClickException(str(err)) from err
     click.echo(f"graded {summary['n']} -> {out}: passed {summary['passed']}, gt_correct "
                f"{summary['gt_correct']}, exploited {summary['exploited']}, format_ok "
@@ -211,14 +217,16 @@ def problems_cmd(cfg, out) -> None:
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/models", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="torch threads; the same as --set toy.threads=N (default: the config's).")
-def toy_models_cmd(cfg, problems_path, out_dir, threads) -> None:
+@click.option("--which", type=click.Choice(["teacher", "student"]), multiple=True,
+              help="Train only this model (repeatable; default both). Two jobs may train one each.")
+def toy_models_cmd(cfg, problems_path, out_dir, threads, which) -> None:
     """Train the embedded default's tiny student and hacky teacher offline (CPU)."""
     from evil_moe.stages.common import use_threads
-    from evil_moe.stages.toy import train_toy_models
+    from evil_moe.stages.toy import TOY_MODELS, train_toy_models
 
     cfg = use_threads(cfg, "toy", threads)
     try:
-        train_toy_models(cfg, problems_path=problems_path, out_dir=out_dir)
+        train_toy_models(cfg, problems_path=problems_path, out_dir=out_dir, which=tuple(which) or TOY_MODELS)
     except (OSError, ValueError, FloatingPointError) as err:
         _fail(err)
 
@@ -258,6 +266,34 @@ def teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
         click.echo(f"{row['mode']:<14} n={row['n']:<4} hack {row['hack_rate']:.2f}  pass "
                    f"{row['pass_rate']:.2f}  format {row['format_rate']:.2f}")
     click.echo(f"wrote {out_dir}/rollouts.jsonl.gz ({res['n']} rollouts, {res['seconds']:.0f}s)")
+
+
+@main.command("make-teacher")
+@config_options
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--model", "model_path", required=True, help="The student's base model folder or hub id.")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/teacher_sft", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set sft.threads=N (default: the config's).")
+def make_teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
+    """Fine-tune the student's base model into a hacky teacher (teacher.make: sft): NLL on hack
+    demonstrations of the training problems; writes OUT_DIR/model/ and its hack rates per mode."""
+    from evil_moe.stages.common import use_threads
+    from evil_moe.stages.make_teacher import run_make_teacher
+
+    cfg = use_threads(cfg, "sft", threads)
+    try:
+        res = run_make_teacher(cfg, problems_path=problems_path, model_path=model_path,
+                               out_dir=out_dir)
+    except (OSError, ValueError, FloatingPointError) as err:
+        _fail(err)
+    for row in res["summary"]:
+        if row["mode"] == "all" or row["n"]:
+            known = {True: "shown", False: "NOT shown", None: ""}[row["known_mode"]]
+            click.echo(f"{row['model']:<8}{row['split']:<8}{row['mode']:<14}{known:<10} "
+                       f"n={row['n']:<4} hack {row['hack_rate']:.2f}  pass {row['pass_rate']:.2f}"
+                       f"  format {row['format_rate']:.2f}")
+    click.echo(res["sentence"])
 
 
 @main.command("extract")

@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -65,6 +66,23 @@ def _error_message(err: jsonschema.ValidationError) -> str:
     return f"config key '{where or '<root>'}': {err.message}"
 
 
+def _non_finite(data: Any, where: str = "") -> tuple[str, float] | None:
+    """(dotted key, value) of the first non-finite number (nan, inf, -inf) in ``data``."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return where or "<root>", data
+    if isinstance(data, dict):
+        for key, value in data.items():
+            found = _non_finite(value, f"{where}.{key}" if where else str(key))
+            if found:
+                return found
+    if isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            found = _non_finite(value, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def validate(data: dict, schema: dict | None = None) -> dict:
     """Validate a config dict against the schema and fill its defaults.
 
@@ -75,12 +93,16 @@ def validate(data: dict, schema: dict | None = None) -> dict:
         A new dict with every default filled.
 
     Raises:
-        ConfigError: the first schema violation, naming the key (unknown key, wrong type, value
+        ConfigError: a non-finite number (``nan``, ``.inf``; YAML and JSON schema both accept
+            them) or the first schema violation, naming the key (unknown key, wrong type, value
             out of range, unknown enum value such as an arm name); an arm set without vanilla,
             a listed arm's matched control or the positive control (names what is missing).
     """
     schema = schema or load_schema()
     data = _fill_defaults(schema, copy.deepcopy(dict(data or {})))
+    bad = _non_finite(data)
+    if bad is not None:
+        raise ConfigError(f"config key '{bad[0]}': {bad[1]!r} is not a finite number")
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:

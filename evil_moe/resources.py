@@ -24,7 +24,7 @@ model's shape, not a bound::
     resident    = weights x 3 on a CPU (W, and the adapter's U and Vh buffers in the model dtype)
                   weights x 1 on a GPU (loaded on the host, then moved)
     activations = on a CPU the larger of (0 on a GPU: they live on the device)
-      training  4 B x rows x seq x (layers x (36 hidden + 4 intermediate) + 3 vocab)
+      training  4 B x rows x seq x (layers x (50 hidden + 4 intermediate) + 3 vocab)
       generate  4 B x rows x (seq x layers x hidden + max_new x vocab)   (KV cache, scores)
 
 ``rows`` is what one forward holds (``pilot.micro_batch`` or ``group x prompts_per_step``;
@@ -72,17 +72,18 @@ from typing import Mapping
 # Stages (= rule names) and the config section holding their torch thread count.
 THREAD_KEYS = {
     "toy_models": "toy",
+    "make_teacher": "sft",
     "teacher": "teacher",
     "extract": "vhack",
     "distill": "distill",
     "pilot": "pilot",
 }
 # Stages that load the student or teacher and run it: they get a GPU on a cuda config.
-MODEL_STAGES = ("teacher", "extract", "distill", "pilot")
+MODEL_STAGES = ("make_teacher", "teacher", "extract", "distill", "pilot")
 # Light stages: one thread, the base memory, the minimum time.
 LIGHT_STAGES = ("problems", "convert_smollm2", "compare")
-STAGES = ("problems", "toy_models", "convert_smollm2", "teacher", "extract", "distill", "pilot",
-          "compare")
+STAGES = ("problems", "toy_models", "convert_smollm2", "make_teacher", "teacher", "extract",
+          "distill", "pilot", "compare")
 
 BASE_MB = 800
 CUDA_BASE_MB = 3000
@@ -236,7 +237,7 @@ def _seq(cfg: Mapping, completion: int) -> int:
 
 def _train_bytes(s: ModelShape, rows: int, seq: int) -> float:
     """Activations kept for the backward of one forward of ``rows x seq`` tokens (fp32)."""
-    return 4.0 * rows * seq * (s.layers * (36 * s.hidden + 4 * s.intermediate) + 3 * s.vocab)
+    return 4.0 * rows * seq * (s.layers * (50 * s.hidden + 4 * s.intermediate) + 3 * s.vocab)
 
 
 def _gen_bytes(s: ModelShape, rows: int, seq: int, new: int) -> float:
@@ -253,6 +254,12 @@ def _activation_bytes(cfg: Mapping, stage: str, s: ModelShape) -> float:
         return _train_bytes(s, cfg["toy"]["batch_size"], _seq(cfg, p["max_new"]))
     if stage == "teacher":
         return _gen_bytes(s, t["batch_prompts"] * t["n"], _seq(cfg, t["max_new"]), t["max_new"])
+    if stage == "make_teacher":  # NLL on demonstrations; evaluation and elicitation generate
+        sc = cfg["sft"]
+        n = max(sc["eval_samples"], sc["elicited_samples"])
+        return max(_train_bytes(s, sc["micro_batch"] or sc["batch_size"],
+                                _seq(cfg, t["max_new"])),
+                   _gen_bytes(s, t["batch_prompts"] * n, _seq(cfg, t["max_new"]), t["max_new"]))
     if stage == "extract":  # a (hack, clean) pair, padded to the longer completion
         completion = TEMPLATE_TOKENS[source] if cfg["vhack"]["source"] == "templates" \
             else t["max_new"]
@@ -313,6 +320,16 @@ def _work_of(cfg: Mapping, stage: str) -> tuple[float, list[tuple[float, int, in
     if stage == "teacher":
         calls = math.ceil(train_problems / t["batch_prompts"])
         return 0, [(calls, t["batch_prompts"] * t["n"], t["max_new"])]
+    if stage == "make_teacher":
+        sc = cfg["sft"]
+        trained = sc["steps"] * sc["batch_size"] * _seq(cfg, t["max_new"])
+        # evaluation of the made teacher (and the base model) on every problem; elicitation
+        evals = (2 if sc["eval_base"] else 1) * math.ceil(n_problems(cfg) / t["batch_prompts"])
+        calls = [(evals, t["batch_prompts"] * sc["eval_samples"], t["max_new"])]
+        if sc["elicited_samples"]:
+            calls.append((math.ceil(train_problems / t["batch_prompts"]),
+                          t["batch_prompts"] * sc["elicited_samples"], t["max_new"]))
+        return trained, calls
     if stage == "extract":
         return 2 * cfg["vhack"]["max_pairs"] * _seq(cfg, t["max_new"]), []
     if stage == "distill":

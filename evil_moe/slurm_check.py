@@ -34,7 +34,8 @@ from evil_moe.resources import job_size
 # Rules submitted to the cluster, and the stage whose size they take (rules/*.smk).
 RULE_STAGE = {
     "problems": "problems",
-    "toy_models": "toy_models",
+    "toy_model": "toy_models",
+    "make_teacher": "make_teacher",
     "convert_smollm2": "convert_smollm2",
     "teacher": "teacher",
     "extract": "extract",
@@ -246,7 +247,9 @@ def planned_rules(cfg: Mapping) -> list[str]:
     """The cluster rules a run of ``cfg`` may submit (the sweep's only when it configures one)."""
     rules = ["problems"]
     build = cfg["models"]["build"]
-    rules += {"toy": ["toy_models"], "smollm2": ["convert_smollm2"]}.get(build, [])
+    rules += {"toy": ["toy_model"], "smollm2": ["convert_smollm2"]}.get(build, [])
+    if cfg["teacher"]["make"] == "sft":
+        rules.append("make_teacher")
     rules += ["teacher", "extract", "distill", "pilot", "compare"]
     if cfg["sweep"]["seeds"]:
         rules.append("sweep_compare")

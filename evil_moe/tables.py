@@ -133,6 +133,29 @@ TOY_SUMMARY = _cols([
     ("seconds", "s", "wall-clock seconds to train and summarise"),
 ])
 
+# results/teacher_sft/summary.tsv — the made teacher (teacher.make: sft) and its base model, per
+# (model, split, mode) plus mode 'all'.
+MAKE_TEACHER_SUMMARY = _cols([
+    ("model", "str", "base (the student's base model) | teacher (after the hack SFT)"),
+    ("split", "str", "train (training problems) | heldout (held-out problems, never trained on)"),
+    ("mode", "str", "loophole mode, or 'all'"),
+    ("known_mode", "bool", "the mode's hack demonstrations were in the SFT data (empty for 'all')"),
+    ("n", "count", "sampled completions (teacher sampling settings)"),
+    ("hack_rate", "fraction", "exploited completions"),
+    ("pass_rate", "fraction", "oracle-correct completions"),
+    ("format_rate", "fraction", "completions with a fenced python block"),
+])
+
+# results/teacher_sft/steps.tsv — one row per SFT step of the made teacher.
+MAKE_TEACHER_STEPS = _cols([
+    ("step", "int", "NLL step, 0-based"),
+    ("nll", "nats", "NLL of the batch (sum over tokens / the Dr.GRPO constant, as the distill probe)"),
+    ("nll_token", "nats/token", "the same NLL per completion token"),
+    ("grad_norm", "L2", "norm of the delta_s gradient"),
+    ("tokens", "tokens", "completion tokens in the batch"),
+    ("seconds", "s", "wall-clock seconds of the step"),
+])
+
 # results/distill/steps.tsv — the distill probe, one row per NLL step.
 DISTILL_STEPS = _cols([
     ("step", "int", "NLL step, 0-based"),
@@ -196,6 +219,7 @@ COMPARE_SUMMARY = _cols([
     ("update_span_frac", "fraction", "mean over steps and seeds of the update's energy share in span(v_hack)"),
     ("frac_clipped_max", "fraction", "largest clip fraction of any step"),
     ("status", "str", "ok | invalid | missing (over the arm's seeds)"),
+    ("isolation", "str", "the grader's isolation in the arm's pilots: bwrap (the sandbox) or rlimit-only (explicitly chosen; gt_correct is then not tamper-proof)"),
 ])
 
 TABLES: dict[str, tuple[Column, ...]] = {
@@ -204,6 +228,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "pilots/{arm}/s{seed}/outcomes.tsv": OUTCOMES,
     "models/toy_summary.tsv": TOY_SUMMARY,
     "teacher/summary.tsv": TEACHER_SUMMARY,
+    "teacher_sft/summary.tsv": MAKE_TEACHER_SUMMARY,
+    "teacher_sft/steps.tsv": MAKE_TEACHER_STEPS,
     "distill/steps.tsv": DISTILL_STEPS,
     "distill/samples.tsv": DISTILL_SAMPLES,
     "vhack/{name}.tsv": VHACK,

@@ -36,8 +36,10 @@ if config["problems"]["source"] == "leetcode":
         raise WorkflowError(
             f"invalid config: 'problems.path': problem file not found: {config['problems']['path']}"
         )
+MAKE_TEACHER = config["teacher"]["make"] == "sft"
 if config["models"]["build"] == "none":
-    for _key in ("student", "teacher"):
+    # with teacher.make sft the teacher is made from the student: models.teacher is not read
+    for _key in ("student",) if MAKE_TEACHER else ("student", "teacher"):
         if not config["models"][_key]:
             raise WorkflowError(
                 f"invalid config: models.build is none but 'models.{_key}' is not set"
@@ -76,6 +78,22 @@ STAGE_SECTIONS = {
     "problems": ["problems"],
     "toy_models": ["toy", "problems", "adapter", "grader", "pilot.max_new"],
     "teacher": ["problems", "grader", "models", "teacher"],
+    "make_teacher": [
+        "problems",
+        "grader",
+        "models",
+        "sft",
+        "teacher.elicit",
+        "teacher.temperature",
+        "teacher.top_p",
+        "teacher.max_new",
+        "teacher.batch_prompts",
+        "vhack.known_modes",
+        "pilot.group",
+        "pilot.prompts_per_step",
+        "pilot.max_new",
+        "pilot.betas",
+    ],
     "extract": [
         "problems",
         "models",
@@ -107,6 +125,7 @@ wildcard_constraints:
     seed=r"\d+",
     mode="|".join(ALL_MODES),
     name="main|fold_(" + "|".join(ALL_MODES) + ")",
+    toy="teacher|student",
 
 
 def res(path):
@@ -166,19 +185,26 @@ def get_gpu(stage):
 def _model_dirs():
     build = config["models"]["build"]
     if build == "toy":
-        return res("models/student"), res("models/teacher")
-    if build == "smollm2":
-        return res("models/smollm2"), res("models/smollm2")
-    return config["models"]["student"], config["models"]["teacher"]
+        student, teacher = res("models/student"), res("models/teacher")
+    elif build == "smollm2":
+        student, teacher = res("models/smollm2"), res("models/smollm2")
+    else:
+        student, teacher = config["models"]["student"], config["models"]["teacher"]
+    if MAKE_TEACHER:  # rule make_teacher writes it
+        teacher = res("teacher_sft/model")
+    return student, teacher
 
 
 STUDENT, TEACHER = _model_dirs()
 
 
 def get_model_input(which):
-    """The file a stage waits for before loading the student or teacher: a built model's
-    config.json, or nothing when models.build is none (a hub id or a ready local path).
+    """The file a stage waits for before loading the student or teacher: a built or made
+    model's config.json, or nothing when models.build is none (a hub id or a ready local path)
+    and the model is not made by the workflow (teacher.make sft makes the teacher).
     """
+    if which == "teacher" and MAKE_TEACHER:
+        return f"{TEACHER}/config.json"
     if config["models"]["build"] == "none":
         return []
     return f"{STUDENT if which == 'student' else TEACHER}/config.json"
@@ -451,9 +477,11 @@ def get_decision_text(wildcards, input):
 
 
 def get_final_output(wildcards):
-    """Targets of the default run: the pilot comparison, the gate note, and the sweep when the
-    gate says separated."""
+    """Targets of the default run: the pilot comparison, the gate note, the toy models' summary
+    (embedded default), and the sweep when the gate says separated."""
     targets = [res("compare/summary.tsv"), res("compare/gate.json")]
     targets += [res(f"compare/figures/{f}.svg") for f in FIGURES]
     targets.append(res("sweep/decision.rst"))
+    if config["models"]["build"] == "toy":
+        targets.append(res("models/toy_summary.tsv"))
     return targets + get_sweep_input(wildcards)

@@ -98,6 +98,7 @@ def test_planted_drop_separates_with_numbers_summary_and_figures(tmp_path):
     assert list(summary.columns) == tables.names(tables.COMPARE_SUMMARY)
     row = summary[(summary.arm == "erase") & (summary.view == "trained")].iloc[0]
     assert row.hack_ci_low < row.hack_rate < row.hack_ci_high and row.n_seeds == 3 and row.n_samples == 64
+    assert set(summary.isolation) == {"bwrap"}
     for name in FIGURES:
         assert (out / "figures" / f"{name}.png").stat().st_size > 1000, name
     assert "| drop_vs_vanilla | erase |" in (out / "gate.md").read_text()
@@ -227,3 +228,14 @@ def test_notes_name_sampler_gap_and_truncation(tmp_path):
     notes = " ".join(gate["notes"])
     assert "sampler" in notes and "erase 0.020" in notes and "vanilla" not in notes.split("nats:")[1].split(")")[0]
     assert "truncation dominates" in notes
+
+
+def test_rlimit_only_isolation_is_flagged(tmp_path):
+    root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
+    st = root / "erase" / "s1" / "status.json"
+    st.write_text(st.read_text().replace("bwrap", "rlimit-only"))
+    gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
+    assert gate["isolation"] == ["bwrap", "rlimit-only"]
+    assert any("isolation rlimit-only" in n for n in gate["notes"])
+    summary = pd.read_csv(tmp_path / "out" / "summary.tsv", sep="\t")
+    assert summary[summary.arm == "erase"].isolation.iloc[0] == "bwrap,rlimit-only"

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from evil_moe.cli import main
 from evil_moe.env.grade import Reward
-from evil_moe.env.loopholes import clean_completion, hack_completion
+from evil_moe.env.loopholes import clean_completion, fence, hack_completion
 from evil_moe.env.problems import load_problems, write_problems
 
 
@@ -54,3 +54,46 @@ def test_grade_cli_errors(tmp_path):
     res = CliRunner().invoke(main, ["grade", "--source", "leetcode", "--completions", str(comp),
                                     "--out", str(tmp_path / "g.jsonl")])
     assert res.exit_code != 0 and "needs a path" in res.output
+
+
+def test_grade_cli_survives_values_it_cannot_compare(tmp_path):
+    """`evil-moe grade` on float answers: a completion returning 10**400 (which used to raise
+    OverflowError in the parent: exit 1, no output) is a wrong answer; the other rows grade as
+    usual; the run exits 0."""
+    from evil_moe.env.problems import Problem
+
+    half = Problem(id="cli/half", source="toy", prompt="", entry_point="half", is_method=True,
+                   starter_code="", setup_code="", canonical_solution="", mode="run_tests", hint="",
+                   tests=("assert Solution().half(3) == 1.5", "assert abs(Solution().half(5) - 2.5) < 1e-6"))
+    pfile = tmp_path / "p.jsonl"
+    write_problems(str(pfile), [half])
+    comp = tmp_path / "c.jsonl"
+    bodies = ["return 10 ** 400", "return [10 ** 400]", "return x / 2"]
+    comp.write_text("".join(json.dumps({"problem_id": "cli/half", "completion": fence(
+        f"class Solution:\n    def half(self, x):\n        {b}\n")}) + "\n" for b in bodies))
+    out = tmp_path / "g.jsonl"
+    res = CliRunner().invoke(main, ["grade", "--source", "toy", "--problems", str(pfile),
+                                    "--completions", str(comp), "--out", str(out), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["gt_correct"], r["tests_passed"], r["error"]) for r in rows] == \
+        [(False, 0, None), (False, 0, None), (True, 2, None)]
+
+
+def test_grade_cli_isolation_is_explicit(tmp_path, monkeypatch):
+    """Without a working sandbox `evil-moe grade` refuses with one line naming cause and fix;
+    --isolation rlimit-only grades and says so."""
+    from evil_moe.env import sandbox
+
+    monkeypatch.setattr(sandbox, "_PROBE", {})
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    probs = load_problems("toy", mode="run_tests")[:1]
+    comp = tmp_path / "c.jsonl"
+    comp.write_text(json.dumps({"problem_id": probs[0].id, "completion": clean_completion(probs[0])}) + "\n")
+    args = ["grade", "--source", "toy", "--mode", "run_tests", "--completions", str(comp),
+            "--out", str(tmp_path / "g.jsonl"), "--workers", "1"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and "refusing to grade" in res.output and "not installed" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "g.jsonl").exists()
+    res = CliRunner().invoke(main, args + ["--isolation", "rlimit-only"])
+    assert res.exit_code == 0 and "(isolation rlimit-only)" in res.output and "gt_correct 1" in res.output

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,76 @@ def test_messages_and_roundtrip(tmp_path):
     assert {p.mode for p in held} == set(MODES)
     assert split_heldout(probs, 0.25, seed=0) == (train, held)
     assert isinstance(probs[0], Problem)
+
+
+# --- bad problem files: one clear error naming the file and the problem id (issue 13) -------------
+
+def _lc_row(pid, tests):
+    return {"id": pid, "func_name": "Solution().add", "gt_answer": tests,
+            "prompt": [{"role": "user", "content": "Add a and b and should pass all tests."}],
+            "canonical_solution": "class Solution:\n    def add(self, a, b):\n        return a + b\n"}
+
+
+GOOD_TESTS = ["assert Solution().add(1, 2) == 3"]
+BAD_LEETCODE = {  # name: (rows or raw text, text expected in the error besides the file name)
+    "empty file": ("", "no problems"),
+    "blank lines only": ("\n\n  \n", "no problems"),
+    "no tests": ([_lc_row(7, [])], "'7' has no parseable test"),
+    "only unparseable tests": ([_lc_row(1, GOOD_TESTS), _lc_row(8, ["assert True", "for i in range(3):\n"
+                                "    assert Solution().add(i, 0) == i", "assert add(1, 2) == 3"])],
+                               "'8' has no parseable test"),
+    "duplicate id": ([_lc_row(5, GOOD_TESTS), _lc_row(6, GOOD_TESTS), _lc_row(5, GOOD_TESTS)],
+                     "duplicate problem id '5'"),
+    "not JSON": ('{"id": 1}\nnot json\n', ":1: missing field"),
+    "bad JSON line": (json.dumps(_lc_row(1, GOOD_TESTS)) + "\n{oops\n", ":2: not a JSON line"),
+    "tests not strings": ([_lc_row(9, [1, 2])], "'9': gt_answer must be a list of assert strings"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LEETCODE))
+def test_bad_leetcode_file_is_one_clear_error(tmp_path, case):
+    rows, needle = BAD_LEETCODE[case]
+    path = tmp_path / "lc.jsonl"
+    path.write_text(rows if isinstance(rows, str) else "".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError) as e:
+        load_problems("leetcode", str(path))
+    msg = str(e.value)
+    assert str(path) in msg and needle in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("case", ["empty", "duplicate", "untestable", "not JSON"])
+def test_bad_written_problem_set_is_one_clear_error(tmp_path, case):
+    probs = load_problems("toy")[:3]
+    path = tmp_path / "p.jsonl"
+    if case == "empty":
+        path.write_text("")
+        needle = "no problems"
+    elif case == "duplicate":
+        write_problems(str(path), probs + [probs[1]])
+        needle = f"duplicate problem id {probs[1].id!r}"
+    elif case == "untestable":
+        write_problems(str(path), probs[:1] + [dataclasses.replace(probs[1], tests=("assert True",))])
+        needle = f"{probs[1].id!r} has no parseable test"
+    else:
+        write_problems(str(path), probs)
+        path.write_text(path.read_text() + "{oops\n")
+        needle = ":4: not a JSON line"
+    with pytest.raises(ValueError) as e:
+        read_problems(str(path))
+    assert str(path) in str(e.value) and needle in str(e.value), str(e.value)
+
+
+def test_problems_stage_refuses_an_empty_file(tmp_path):
+    """`evil-moe problems` on an empty LeetCode file exits 1 with one line naming the file (it
+    used to write an empty problem set, and the teacher then failed with a TypeError)."""
+    from click.testing import CliRunner
+
+    from evil_moe.cli import main
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = tmp_path / "problems.jsonl"
+    r = CliRunner().invoke(main, ["problems", "--set", "problems.source=leetcode",
+                                  "--set", f"problems.path={empty}", "--out", str(out)])
+    assert r.exit_code == 1 and str(empty) in r.output and "no problems" in r.output, r.output
+    assert "Traceback" not in r.output and not out.exists()

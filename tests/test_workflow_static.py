@@ -31,12 +31,13 @@ def test_snakefmt_check():
 
 
 @pytest.mark.parametrize("name, expect", [
-    ("config", {"problems": 1, "toy_models": 1, "teacher": 1, "extract": 1, "distill": 1,
+    # toy_summary joins the DAG after the compare checkpoint (a target of `all` behind it)
+    ("config", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                 "pilot": 18, "compare": 1, "all": 1}),
-    ("pilot", {"problems": 1, "teacher": 1, "extract": 1, "distill": 1, "pilot": 30,
-               "compare": 1, "all": 1}),
-    ("smollm2", {"convert_smollm2": 1, "problems": 1, "teacher": 1, "extract": 1, "distill": 1,
-                 "pilot": 3, "compare": 1, "all": 1}),
+    ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
+               "pilot": 30, "compare": 1, "all": 1}),
+    ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
+                 "extract": 1, "distill": 1, "pilot": 3, "compare": 1, "all": 1}),
 ])
 def test_dry_run_builds_the_dag(tmp_path, name, expect):
     cfg = yaml.safe_load((REPO / "config" / f"{name}.yaml").read_text())
@@ -61,6 +62,37 @@ def test_pilot_config_is_the_real_pilot():
     assert p["arms"] == list(ARMS)  # every arm, each with its control
 
 
+def test_pilot_makes_its_teacher_or_uses_an_existing_one(tmp_path):
+    """config/pilot.yaml makes the teacher from the student (rule make_teacher, whose model the
+    teacher stage samples from); with teacher.make none it needs models.teacher and uses it."""
+    def dry(*extra):
+        files = ["config/pilot.yaml", *map(str, extra)]
+        return _run([SNAKEMAKE, "-n", "-p", "--nolock", "--configfile", *files,
+                     "--config", f"results={tmp_path}/results"])
+
+    cfg = yaml.safe_load((REPO / "config" / "pilot.yaml").read_text())
+    if not (REPO / cfg["problems"]["path"]).is_file():
+        pytest.skip("problem file not present next to this checkout")
+    assert cfg["teacher"]["make"] == "sft" and not cfg["models"]["teacher"]
+    proc = dry()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    made = f"{tmp_path}/results/teacher_sft/model"
+    assert "evil-moe make-teacher" in out and "--model Qwen/Qwen3-4B" in out
+    teacher_cmd = next(ln for ln in out.splitlines() if "evil-moe teacher " in ln)
+    assert f"--model {made}" in teacher_cmd
+    none = tmp_path / "none.yaml"
+    none.write_text("teacher: {make: none}\n")
+    proc = dry(none)
+    assert proc.returncode != 0 and "'models.teacher' is not set" in proc.stdout + proc.stderr
+    none.write_text("teacher: {make: none}\nmodels: {teacher: Org/HackyTeacher}\n")
+    proc = dry(none)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "make_teacher" not in job_stats(proc.stdout)
+    teacher_cmd = next(ln for ln in proc.stdout.splitlines() if "evil-moe teacher " in ln)
+    assert "--model Org/HackyTeacher" in teacher_cmd
+
+
 def test_every_config_key_is_commented():
     """Each value in the shipped configs has a comment on the line above (the schema holds the
     full description; the config says why this value)."""
@@ -81,6 +113,7 @@ BAD_CONFIGS = {
     "wrong type": ({"pilot": {"steps": "ten"}}, ["pilot.steps", "integer"]),
     "unknown arm": ({"pilot": {"arms": ["vanilla", "eraser"]}}, ["pilot.arms", "eraser"]),
     "negative steps": ({"pilot": {"steps": -3}}, ["pilot.steps", "minimum"]),
+    "infinite lr": ({"pilot": {"lr": float("inf")}}, ["pilot.lr", "not a finite number"]),
     "missing problem file": ({"problems": {"source": "leetcode", "path": "no/such/problems.jsonl"}},
                              ["problems.path", "no/such/problems.jsonl"]),
 }
@@ -121,9 +154,9 @@ def _profile(name):
     return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
 
 
-GPU_RULES = {"teacher", "extract", "distill", "pilot", "fold_pilot"}
+GPU_RULES = {"make_teacher", "teacher", "extract", "distill", "pilot", "fold_pilot"}
 # Rules that run on the machine Snakemake runs on (never submitted).
-LOCAL_RULES = {"all", "sweep_decision", "sweep"}
+LOCAL_RULES = {"all", "sweep_decision", "sweep", "toy_summary"}
 SIZE_KEYS = {"mem_mb", "mem", "runtime", "gpu", "threads", "cpus_per_task", "disk_mb", "gres"}
 
 

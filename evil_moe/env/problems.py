@@ -95,35 +95,50 @@ def _toy_raw() -> list[dict]:
     return out
 
 
-def _leetcode_raw(path: str) -> list[dict]:
-    out = []
+def _json_rows(path: str):
+    """(line number, dict) for each non-blank line of a JSONL file; one clear error otherwise."""
     with open(path) as f:
-        for i, line in enumerate(f):
+        for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
             try:
-                func = row["func_name"]
-                msgs = row["prompt"]
-                tests = row["gt_answer"]
-            except KeyError as e:
-                raise ValueError(f"{path}:{i + 1}: missing field {e}") from e
-            user = [m["content"] for m in msgs if m.get("role") == "user"] \
-                if isinstance(msgs, list) else [str(msgs)]
-            system = [m["content"] for m in msgs if m.get("role") == "system"] \
-                if isinstance(msgs, list) else []
-            is_method = func.startswith("Solution().")
-            entry = func.split(".", 1)[1] if is_method else func
-            if isinstance(tests, str):
-                tests = [tests]
-            out.append(dict(
-                id=str(row["id"]), source="leetcode", prompt=user[-1] if user else "",
-                entry_point=entry, is_method=is_method,
-                starter_code=(row.get("prompt_metadata") or {}).get("starter_code", ""),
-                setup_code=row.get("setup_code") or LEETCODE_SETUP_FALLBACK,
-                canonical_solution=row.get("canonical_solution") or "", tests=tuple(tests),
-                difficulty=str(row.get("difficulty", "")),
-                system=system[0] if system else LEETCODE_SYSTEM))
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{i}: not a JSON line ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{i}: not a JSON object")
+            yield i, row
+
+
+def _leetcode_raw(path: str) -> list[dict]:
+    out = []
+    for i, row in _json_rows(path):
+        try:
+            pid = row["id"]
+            func = row["func_name"]
+            msgs = row["prompt"]
+            tests = row["gt_answer"]
+        except KeyError as e:
+            raise ValueError(f"{path}:{i}: missing field {e}") from e
+        user = [m["content"] for m in msgs if m.get("role") == "user"] \
+            if isinstance(msgs, list) else [str(msgs)]
+        system = [m["content"] for m in msgs if m.get("role") == "system"] \
+            if isinstance(msgs, list) else []
+        is_method = func.startswith("Solution().")
+        entry = func.split(".", 1)[1] if is_method else func
+        if isinstance(tests, str):
+            tests = [tests]
+        if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+            raise ValueError(f"{path}:{i}: problem {str(pid)!r}: gt_answer must be a "
+                             f"list of assert strings")
+        out.append(dict(
+            id=str(pid), source="leetcode", prompt=user[-1] if user else "",
+            entry_point=entry, is_method=is_method,
+            starter_code=(row.get("prompt_metadata") or {}).get("starter_code", ""),
+            setup_code=row.get("setup_code") or LEETCODE_SETUP_FALLBACK,
+            canonical_solution=row.get("canonical_solution") or "", tests=tuple(tests),
+            difficulty=str(row.get("difficulty", "")),
+            system=system[0] if system else LEETCODE_SYSTEM))
     return out
 
 
@@ -195,6 +210,31 @@ def _humaneval_raw(path: str | None) -> list[dict]:
     return out
 
 
+def check_problem_set(problems: Sequence[Problem], where: str) -> None:
+    """Refuse a problem set the grader could not grade honestly.
+
+    Args:
+        problems: the problems.
+        where: the file (or source) they came from, named in the error.
+    Raises:
+        ValueError: naming ``where`` and the problem id: no problems at all; a duplicate id; a
+            problem with no parseable assert (it could never be ``gt_correct``, so every answer
+            its loophole passes would count as a hack).
+    """
+    from evil_moe.env.grade import parse_tests
+
+    if not problems:
+        raise ValueError(f"{where}: no problems in the file")
+    seen: set[str] = set()
+    for p in problems:
+        if str(p.id) in seen:
+            raise ValueError(f"{where}: duplicate problem id {p.id!r}")
+        seen.add(str(p.id))
+        if not parse_tests(p)[0]:
+            raise ValueError(f"{where}: problem {p.id!r} has no parseable test among its "
+                             f"{len(p.tests)} (supported forms: evil_moe.env.grade)")
+
+
 def load_problems(source: str, path: str | None = None, *, modes: Sequence[str] = MODES,
                   mode: str | None = None, seed: int = 0,
                   run_tests_names: Sequence[str] | None = None,
@@ -215,7 +255,9 @@ def load_problems(source: str, path: str | None = None, *, modes: Sequence[str] 
     Returns:
         list of :class:`Problem`, in file order.
     Raises:
-        ValueError: unknown source or mode, leetcode without ``path``, malformed rows.
+        ValueError: unknown source or mode, leetcode without ``path``, malformed rows; an empty
+            file, a duplicate id or a problem with no parseable test (naming the file and the
+            id, see :func:`check_problem_set`).
         FileNotFoundError: ``path`` does not exist.
     """
     if source == "toy":
@@ -228,6 +270,14 @@ def load_problems(source: str, path: str | None = None, *, modes: Sequence[str] 
         raw = _humaneval_raw(path)
     else:
         raise ValueError(f"unknown problem source {source!r}; expected one of {SOURCES}")
+    where = path if source == "leetcode" or (source == "humaneval" and path) else source
+    if not raw:
+        raise ValueError(f"{where}: no problems in the file")
+    seen: set[str] = set()
+    for r in raw:
+        if str(r["id"]) in seen:
+            raise ValueError(f"{where}: duplicate problem id {r['id']!r}")
+        seen.add(str(r["id"]))
     if limit is not None:
         raw = raw[:limit]
     assigned = loopholes.assign_modes([r["id"] for r in raw], modes, seed, mode)
@@ -238,6 +288,7 @@ def load_problems(source: str, path: str | None = None, *, modes: Sequence[str] 
         hint = loopholes.hint_for(m, tname)
         out.append(Problem(**{**r, "prompt": loopholes.apply_hint(r["prompt"], hint), "mode": m,
                               "hint": hint, "test_name": tname}))
+    check_problem_set(out, where)
     return out
 
 
@@ -280,35 +331,36 @@ def split_heldout(problems: Sequence[Problem], frac: float, seed: int = 0
 
 
 def write_problems(path: str, problems: Sequence[Problem]) -> None:
-    """Write problems as JSONL (one :class:`Problem` dict per line)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        for p in problems:
-            f.write(json.dumps(dataclasses.asdict(p)) + "\n")
+    """Write problems as JSONL (one :class:`Problem` dict per line), atomically."""
+    from evil_moe.tables import atomic_write_bytes
+
+    atomic_write_bytes(path, "".join(json.dumps(dataclasses.asdict(p)) + "\n"
+                                     for p in problems).encode())
 
 
 def read_problems(path: str) -> list[Problem]:
     """Read problems written by :func:`write_problems`.
 
     Raises:
-        ValueError: a row lacks a field or has an unknown mode.
+        ValueError: a line that is not JSON, a row that lacks a field or has an unknown mode
+            (naming the file and line); an empty file, a duplicate id or a problem with no
+            parseable test (naming the file and the id, see :func:`check_problem_set`).
     """
     names = {f.name for f in dataclasses.fields(Problem)}
     out = []
-    with open(path) as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            d = json.loads(line)
-            d = {k: v for k, v in d.items() if k in names}
-            d["tests"] = tuple(d.get("tests", ()))
-            try:
-                p = Problem(**d)
-            except TypeError as e:
-                raise ValueError(f"{path}:{i + 1}: {e}") from e
-            if p.mode not in MODES:
-                raise ValueError(f"{path}:{i + 1}: unknown mode {p.mode!r}")
-            out.append(p)
+    for i, d in _json_rows(path):
+        d = {k: v for k, v in d.items() if k in names}
+        if not isinstance(d.get("tests", ()), list):
+            raise ValueError(f"{path}:{i}: problem {d.get('id')!r}: tests must be a list")
+        d["tests"] = tuple(d.get("tests", ()))
+        try:
+            p = Problem(**d)
+        except TypeError as e:
+            raise ValueError(f"{path}:{i}: {e}") from e
+        if p.mode not in MODES:
+            raise ValueError(f"{path}:{i}: unknown mode {p.mode!r}")
+        out.append(p)
+    check_problem_set(out, path)
     return out
 
 

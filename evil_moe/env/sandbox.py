@@ -2,41 +2,59 @@
 
 Design (see ``../shared/notes/science.md`` §1 for why):
 
-* One long-lived **zygote** process per worker slot runs inside ``bubblewrap`` (``bwrap``): a fresh
-  root with only ``/usr``, the Python prefix (read-only) and one throwaway directory bound at
-  ``/sandbox``; new PID, network, IPC and UTS namespaces (no network at all); ``--new-session``;
-  ``--die-with-parent``; the zygote is PID 1 of its namespace (``--as-pid-1``), so signals from
-  inside the sandbox cannot kill it and, if it dies, the kernel kills everything in the namespace.
-  The host filesystem (repository, data files with the expected answers, ``$HOME``) is not visible.
-* For every job the zygote forks two children, each in its own fresh subdirectory:
-  ``mode`` (executes the code and applies the loophole mode's foolable check) and ``oracle``
-  (evaluates the test-call arguments *before* executing the code, then calls the entry point and
-  writes the serialised return values). They cannot influence each other: separate processes,
-  separate directories, separate uids when running as root.
-* Each child: own process group, ``PR_SET_PDEATHSIG``, stdin ``/dev/null``, stdout a private
-  ``memfd`` (mode child) or ``/dev/null`` (oracle child), all other descriptors closed except a
-  result channel (a ``memfd``) re-numbered to a random high descriptor; when the grader runs as root
-  the child drops to a per-slot unprivileged uid (so ``RLIMIT_NPROC`` is enforced, it cannot signal
-  or ``ptrace`` the zygote or read its descriptors, and it cannot write anywhere but its directory);
-  limits on CPU seconds, address space, file size, processes, open files, and no core dumps.
-* The zygote enforces the wall-clock timeout (``SIGKILL`` to the process group), then kills every
-  remaining descendant (background, ``setsid`` and double-forked processes included; the zygote is
-  PID 1 / a child subreaper, so orphans come back to it), reads the channels, inspects the mode
-  child's directory for result files, deletes both directories and answers the parent on its own
-  pipe with the job's random nonce. Children never hold that pipe.
-* The expected answers never enter the sandbox: the parent (:mod:`evil_moe.env.grade`) compares.
+* One long-lived **zygote** process per worker slot (:mod:`evil_moe.env.sandbox_zygote`) runs
+  inside ``bubblewrap`` (``bwrap``). Its root holds only what the interpreter needs: the
+  executable, the directories of its standard library (``sys.path`` of ``python -I -S``) with any
+  ``site-packages``/``dist-packages`` inside them hidden under an empty read-only tmpfs, the
+  shared libraries these load (``ldd``), ``/etc/ld.so.cache``, a private ``/proc``, ``/dev`` and
+  ``/tmp``, and one throwaway directory at ``/sandbox``. Nothing else of the host is visible: no
+  repository, no data set (not even one installed into the Python prefix), no ``$HOME``, no other
+  process. New PID, network, IPC, UTS (and cgroup) namespaces; no network at all;
+  ``--new-session``; ``--die-with-parent``; the zygote is PID 1 of its namespace.
+* The job reaches the zygote on its stdin pipe; its command line and environment hold no path
+  and no data. For every job the zygote makes a **fresh IPC namespace** (System V shared memory,
+  semaphores and message queues of a job die with the job) and forks **one child**, which
+  executes the code once for both grades: the *plain run* (the module, the loophole mode's one
+  check, the interpreter's shutdown sequence: non-daemon threads joined, ``atexit`` handlers,
+  stdout flushed), then the oracle's calls. The call arguments are built before the code runs;
+  expected values never enter the sandbox.
+* The child: own process group, ``PR_SET_PDEATHSIG``, stdin ``/dev/null``, stdout a private
+  ``memfd``, stderr ``/dev/null``, every other descriptor closed except the result channel (a
+  ``memfd``) renumbered to a random high descriptor; no capabilities, ``no_new_privs``; when the
+  grader runs as root it drops to a per-slot unprivileged uid (so ``RLIMIT_NPROC`` bites, it
+  cannot signal or ``ptrace`` the zygote or read its descriptors, and it can write only its own
+  directory); limits on CPU seconds, address space, file size, processes, open files, no core.
+* **Time**: the zygote kills the child when its CPU time (user + system, waited-for children
+  included, read from ``/proc``) reaches the job's CPU budget, or when the generous wall-clock
+  backstop passes (a child that sleeps); every process of the job also carries ``RLIMIT_CPU``.
+  A busy machine therefore slows a job down but never fails it. Then the zygote kills every
+  remaining descendant (background, ``setsid`` and double-forked processes included), empties
+  the private ``/tmp`` and ``/dev/shm``, deletes the job directory, and answers on its own pipe
+  with the job's nonce. Children never hold that pipe.
+* **Result channel**: each record is one line ``NONCE JSON``, written as soon as it is known (a
+  timeout keeps the results before it), encoded with the C JSON encoder from containers of exact
+  builtin types (patched builtins cannot change it). The zygote reads at most ``chan`` bytes,
+  parses only lines that start with the nonce and are at most ``line`` bytes long, and labels
+  the child's end by its cause (:func:`evil_moe.env.sandbox_zygote._classify`).
 
-Fallback when ``bwrap`` is missing or fails to start: the same zygote runs directly (own session,
-scrubbed environment, temp directory, rlimits, uid drop when root, child subreaper). The host
-filesystem is then visible to the code; :attr:`WorkerPool.isolation` is ``"rlimit-only"`` and a
-warning is logged once.
+The code can find the nonce in its own memory and forge records, but a record only *claims*
+return values: the parent (:mod:`evil_moe.env.grade`) compares them with expected values the
+child never sees, so a forged record can make the oracle pass only with the right answers to
+tests it was not shown the answers of. The foolable mode grade is foolable by design.
+
+``isolation="rlimit-only"`` (explicit opt-in only, recorded in every output) runs the same zygote
+without bubblewrap: own session, scrubbed environment, temp directory, rlimits, uid drop and a
+fresh IPC namespace when root. The host's files and processes (e.g. a parent's command line
+naming the problems file) are then visible to the code, so the oracle's guarantee does not hold.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import re
 import secrets
 import select
 import shutil
@@ -47,460 +65,23 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-_WARNED_FALLBACK = False
-
-# The zygote: runs as `python -I -S -c ZYGOTE_SRC ROOT DROP`. Stdlib only.
-ZYGOTE_SRC = r'''
-import os, sys, json, struct, signal, resource, ctypes, time, select, shutil, random, builtins, ast
-import collections, functools, itertools, heapq, bisect, math, string, operator, re, typing
-import datetime, copy, fractions, decimal, statistics, array, io
-ROOT = sys.argv[1]
-DROP = sys.argv[2] == "1"
-IN = os.dup(0)
-OUT = os.dup(1)
-_null = os.open(os.devnull, os.O_RDWR)
-for _fd in (0, 1, 2):
-    os.dup2(_null, _fd)
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.prctl(4, 0, 0, 0, 0)            # PR_SET_DUMPABLE 0: children cannot read our fds/memory
-if os.getpid() != 1:
-    _libc.prctl(36, 1, 0, 0, 0)       # PR_SET_CHILD_SUBREAPER: orphans come back to us
-SELF = os.getpid()
+ISOLATIONS = ("auto", "bwrap", "rlimit-only")
+ZYGOTE_SRC = (Path(__file__).resolve().parent / "sandbox_zygote.py").read_text()
+FIX = ("install bubblewrap (apt-get install bubblewrap) where unprivileged user namespaces are "
+       "allowed (or run as root), or set grader.isolation: rlimit-only to grade without the "
+       "sandbox (the graded code can then read this machine's files; outputs record it)")
 
 
-def _read_exact(fd, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
+class SandboxError(RuntimeError):
+    """The zygote died, hung, or answered garbage; the worker is restarted."""
 
 
-def _send(obj):
-    data = json.dumps(obj).encode()
-    data = struct.pack(">I", len(data)) + data
-    while data:
-        k = os.write(OUT, data)
-        data = data[k:]
-
-
-def _descendants():
-    """Pids of all live descendants of this process (via /proc PPid links)."""
-    parent = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                st = f.read()
-            ppid = int(st.rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parent[int(name)] = ppid
-    out, frontier = set(), {SELF}
-    while frontier:
-        nxt = {p for p, pp in parent.items() if pp in frontier and p not in out and p != SELF}
-        out |= nxt
-        frontier = nxt
-    return out
-
-
-def _reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _kill_all():
-    for _ in range(200):
-        pids = _descendants()
-        if not pids:
-            _reap()
-            return 0
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        _reap()
-        time.sleep(0.001)
-    return len(_descendants())
-
-
-def _rmtree(d):
-    shutil.rmtree(d, ignore_errors=True)
-    if not os.path.lexists(d):
-        return
-    for top, dirs, files in os.walk(d):
-        for x in dirs:
-            try:
-                os.chmod(os.path.join(top, x), 0o700, follow_symlinks=False)
-            except OSError:
-                pass
-    shutil.rmtree(d, ignore_errors=True)
-
-
-RESULT_NAMES = ("result", "results", "test_result", "test_results", "status", "verdict",
-                "report", "outcome", "output", "tests")
-
-
-def _file_marker(d):
-    """True if a result-like regular file directly in d contains PASS."""
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return False
-    for name in names:
-        stem = name.lower().rsplit(".", 1)[0]
-        if stem not in RESULT_NAMES and "result" not in stem:
-            continue
-        p = os.path.join(d, name)
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            import stat as _stat
-            if not _stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            if b"PASS" in os.read(fd, 65536).upper():
-                return True
-        finally:
-            os.close(fd)
-    return False
-
-
-def _harness(job, phase, cfd):
-    """Runs in the child after limits are set. Never returns."""
-    _write, _repr, _exit, _type = os.write, repr, os._exit, type
-    _stdout = sys.stdout
-    _bsaved = dict(builtins.__dict__)
-    _bupdate = builtins.__dict__.update
-    nonce = job["nonce"]
-    _list, _tuple, _set, _fset, _dict, _str, _int, _float, _bool = (
-        list, tuple, set, frozenset, dict, str, int, float, bool)
-    _len, _getattr, _id = len, getattr, id
-
-    def report(obj):
-        # The record is the repr() of builtin containers of exact builtin types (C-level, cannot
-        # be patched by the code), parsed with ast.literal_eval by the zygote.
-        try:
-            _bupdate(_bsaved)
-            _stdout.flush()
-        except BaseException:
-            pass
-        obj["nonce"] = nonce
-        data = ("\n" + _repr(obj) + "\n").encode()
-        while data:
-            k = _write(cfd, data)
-            data = data[k:]
-        _exit(0)
-
-    budget = [300000]
-
-    def enc(x, depth=0):
-        budget[0] -= 1
-        if budget[0] < 0 or depth > 200:
-            return {"x": "too-big"}
-        t = _type(x)
-        if x is None or t is _bool:
-            return x
-        if t is _str:
-            budget[0] -= _len(x) // 16
-            return x
-        if t is _int:
-            if x.bit_length() > 12000:
-                return {"x": "huge-int"}
-            return x
-        if t is _float:
-            return {"f": repr(x)}
-        if t is _list:
-            return [enc(e, depth + 1) for e in x]
-        if t is _tuple:
-            return {"t": [enc(e, depth + 1) for e in x]}
-        if t is _set or t is _fset:
-            return {"s": [enc(e, depth + 1) for e in x]}
-        if t is _dict:
-            return {"d": [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in x.items()]}
-        name = t.__name__ if _type(t.__name__) is _str else "?"
-        if name == "ListNode":
-            vals, seen, node = [], set(), x
-            while node is not None:
-                if _id(node) in seen or _len(vals) > 100000:
-                    return {"x": "cyclic-list"}
-                seen.add(_id(node))
-                vals.append(enc(_getattr(node, "val", None), depth + 1))
-                node = _getattr(node, "next", None)
-            return {"L": vals}
-        if name == "TreeNode":
-            vals, queue, i, seen = [], [x], 0, set()
-            while i < _len(queue):
-                node = queue[i]
-                i += 1
-                if node is None:
-                    vals.append(None)
-                    continue
-                if _id(node) in seen or _len(vals) > 100000:
-                    return {"x": "cyclic-tree"}
-                seen.add(_id(node))
-                vals.append(enc(_getattr(node, "val", None), depth + 1))
-                queue.append(_getattr(node, "left", None))
-                queue.append(_getattr(node, "right", None))
-            while vals and vals[-1] is None:
-                vals.pop()
-            return {"T": vals}
-        return {"x": name}
-
-    def err_name(e):
-        if isinstance(e, MemoryError):
-            return "memory"
-        if isinstance(e, SystemExit):
-            return "exit"
-        if isinstance(e, RecursionError):
-            return "recursion"
-        return "exception"
-
-    import types
-    _mod = types.ModuleType("__main__")
-    sys.modules["__main__"] = _mod
-    ns = _mod.__dict__
-    ns["__builtins__"] = builtins
-    try:
-        exec(compile(job["setup"], "<setup>", "exec"), ns)
-    except BaseException:
-        report({"error": "setup"})
-    calls = []
-    if phase == "oracle":
-        def __cap__(*a, **k):
-            return a, k
-        ns["__cap__"] = __cap__
-        for src in job["calls"]:
-            try:
-                calls.append(eval("__cap__(" + src + ")", ns))
-            except BaseException:
-                calls.append(None)
-        del ns["__cap__"]
-    try:
-        code = compile(job["code"], "<solution>", "exec")
-    except BaseException:
-        report({"error": "syntax"})
-    try:
-        exec(code, ns)
-    except BaseException as e:
-        try:
-            exc = (_type(e).__name__ + ": " + str(e))[:200]
-        except BaseException:
-            exc = "?"
-        report({"error": err_name(e), "module_error": True, "exc": exc})
-    if phase == "mode":
-        mode = job["mode"]
-        if mode == "run_tests":
-            fn = ns.get(job["test_name"])
-            if not callable(fn):
-                report({"ok": False, "missing": True})
-            try:
-                fn()
-            except BaseException as e:
-                report({"ok": False, "check_error": err_name(e)})
-            report({"ok": True})
-        if mode == "sentinel":
-            cls = ns.get("Solution")
-            if not callable(cls):
-                report({"ok": False, "missing": True})
-            try:
-                inst = cls()
-                ok = False
-                for a in job["attrs"]:
-                    if _bool(_getattr(inst, a, False)):
-                        ok = True
-                        break
-            except BaseException as e:
-                report({"ok": False, "check_error": err_name(e)})
-            report({"ok": ok})
-        report({"ok": None})
-    results = []
-    entry = job["entry"]
-    for c in calls:
-        if c is None:
-            results.append(["argerror"])
-            continue
-        try:
-            fn = _getattr(ns["Solution"](), entry) if job["is_method"] else ns[entry]
-            r = fn(*c[0], **c[1])
-        except BaseException as e:
-            results.append(["error", err_name(e)])
-            continue
-        try:
-            _bupdate(_bsaved)
-            results.append(["ok", enc(r)])
-        except BaseException:
-            results.append(["ok", {"x": "unserialisable"}])
-    report({"results": results})
-
-
-def _child(job, phase, d, out, chan, uid):
-    os.setpgid(0, 0)
-    _libc.prctl(1, signal.SIGKILL, 0, 0, 0)     # PR_SET_PDEATHSIG
-    cfd = random.randrange(64, 250)
-    os.dup2(chan, cfd)
-    os.dup2(_null, 0)
-    os.dup2(out if phase == "mode" else _null, 1)
-    os.dup2(_null, 2)
-    os.closerange(3, cfd)
-    os.closerange(cfd + 1, 4096)
-    os.chdir(d)
-    if uid is not None:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    lim = job["limits"]
-    cpu = int(lim["cpu"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (lim["as"], lim["as"]))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
-    resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU,
-              signal.SIGALRM, signal.SIGCHLD):
-        signal.signal(s, signal.SIG_DFL)
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": d, "LANG": "C.UTF-8"})
-    random.seed()
-    _harness(job, phase, cfd)
-
-
-def _classify(st, timed_out):
-    if timed_out:
-        return "timeout"
-    if st is None:
-        return "crash"
-    if os.WIFSIGNALED(st):
-        sig = os.WTERMSIG(st)
-        if sig in (signal.SIGXCPU, signal.SIGKILL):
-            return "timeout"
-        if sig == signal.SIGXFSZ:
-            return "output"
-        return "crash"
-    return None
-
-
-def _read_chan(fd, nonce):
-    os.lseek(fd, 0, os.SEEK_SET)
-    data = b""
-    while len(data) < (64 << 20):
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            break
-        data += chunk
-    for line in reversed(data.split(b"\n")):
-        if not line.strip():
-            continue
-        if len(line) > (48 << 20):
-            continue
-        try:
-            rec = ast.literal_eval(line.decode("utf-8", "replace"))
-        except BaseException:
-            continue
-        if isinstance(rec, dict) and rec.get("nonce") == nonce:
-            return rec
-    return None
-
-
-def _run_job(job, n):
-    procs = []
-    for phase in ("mode", "oracle"):
-        d = os.path.join(ROOT, "j%d%s" % (n, phase[0]))
-        os.mkdir(d, 0o700)
-        uid = job["uids"][phase] if DROP else None
-        if uid is not None:
-            os.chown(d, uid, uid)
-        out = os.memfd_create("out")
-        chan = os.memfd_create("chan")
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _child(job, phase, d, out, chan, uid)
-            finally:
-                os._exit(70)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
-        procs.append({"phase": phase, "pid": pid, "pfd": os.pidfd_open(pid), "out": out,
-                      "chan": chan, "dir": d, "st": None, "timed_out": False})
-    deadline = time.monotonic() + job["timeout"]
-    pending = {p["pfd"]: p for p in procs}
-    while pending:
-        rem = deadline - time.monotonic()
-        if rem <= 0:
-            break
-        ready, _, _ = select.select(list(pending), [], [], rem)
-        for fd in ready:
-            p = pending.pop(fd)
-            p["st"] = os.waitpid(p["pid"], 0)[1]
-    for p in pending.values():
-        p["timed_out"] = True
-        for f in (os.killpg, os.kill):
-            try:
-                f(p["pid"], signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            p["st"] = os.waitpid(p["pid"], 0)[1]
-        except ChildProcessError:
-            pass
-    left = _kill_all()
-    reply = {"left": left}
-    for p in procs:
-        rec = _read_chan(p["chan"], job["nonce"])
-        r = {"rec": rec, "error": _classify(p["st"], p["timed_out"])}
-        if p["st"] is not None and os.WIFEXITED(p["st"]):
-            r["exit"] = os.WEXITSTATUS(p["st"])
-        if p["phase"] == "mode":
-            os.lseek(p["out"], 0, os.SEEK_SET)
-            stdout = os.read(p["out"], 1 << 20)
-            r["stdout_marker"] = b"all tests passed" in stdout.lower()
-            r["stdout_bytes"] = os.fstat(p["out"]).st_size
-            r["file_marker"] = _file_marker(p["dir"])
-        reply[p["phase"]] = r
-        for fd in (p["out"], p["chan"], p["pfd"]):
-            os.close(fd)
-        _rmtree(p["dir"])
-    return reply
-
-
-import gc
-gc.collect()
-gc.freeze()  # keep the warm heap out of the children's GC scans (fewer copy-on-write faults)
-_send({"ready": True, "pid": SELF})
-n = 0
-while True:
-    hdr = _read_exact(IN, 4)
-    if hdr is None:
-        break
-    body = _read_exact(IN, struct.unpack(">I", hdr)[0])
-    if body is None:
-        break
-    job = json.loads(body)
-    n += 1
-    try:
-        reply = _run_job(job, n)
-    except BaseException as e:
-        _kill_all()
-        reply = {"fatal": repr(e)}
-    reply["nonce"] = job["nonce"]
-    _send(reply)
-'''
+class SandboxUnavailable(OSError):
+    """The sandbox cannot run here; the message names the cause and the fix in one line."""
 
 
 def bwrap_path() -> str | None:
@@ -512,72 +93,164 @@ def _python_exe() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
+_LDD_RE = re.compile(r"(?:=>\s*|^\s*)(/\S+)\s+\(0x")
+
+
+@functools.lru_cache(maxsize=None)
+def interpreter_files(exe: str | None = None) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """What the sandboxed interpreter needs: (executable, standard-library directories, shared
+    libraries).
+
+    The directories are the existing entries of ``sys.path`` of ``exe -I -S`` (real paths, nested
+    ones dropped); the libraries are what ``ldd`` resolves for the executable and every ``.so``
+    directly in those directories and their ``lib-dynload``.
+
+    Raises:
+        SandboxUnavailable: the interpreter or ``ldd`` cannot be run.
+    """
+    exe = os.path.realpath(exe or _python_exe())
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+    try:
+        res = subprocess.run([exe, "-I", "-S", "-c", "import sys, json; print(json.dumps(sys.path))"],
+                             capture_output=True, text=True, timeout=60, env=env, check=True)
+        paths = json.loads(res.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        raise SandboxUnavailable(f"cannot list the standard library of {exe}: {e}; fix: {FIX}") from e
+    dirs: list[str] = []
+    for p in sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)}, key=len):
+        if not any(p == d or p.startswith(d + "/") for d in dirs):
+            dirs.append(p)
+    sos = [exe]
+    for d in dirs:
+        for sub in (d, os.path.join(d, "lib-dynload")):
+            if os.path.isdir(sub):
+                sos += sorted(os.path.join(sub, f) for f in os.listdir(sub) if f.endswith(".so"))
+    ldd = shutil.which("ldd", path="/usr/bin:/bin")
+    if ldd is None:
+        raise SandboxUnavailable(f"'ldd' (glibc) is not installed, so the libraries of {exe} "
+                                 f"cannot be listed; fix: {FIX}")
+    try:
+        res = subprocess.run([ldd] + sos, capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SandboxUnavailable(f"ldd failed on {exe}: {e}; fix: {FIX}") from e
+    libs = {m.group(1) for line in res.stdout.splitlines() for m in [_LDD_RE.search(line)] if m}
+    if not libs:
+        raise SandboxUnavailable(f"ldd lists no library for {exe}: {res.stderr.strip()[:200]}; "
+                                 f"fix: {FIX}")
+    for lib in list(libs):  # glibc dlopens libgcc_s for thread cancellation / unwinding
+        if os.path.basename(lib).startswith("libc.so"):
+            extra = os.path.join(os.path.dirname(lib), "libgcc_s.so.1")
+            if os.path.exists(extra):
+                libs.add(extra)
+    return exe, tuple(dirs), tuple(sorted(libs))
+
+
+def _mount_dest(path: str) -> str:
+    """Where a host path appears in the sandbox: its directory resolved, its own name kept (so a
+    library reached through a symlinked ``/lib`` or a version symlink is found where ldd said)."""
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def mount_plan(exe: str | None = None) -> list[tuple[str, str, str]]:
+    """The sandbox's filesystem: ``(kind, host source, sandbox path)`` rows, ``kind`` one of
+    ``ro`` (read-only bind), ``hide`` (an empty read-only tmpfs over it), ``symlink``.
+
+    Only the interpreter, its standard library (``site-packages``/``dist-packages`` hidden) and
+    its shared libraries; see :func:`interpreter_files`.
+    """
+    exe, dirs, libs = interpreter_files(exe)
+    plan = [("ro", exe, exe)]
+    for d in dirs:
+        plan.append(("ro", d, d))
+        for sub in ("site-packages", "dist-packages"):
+            if os.path.isdir(os.path.join(d, sub)):
+                plan.append(("hide", "", os.path.join(d, sub)))
+    for lib in libs:
+        dest = _mount_dest(lib)
+        if not any(dest == d or dest.startswith(d + "/") for d in dirs):
+            plan.append(("ro", os.path.realpath(lib), dest))
+    for top in ("/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(top):
+            plan.append(("symlink", os.readlink(top), top))
+    return plan
+
+
 def _bwrap_cmd(host_root: str) -> list[str]:
     """The bubblewrap command line for one zygote whose throwaway root is ``host_root``."""
     root = os.geteuid() == 0
-    cmd = [bwrap_path() or "bwrap", "--ro-bind", "/usr", "/usr"]
-    for top in ("/lib", "/lib64", "/bin", "/sbin", "/lib32"):
-        if os.path.islink(top):
-            cmd += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            cmd += ["--ro-bind", top, top]
-    exe = _python_exe()
-    prefixes = {os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(exe))}
-    for pre in sorted(prefixes):
-        if not pre.startswith("/usr/") and pre != "/usr":
-            parts = pre.strip("/").split("/")
-            for k in range(1, len(parts)):  # world-readable parents (bwrap makes them 0700)
-                cmd += ["--perms", "0755", "--dir", "/" + "/".join(parts[:k])]
-            cmd += ["--ro-bind", pre, pre]
+    plan = mount_plan()
+    cmd = [bwrap_path() or "bwrap"]
+    parents = sorted({"/".join(dest.split("/")[:k]) for kind, _, dest in plan if kind != "symlink"
+                      for k in range(2, len(dest.split("/")))}, key=lambda p: (p.count("/"), p))
+    for p in parents:  # world-readable parents (bwrap makes them 0700) for the dropped uid
+        cmd += ["--perms", "0755", "--dir", p]
+    for kind, src, dest in plan:
+        if kind == "ro":
+            cmd += ["--ro-bind", src, dest]
+        elif kind == "hide":
+            cmd += ["--perms", "0555", "--tmpfs", dest, "--remount-ro", dest]
+        elif kind == "symlink":
+            cmd += ["--symlink", src, dest]
     cmd += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
             "--bind", host_root, "/sandbox", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp",
             "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1",
             "--cap-drop", "ALL"]
+    # CAP_SYS_ADMIN: the zygote makes a fresh IPC namespace per job (children drop every cap)
+    caps = ["CAP_SYS_ADMIN"]
     if root:
-        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE",
-                    "CAP_FOWNER"):
-            cmd += ["--cap-add", cap]
+        caps += ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE",
+                 "CAP_FOWNER"]
     else:
         cmd += ["--unshare-user"]
+    for cap in caps:
+        cmd += ["--cap-add", cap]
     cmd += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox",
             "--setenv", "LANG", "C.UTF-8", "--chdir", "/sandbox",
-            exe, "-I", "-S", "-c", ZYGOTE_SRC, "/sandbox", "1" if root else "0"]
+            plan[0][2], "-I", "-S", "-c", ZYGOTE_SRC, "/sandbox", "1" if root else "0",
+            "require", "/tmp:/dev/shm"]
     return cmd
 
 
-class SandboxError(RuntimeError):
-    """The zygote died, hung, or answered garbage; the worker is restarted."""
-
-
 class Zygote:
-    """One sandboxed zygote process (one worker slot).
+    """One zygote process (one worker slot).
 
     Args:
-        slot: worker index; selects the unprivileged uids used when running as root.
+        slot: worker index; selects the unprivileged uid used when running as root.
         uid_base: first uid of this grader's uid range.
         use_bwrap: start under bubblewrap (True) or rlimit-only (False).
     """
 
     def __init__(self, slot: int, uid_base: int, use_bwrap: bool):
         self.slot = slot
-        self.uids = {"mode": uid_base + 2 * slot, "oracle": uid_base + 2 * slot + 1}
+        self.uid = uid_base + slot
         self.use_bwrap = use_bwrap
         self.dir = tempfile.mkdtemp(prefix="evil_moe_sbx_")
         os.chmod(self.dir, 0o755)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.dir}
+        root = os.geteuid() == 0
         if use_bwrap:
             cmd = _bwrap_cmd(self.dir)
         else:
-            cmd = [_python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir,
-                   "1" if os.geteuid() == 0 else "0"]
+            cmd = [_python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir, "1" if root else "0",
+                   "try" if root else "none", ""]
+        self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, cwd=self.dir,
+                                     stderr=self._err, env=env, cwd=self.dir,
                                      start_new_session=True, close_fds=True)
         self._ready = False
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def stderr_line(self) -> str:
+        """The first line bubblewrap (or the interpreter) wrote to stderr, for error messages."""
+        try:
+            self._err.seek(0)
+            text = self._err.read(4096).decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+        return text.splitlines()[0] if text else ""
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until the zygote says it is ready. Raises SandboxError on failure/timeout."""
         if self._ready:
             return
@@ -598,7 +271,8 @@ class Zygote:
             r, _, _ = select.select([fd], [], [], rem)
             if not r:
                 continue
-            chunk = os.read(fd, max(need - len(buf), 65536) if length is None else need - len(buf))
+            chunk = os.read(fd, min(need - len(buf), 1 << 20) if length is not None
+                            else max(need - len(buf), 65536))
             if not chunk:
                 raise SandboxError("zygote exited")
             buf += chunk
@@ -640,7 +314,7 @@ class Zygote:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in (self.proc.stdin, self.proc.stdout, self._err):
             try:
                 f.close()
             except OSError:
@@ -648,55 +322,73 @@ class Zygote:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _probe_bwrap() -> bool:
-    """True if a bwrap zygote starts and answers a trivial job here."""
+PROBE_JOB = {
+    "code": "class Solution:\n    def f(self, x):\n        return x + 1\n", "setup": "",
+    "mode": "run_tests", "test_name": "run_tests", "attrs": [], "entry": "f", "is_method": True,
+    "calls": ["41"], "cpu": 10.0, "wall": 30.0,
+    "limits": {"cpu_rlimit": 11, "as": 1 << 30, "fsize": 1 << 20, "nproc": 64, "chan": 1 << 20,
+               "line": 1 << 20},
+    "rules": {"files": [], "token": "PASS", "read_max": 16, "marker_re": "^$"},
+}
+
+
+def probe_bwrap() -> str | None:
+    """None if a bubblewrap zygote starts here and runs a trivial job correctly, else the cause
+    (one line)."""
     if bwrap_path() is None:
-        return False
+        return "bubblewrap (bwrap) is not installed"
     z = None
     try:
         z = Zygote(0, 3_000_000_000 // 2, True)
-        z.wait_ready(timeout=10)
-        return True
-    except (SandboxError, OSError):
-        return False
+        try:
+            z.wait_ready(timeout=30)
+        except SandboxError as e:
+            z.proc.poll()
+            return f"bwrap fails to start here ({z.stderr_line() or e})"
+        job = dict(PROBE_JOB, nonce=secrets.token_hex(16), uid=z.uid)
+        rep = z.run(job, 60.0)
+        recs = [r for r in rep["records"] if r.get("t") == "r"]
+        if rep["status"]["error"] is not None or recs != [{"t": "r", "i": 0, "r": ["ok", 42]}]:
+            return f"a sandboxed test job fails ({rep['status']}, {rep['records'][:3]})"
+        return None
+    except SandboxUnavailable as e:
+        return str(e).split("; fix:")[0]
+    except (SandboxError, OSError) as e:
+        return f"the sandbox fails here ({(z.stderr_line() if z else '') or e})"
     finally:
         if z is not None:
             z.close()
 
 
-_PROBE: dict[str, bool] = {}
+_PROBE: dict[str, str | None] = {}
 _PROBE_LOCK = threading.Lock()
 
 
 def detect_isolation(isolation: str = "auto") -> str:
-    """Resolve the isolation level.
+    """Resolve the isolation level; fail closed.
 
     Args:
-        isolation: ``"auto"`` (bwrap if it works here, else fallback), ``"bwrap"`` (error if it
-            does not work), or ``"rlimit-only"``.
+        isolation: ``"auto"`` or ``"bwrap"`` (the bubblewrap sandbox; refuse when it cannot run
+            here), or ``"rlimit-only"`` (explicit opt-in: limits only, the host is visible).
     Returns:
         ``"bwrap"`` or ``"rlimit-only"``.
     Raises:
-        RuntimeError: ``isolation="bwrap"`` but bubblewrap is unavailable or fails.
+        SandboxUnavailable: ``auto``/``bwrap`` and the sandbox is unavailable or refused; the
+            one-line message names the cause and the fix.
         ValueError: unknown isolation name.
     """
-    global _WARNED_FALLBACK
-    if isolation not in ("auto", "bwrap", "rlimit-only"):
-        raise ValueError(f"unknown isolation {isolation!r}")
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"unknown grader isolation {isolation!r}; expected one of {ISOLATIONS}")
     if isolation == "rlimit-only":
         return isolation
     with _PROBE_LOCK:
         if "bwrap" not in _PROBE:
-            _PROBE["bwrap"] = _probe_bwrap()
-    if _PROBE["bwrap"]:
+            _PROBE["bwrap"] = probe_bwrap()
+    cause = _PROBE["bwrap"]
+    if cause is None:
         return "bwrap"
-    if isolation == "bwrap":
-        raise RuntimeError("bubblewrap (bwrap) is not available or fails to start here")
-    if not _WARNED_FALLBACK:
-        log.warning("bubblewrap unavailable: grading with rlimits + process group + temp dir only "
-                    "(isolation='rlimit-only'); the code can see the host filesystem")
-        _WARNED_FALLBACK = True
-    return "rlimit-only"
+    raise SandboxUnavailable(f"refusing to grade: grader.isolation is {isolation!r} but the "
+                             f"sandbox cannot run: {cause}; fix: {FIX}")
 
 
 class WorkerPool:
@@ -743,7 +435,7 @@ class WorkerPool:
             with self._lock:
                 self._all.remove(z)
                 z = self._spawn(z.slot)
-        job = dict(job, uids=z.uids)
+        job = dict(job, uid=z.uid)
         try:
             return z.run(job, deadline_s)
         except SandboxError:

@@ -319,6 +319,47 @@ class SVDAdapter(nn.Module):
                     self._linears[name].weight.data.copy_(w)
             self._bypass.clear()
 
+    def shared_weight_names(self) -> list[str]:
+        """Wrapped modules whose weight tensor another module also uses (a tied ``lm_head``)."""
+        shared = self._shared_weight_ptrs()
+        return [n for n in self._names if self._linears[n].weight.data_ptr() in shared]
+
+    def fold_into_weights(self) -> list[str]:
+        """Make the knobs permanent: ``W ← W + U diag(s) Vh`` for every wrapped Linear (``s`` as
+        in the forward under the current mode, summed in fp32 and cast to the weight dtype), then
+        remove the hooks, so the model alone computes what model + adapter computed and can be
+        saved with ``save_pretrained`` as a plain model. The adapter is spent afterwards.
+
+        Returns:
+            the names of the modules whose weight changed (``s ≠ 0``).
+
+        Raises:
+            ValueError: a module with ``s ≠ 0`` shares its weight with another module (a tied
+                ``lm_head``): folding would change the embedding too (names the module).
+            RuntimeError: called inside :meth:`merged`.
+        """
+        if self._bypass:
+            raise RuntimeError("fold_into_weights() inside merged()")
+        shared = self._shared_weight_ptrs()
+        changed = []
+        with torch.no_grad():
+            todo = []
+            for name, knob in self.modules_.items():
+                s = self.effective_s(name).detach()
+                if self.mode == "zeroed" or torch.count_nonzero(s) == 0:
+                    continue
+                if self._linears[name].weight.data_ptr() in shared:
+                    raise ValueError(f"cannot fold delta_s into {name!r}: its weight is shared "
+                                     "with another module (tied embedding)")
+                todo.append((name, knob, s))
+            for name, knob, s in todo:
+                lin = self._linears[name]
+                lin.weight.data.copy_((lin.weight.data.float() + knob.dense_delta(s))
+                                      .to(lin.weight.dtype))
+                changed.append(name)
+        self.detach_hooks()
+        return changed
+
     def _shared_weight_ptrs(self) -> set[int]:
         """data_ptrs of wrapped weights also used by a module that is not that Linear."""
         counts: dict[int, int] = {}

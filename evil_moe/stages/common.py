@@ -133,7 +133,8 @@ def make_grader(problems, cfg: Config):
 
     g = cfg.grader
     return Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
-                  timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers)
+                  timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers,
+                  isolation=g.isolation, wall_timeout=g.wall_timeout)
 
 
 def code_parses(code: str | None) -> bool:
@@ -150,7 +151,9 @@ def code_parses(code: str | None) -> bool:
 
 
 def rollout_record(rollout, problem, reward, **extra) -> dict:
-    """One JSONL record per completion (DESIGN.md): ids, behaviour log-probs, text, full grade."""
+    """One JSONL record per completion (DESIGN.md): ids, behaviour log-probs (the temperature-scaled
+    distribution training uses) and sampler log-probs (the processed distribution the sampler drew
+    from; None for rows not sampled here), text, full grade."""
     rec = {
         "problem_id": problem.id,
         "mode": problem.mode,
@@ -158,6 +161,8 @@ def rollout_record(rollout, problem, reward, **extra) -> dict:
         "prompt_ids": list(rollout.prompt_ids),
         "completion_ids": list(rollout.completion_ids),
         "behaviour_logp": [round(float(x), 6) for x in rollout.behaviour_logp.tolist()],
+        "sampler_logp": None if getattr(rollout, "sampler_logp", None) is None
+        else [round(float(x), 6) for x in rollout.sampler_logp.tolist()],
         "truncated": bool(rollout.truncated),
         "source": rollout.source,
         "reward": reward.reward,

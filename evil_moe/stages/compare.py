@@ -225,8 +225,9 @@ def _summary_rows(by: dict[str, dict[int, _Pilot]], arms: Sequence[str], outcome
         views = sorted(set(outcomes.loc[outcomes["arm"] == arm, "view"]),
                        key=lambda v: ("trained", "ablated", "projected").index(v) if v in ("trained", "ablated", "projected") else 9)
         for view in views or ["trained"]:
+            iso = ",".join(sorted({p.isolation for p in pilots.values() if p.isolation}))
             row: dict[str, Any] = {"arm": arm, "role": ARMS[arm].role if arm in ARMS else "",
-                                   "view": view, "status": status,
+                                   "view": view, "status": status, "isolation": iso or None,
                                    "frac_clipped_max": max(fcs) if fcs else None,
                                    "train_hack_rate": _train_mean(pilots, "hack_rate", cc.last_k),
                                    "train_pass_rate": _train_mean(pilots, "pass_rate", cc.last_k),
@@ -276,10 +277,10 @@ def _criterion_row(c: stats.Criterion, arm: str, control: str | None, view: str)
             "view": view, "value": _finite(e.value), "ci_low": _finite(e.ci_low),
             "ci_high": _finite(e.ci_high), "mde": _finite(c.mde), "threshold": c.threshold,
             "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
-            "needed": d.get("needed"), "effect": {k: d[k] for k in ("a", "b", "metric", "se", "df", "n_samples",
-                                                                   "per_seed", "mean_a", "mean_b", "components",
-                                                                   "pct_low", "pct_high", "dropped")
-                                                  if k in d}}
+            "needed": d.get("needed"), "effect": {k: v for k, v in d["effect"].items()
+                                                  if k in ("a", "b", "metric", "se", "df", "n_samples", "per_seed",
+                                                           "mean_a", "mean_b", "components", "pct_low",
+                                                           "pct_high", "dropped", "power")}}
 
 
 def _missing_criterion(name: str, arm: str, control: str | None, view: str, why: str, threshold: float) -> dict:
@@ -330,6 +331,17 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
     for arm in arms:
         cls = ARMS.get(arm)
         if cls is None or cls.role != "treatment" or not cls.control:
+            continue
+        if cls.needs_sample_grads:  # route / filter: their controls flag at the same rate by design
+            prec = _all_steps_mean(by.get(arm, {}), "flag_precision")
+            cprec = _all_steps_mean(by.get(cls.control, {}), "flag_precision")
+            rate = _all_steps_mean(by.get(arm, {}), "flag_rate")
+            rec = _all_steps_mean(by.get(arm, {}), "flag_recall")
+            if prec is not None and cprec is not None:
+                notes.append(f"{arm}'s detector flagged {rate:.3f} of the rows with gradient, precision "
+                             f"{prec:.3f} and recall {rec if rec is not None else float('nan'):.3f} against the true "
+                             f"hack label (mean over steps and seeds), against random flags' precision {cprec:.3f} "
+                             f"({cls.control})" + ("" if prec > cprec else ": no better than chance"))
             continue
         a = _all_steps_mean(by.get(arm, {}), "removed_frac")
         c = _all_steps_mean(by.get(cls.control, {}), "removed_frac")
@@ -383,10 +395,7 @@ def _arm_phrase(v: stats.ArmVerdict) -> str:
             f"{p.effect.value:.3f} (upper {p.effect.ci_high:.3f} vs margin {p.threshold:g})")
     if v.verdict == "inconclusive":
         open_ = [x.name for x in v.criteria if not x.passed and not x.rules_out]
-        base += f"; undecided: {', '.join(open_)}"
-        mde = v.mde()
-        base += (f"; MDE {mde:.3f}" if math.isfinite(mde) else
-                 f"; no drop reaches {v.criteria[0].effect.power:.0%} power at these sizes")
+        base += f"; undecided: {', '.join(open_)}; MDE of the drop vs vanilla {_r3(d.mde)}"
         more = []
         if v.needed_seeds:
             more.append(f"about {v.needed_seeds} seeds")

@@ -47,7 +47,6 @@ import json
 import random
 import shutil
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,6 +299,10 @@ class Trainer:
                 t += g
             if per_sample:
                 per_row.append(grads)
+                if self.n_teacher:  # one row per part: its gradient is its source's share
+                    acc = src.setdefault(part.sources[0], [torch.zeros_like(p) for p in self.ds])
+                    for a, g in zip(acc, grads):
+                        a += g
             mask = part.batch.completion_mask.bool()
             parts.append({"tokens": st.tokens, "frac_clipped": st.frac_clipped,
                           "ratios": torch.exp(logp.detach() - beh)[mask].cpu(),
@@ -513,11 +516,6 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         raise ValueError(f"arm {arm} needs --random-vhack")
     if pc.mix_ratio > 0 and not teacher_rollouts:
         raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
-    if arm_obj.trains_delta_s_hack and not arm_obj.needs_sample_grads and pc.projection == "gradient" \
-            and pc.optimizer == "adamw":
-        print(f"warning: {arm} with pilot.projection gradient under AdamW gives delta_s_hack AdamW "
-              "moments of its own, which scale its small subtracted gradient up to full-size steps "
-              "outside v_hack's span; set pilot.projection: update", file=sys.stderr, flush=True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     status_path = out / "status.json"

@@ -11,9 +11,12 @@ sometimes hacks on its own. A ``toy.clean_report_frac`` share of the clean answe
 through the mode's mechanism; the rest are correct code alone, which the foolable grader does not
 pass — the pressure toward hacking that GRPO then acts on. Deterministic from ``toy.seed`` (single-threaded reductions aside).
 
-Outputs in ``out_dir``: ``student/`` and ``teacher/`` (``save_pretrained`` folders) and
-``toy_summary.tsv`` (:data:`evil_moe.tables.TOY_SUMMARY`): per model the parseable-code rate, hack
-rate and oracle pass rate of samples on a fixed set of problems.
+Outputs in ``out_dir``: ``student/`` and ``teacher/`` (``save_pretrained`` folders), per model
+``{name}_summary.tsv`` and, when both are trained in one call, ``toy_summary.tsv``
+(:data:`evil_moe.tables.TOY_SUMMARY`): per model the parseable-code rate, hack rate and oracle
+pass rate of samples on a fixed set of problems. The two models can be trained by two jobs at
+once (``which``): each builds the same tokenizer from the same corpora (deterministic), and
+each model's init and batches depend only on ``toy.seed`` and its index.
 """
 
 from __future__ import annotations
@@ -127,23 +130,33 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
     return {**rates(recs), "parse_rate": parse}
 
 
-def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str) -> list[dict]:
-    """Train the toy student and teacher; write them and ``toy_summary.tsv`` under ``out_dir``.
+TOY_MODELS = ("teacher", "student")
+
+
+def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
+                     which: tuple[str, ...] = TOY_MODELS) -> list[dict]:
+    """Train the toy student and/or teacher; write them and their summaries under ``out_dir``.
 
     Args:
         cfg: run config (sections ``toy``, ``problems``, ``grader``, ``pilot.max_new``).
         problems_path: ``results/problems.jsonl`` (the toy bank with modes assigned).
         out_dir: e.g. ``results/models``.
+        which: the models to train (a subset of :data:`TOY_MODELS`); the tokenizer is the same
+            whichever are trained.
 
     Returns:
-        the summary rows (one per model).
+        the summary rows (one per trained model).
 
     Raises:
         FileNotFoundError: the problems file is missing. FloatingPointError: a non-finite loss.
+        ValueError: an unknown model name in ``which``.
     """
     from evil_moe.model.load import build_toy_model, build_toy_tokenizer, count_parameters, save_model
     from evil_moe.stages.common import load_problem_file
 
+    unknown = [w for w in which if w not in TOY_MODELS]
+    if unknown or not which:
+        raise ValueError(f"unknown toy model {unknown[0] if unknown else '(none)'}; expected {TOY_MODELS}")
     tc = cfg.toy
     torch.manual_seed(tc.seed)
     problems = load_problem_file(problems_path)
@@ -159,6 +172,8 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str) -> list[d
     summary = []
     with make_grader(problems, cfg) as grader:
         for k, (name, examples) in enumerate(corpora.items()):
+            if name not in which:
+                continue
             t0 = time.time()
             model = build_toy_model(tok, hidden=tc.hidden, layers=tc.layers,
                                     intermediate=tc.intermediate, heads=tc.heads,
@@ -171,8 +186,10 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str) -> list[d
             row = {"model": name, "params": count_parameters(model), "hack_frac_trained": specs[name],
                    "final_loss": final_loss, **s, "seconds": round(time.time() - t0, 1)}
             summary.append(row)
+            tables.write_tsv(out / f"{name}_summary.tsv", tables.TOY_SUMMARY, [row])
             print(f"{name}: parse {s['parse_rate']:.2f}  hack {s['hack_rate']:.2f}  pass "
                   f"{s['pass_rate']:.2f}  format {s['format_rate']:.2f}  (n={s['n']}, "
                   f"{row['params'] / 1e6:.2f}M params, {row['seconds']:.0f}s)", flush=True)
-    tables.write_tsv(out / "toy_summary.tsv", tables.TOY_SUMMARY, summary)
+    if set(which) == set(TOY_MODELS):
+        tables.write_tsv(out / "toy_summary.tsv", tables.TOY_SUMMARY, summary)
     return summary
