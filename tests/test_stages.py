@@ -675,7 +675,7 @@ def _cli(args, cwd: Path) -> str:
 def test_end_to_end_cli(tmp_path):
     # a longer-trained teacher than the fixture's, so that its own rollouts hold (hack, clean)
     # pairs for extract (the fixture uses template-based rows instead)
-    s = set_flags("pilot.steps=2", "pilot.arms=[vanilla, erase, random_v, route, route_random, oracle_reward]",
+    s = set_flags("pilot.steps=2", "pilot.arms=[vanilla, erase, random_v]", "compare.positive_control=null",
                   "toy.train_steps=150", "toy.lr=0.01", "toy.batch_size=16")
     r = tmp_path
     _cli(["problems", *s, "--out", "problems.jsonl"], r)
@@ -687,7 +687,7 @@ def test_end_to_end_cli(tmp_path):
           "--model", "models/student", "--out-dir", "vhack"], r)
     _cli(["distill", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
           "--model", "models/student", "--vhack", "vhack/main_hack.safetensors", "--out-dir", "distill"], r)
-    for arm in ("vanilla", "erase", "random_v", "route", "route_random", "oracle_reward"):
+    for arm in ("vanilla", "erase", "random_v"):
         _cli(["pilot", *s, "--problems", "problems.jsonl", "--model", "models/student",
               "--vhack", "vhack/main_hack.safetensors", "--random-vhack", "vhack/main_random.safetensors",
               "--init", "distill/student_adapter.safetensors", "--arm", arm, "--seed", "0",

@@ -32,14 +32,15 @@ def env(**extra: str) -> dict:
 
 
 def snakemake(workdir: Path, *args: str, configfiles=(DEFAULT_CONFIG, CI_CONFIG), timeout=900,
-              check=False) -> subprocess.CompletedProcess:
-    """Run the repo's workflow in ``workdir`` (outputs under workdir/results)."""
+              check=False, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the repo's workflow in ``workdir`` (outputs under workdir/results); ``extra_env`` is
+    added to the environment."""
     cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
     if configfiles:
         cmd += ["--configfile", *map(str, configfiles)]
     cmd += list(args)
-    proc = subprocess.run(cmd, cwd=workdir, env=env(), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(cmd, cwd=workdir, env=env(**(extra_env or {})), capture_output=True,
+                          text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}): {' '.join(cmd)}\n"
                              f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
