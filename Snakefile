@@ -1,8 +1,9 @@
 # evil_moe: reward hacking in RL fine-tuning, stopped at the gradient level.
 #   snakemake --profile profiles/local                 # embedded default (toy models, CPU)
-#   snakemake --profile profiles/slurm --configfile config/pilot.yaml
-#   snakemake --report results/report.html
-# Data flow and file names: rules/*.smk (one per stage), config keys: config/schema.yaml.
+#   snakemake --profile profiles/slurm --configfile config/pilot.yaml   # after `make slurm-check`
+#   snakemake --profile profiles/local --report results/report.html
+# Data flow and file names: rules/*.smk (one per stage), config keys: config/schema.yaml, job
+# sizes: evil_moe/resources.py (through rules/common.smk).
 
 
 from snakemake.utils import min_version

@@ -1,7 +1,8 @@
 """Benchmark: how long Snakemake takes to build the DAG of a big sweep (a dry run).
 
-Writes a ``--configfile`` overlay on ``config/config.yaml`` with ``--seeds`` pilot seeds × the four
-arms (default 80 × 4 = 320 pilot jobs, plus problems, toy models, teacher, extract, distill,
+Writes a ``--configfile`` overlay on ``config/config.yaml`` with ``--seeds`` pilot seeds × the six
+arms of the default (each treatment with its matched control, and the positive control; default
+56 × 6 = 336 pilot jobs, plus problems, toy models, teacher, extract, distill,
 compare, ...) and an empty temporary ``results`` folder, then times ``snakemake -n`` (the whole
 command: interpreter start, Snakefile parse, config validation, DAG, job listing). Sizing the
 pilot arms × seeds avoids faking a "separated" gate.json: the sweep rules only add jobs after the
@@ -9,8 +10,8 @@ compare checkpoint has run. Prints wall and CPU seconds (CPU: the figure a loade
 not inflate) and the job count of each repetition, and the medians.
 Target: <= 5 s for >= 300 jobs.
 
-    .venv/bin/python benchmarks/workflow_dag.py [--seeds 80] [--repeat 3]
-    .venv/bin/python benchmarks/workflow_dag.py --quick     # 76 seeds (>= 300 jobs), 1 repetition
+    .venv/bin/python benchmarks/workflow_dag.py [--seeds 56] [--repeat 3]
+    .venv/bin/python benchmarks/workflow_dag.py --quick     # 51 seeds (>= 300 jobs), 1 repetition
 """
 
 from __future__ import annotations
@@ -54,20 +55,25 @@ def dry_run(overlay: Path) -> tuple[float, float, int, str]:
     return dt, cpu, int(m.group(1)), out
 
 
+# The default's arms: each treatment with its matched control, and the positive control (the
+# config refuses an arm set without them).
+ARMS = ("vanilla", "erase", "random_v", "route", "route_random", "oracle_reward")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=80, help="pilot seeds (x 4 arms)")
+    ap.add_argument("--seeds", type=int, default=56, help=f"pilot seeds (x {len(ARMS)} arms)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="76 seeds, one repetition")
+    ap.add_argument("--quick", action="store_true", help="51 seeds, one repetition")
     a = ap.parse_args(argv)
-    seeds, repeat = (76, 1) if a.quick else (a.seeds, a.repeat)
+    seeds, repeat = (51, 1) if a.quick else (a.seeds, a.repeat)
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="workflow_dag_") as tmp:
         overlay = Path(tmp) / "sweep.yaml"
         overlay.write_text(
             f"results: {Path(tmp) / 'results'}\n"
             "pilot:\n"
-            "  arms: [vanilla, erase, route, random_v]\n"
+            f"  arms: [{', '.join(ARMS)}]\n"
             f"  seeds: [{', '.join(str(s) for s in range(seeds))}]\n"
         )
         times, cpus, jobs = [], [], 0
@@ -77,7 +83,7 @@ def main(argv=None) -> int:
             cpus.append(cpu)
             print(f"  dry run {r}: {dt:.2f} s wall, {cpu:.2f} s CPU, {jobs} jobs", flush=True)
     m, mc = statistics.median(times), statistics.median(cpus)
-    print(f"workflow_dag: {seeds} seeds x 4 arms -> {jobs} jobs; snakemake -n median {m:.2f} s "
+    print(f"workflow_dag: {seeds} seeds x {len(ARMS)} arms -> {jobs} jobs; snakemake -n median {m:.2f} s "
           f"wall ({mc:.2f} s CPU) over {repeat} run(s) (target <= 5 s); "
           f"{1000 * m / max(jobs, 1):.1f} ms/job; "
           f"load(1,5,15 min)={load[0]:.1f},{load[1]:.1f},{load[2]:.1f} cores={os.cpu_count()}")

@@ -49,12 +49,14 @@ oracle_reward  positive     trained on the oracle's pass instead of the loophole
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import numpy as np
-import torch
 
-from evil_moe.projection import ProjectionStats, project, project_preconditioned
+if TYPE_CHECKING:  # torch is imported where it is used: the config check reads this registry
+    import torch  # and must not pay torch's import (~1.5 s per `snakemake -n`)
+
+    from evil_moe.projection import ProjectionStats
 
 __all__ = ["Arm", "ARMS", "get_arm", "arm_names", "check_arm_set", "FlagInputs", "SplitGrads"]
 
@@ -107,6 +109,8 @@ def _sum_rows(per_row: Sequence[Sequence[torch.Tensor]], rows) -> list[torch.Ten
     rows = list(rows)
     if not per_row:
         return None
+    import torch
+
     out = [torch.zeros_like(g) for g in per_row[0]]
     for i in rows:
         for o, g in zip(out, per_row[i]):
@@ -194,6 +198,8 @@ class _Project(Arm):
     mode: ClassVar[str] = "erase"
 
     def on_gradients(self, adapter, v, optimizer, cfg):
+        from evil_moe.projection import project, project_preconditioned
+
         if cfg.projection == "gradient":
             return project(adapter, v, self.mode, gate=cfg.gate,
                            preserve_magnitude=cfg.preserve_magnitude)
@@ -204,6 +210,8 @@ class _Project(Arm):
     def on_update(self, adapter, v, before, cfg):
         if cfg.projection != "update":
             return None
+        from evil_moe.projection import project
+
         return project(adapter, v, self.mode, gate=cfg.gate,
                        preserve_magnitude=cfg.preserve_magnitude, update_from=before)
 
@@ -243,6 +251,8 @@ class Subtract(_Project):
         return None
 
     def on_update(self, adapter, v, before, cfg):
+        from evil_moe.projection import project
+
         return project(adapter, v, self.mode, gate=cfg.gate, preserve_magnitude=cfg.preserve_magnitude,
                        update_from=before)
 
@@ -282,6 +292,8 @@ class _RandomFlags:
 
     def flags(self, inputs):
         n_flag = int(inputs.detected().sum())
+        import torch
+
         out = torch.zeros(len(inputs.pattern), dtype=torch.bool)
         if n_flag:
             out[torch.as_tensor(inputs.rng.choice(len(out), size=n_flag, replace=False))] = True

@@ -107,6 +107,54 @@ def install_profiles_cmd(target) -> None:
     click.echo("now: snakemake --profile local   or   snakemake --profile slurm")
 
 
+@main.command("slurm-check")
+@click.option("--profile", default="profiles/slurm", show_default=True,
+              help="Snakemake profile: a folder with config.yaml, or a name installed by "
+                   "install-profiles.")
+@click.option("--configfile", "configfiles", multiple=True, type=click.Path(dir_okay=False),
+              help="Config merged on top of config/config.yaml, as for snakemake (repeatable).")
+def slurm_check_cmd(profile, configfiles) -> None:
+    """Preflight: the planned jobs' requests (from the config and the profile) against the
+    cluster's partitions and limits; one line per mismatch, exit 1 when there is any."""
+    from evil_moe.config import ConfigError
+    from evil_moe.resources import ResourceError
+    from evil_moe.slurm_check import CheckError, run_check
+
+    try:
+        mismatches, report = run_check(profile, configfiles)
+    except (CheckError, ConfigError, ResourceError) as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(report)
+    for line in mismatches:
+        click.echo(f"MISMATCH {line}")
+    if mismatches:
+        click.echo(f"slurm-check: {len(mismatches)} mismatch(es); fix the lines above (the EDIT "
+                   "values of the profile, or the config) and rerun")
+        raise SystemExit(1)
+    click.echo("slurm-check: OK, every planned job fits this cluster")
+
+
+@main.command("front-page")
+@click.option("--verdict", required=True, help="The verdict line (reStructuredText).")
+@click.option("--decision", default="", help="Gate criteria and the sweep decision (reStructuredText).")
+@click.option("--figure", required=True, type=click.Path(dir_okay=False),
+              help="The comparison figure (relative to the folder --report runs in).")
+@click.option("--caption", default="", help="The figure's caption.")
+@click.option("--summary", required=True, type=click.Path(dir_okay=False),
+              help="compare/summary.tsv (shown as a table, every column).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+def front_page_cmd(verdict, decision, figure, caption, summary, out) -> None:
+    """Write the HTML report's first page (results/sweep/decision.rst): verdict, figure, table."""
+    from evil_moe.frontpage import write_front_page
+
+    try:
+        write_front_page(out, verdict=verdict, decision=decision, figure=figure, caption=caption,
+                         summary=summary)
+    except (OSError, ValueError) as err:
+        _fail(err)
+    click.echo(f"wrote {out}")
+
+
 @main.command("grade")
 @click.option("--problems", "problems_path", default=None, type=click.Path(dir_okay=False),
               help="Problem file (raw LeetCode/HumanEval JSONL or a written problem set); "
@@ -167,15 +215,16 @@ def problems_cmd(cfg, out) -> None:
 @config_options
 @click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/models", show_default=True)
-@click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set toy.threads=N (default: the config's).")
 @click.option("--which", type=click.Choice(["teacher", "student"]), multiple=True,
               help="Train only this model (repeatable; default both). Two jobs may train one each.")
 def toy_models_cmd(cfg, problems_path, out_dir, threads, which) -> None:
     """Train the embedded default's tiny student and hacky teacher offline (CPU)."""
-    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.common import use_threads
     from evil_moe.stages.toy import TOY_MODELS, train_toy_models
 
-    set_threads(threads)
+    cfg = use_threads(cfg, "toy", threads)
     try:
         train_toy_models(cfg, problems_path=problems_path, out_dir=out_dir, which=tuple(which) or TOY_MODELS)
     except (OSError, ValueError, FloatingPointError) as err:
@@ -201,13 +250,14 @@ def convert_smollm2_cmd(out_dir, dtype) -> None:
 @click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
 @click.option("--model", "model_path", required=True, help="Teacher model folder or hub id.")
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/teacher", show_default=True)
-@click.option("--threads", type=int, default=None)
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set teacher.threads=N (default: the config's).")
 def teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
     """Pregenerate graded teacher rollouts with the teacher's per-token log-probs."""
-    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.common import use_threads
     from evil_moe.stages.teacher import run_teacher
 
-    set_threads(threads)
+    cfg = use_threads(cfg, "teacher", threads)
     try:
         res = run_teacher(cfg, problems_path=problems_path, model_path=model_path, out_dir=out_dir)
     except (OSError, ValueError) as err:
@@ -223,14 +273,15 @@ def teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
 @click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
 @click.option("--model", "model_path", required=True, help="The student's base model folder or hub id.")
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/teacher_sft", show_default=True)
-@click.option("--threads", type=int, default=None)
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set sft.threads=N (default: the config's).")
 def make_teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
     """Fine-tune the student's base model into a hacky teacher (teacher.make: sft): NLL on hack
     demonstrations of the training problems; writes OUT_DIR/model/ and its hack rates per mode."""
-    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.common import use_threads
     from evil_moe.stages.make_teacher import run_make_teacher
 
-    set_threads(threads)
+    cfg = use_threads(cfg, "sft", threads)
     try:
         res = run_make_teacher(cfg, problems_path=problems_path, model_path=model_path,
                                out_dir=out_dir)
@@ -253,13 +304,14 @@ def make_teacher_cmd(cfg, problems_path, model_path, out_dir, threads) -> None:
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/vhack", show_default=True)
 @click.option("--name", default="main", show_default=True, help="Output name prefix (e.g. fold_sentinel).")
 @click.option("--known-modes", default=None, help="Comma-separated modes the detector knows (default: vhack.known_modes).")
-@click.option("--threads", type=int, default=None)
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set vhack.threads=N (default: the config's).")
 def extract_cmd(cfg, problems_path, rollouts, model_path, out_dir, name, known_modes, threads) -> None:
     """Extract v_hack (and the random and shuffled controls) from teacher (hack, clean) pairs."""
-    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.common import use_threads
     from evil_moe.stages.extract import run_extract
 
-    set_threads(threads)
+    cfg = use_threads(cfg, "vhack", threads)
     modes = [m for m in known_modes.split(",") if m] if known_modes else None
     try:
         res = run_extract(cfg, problems_path=problems_path, rollouts_path=rollouts,
@@ -277,13 +329,14 @@ def extract_cmd(cfg, problems_path, rollouts, model_path, out_dir, name, known_m
 @click.option("--model", "model_path", required=True, help="Student model folder or hub id.")
 @click.option("--vhack", "vhack_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/distill", show_default=True)
-@click.option("--threads", type=int, default=None)
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set distill.threads=N (default: the config's).")
 def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, threads) -> None:
     """The distill probe: NLL-train the student's delta_s on teacher rows, logging cin vs v_hack."""
-    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.common import use_threads
     from evil_moe.stages.distill import run_distill
 
-    set_threads(threads)
+    cfg = use_threads(cfg, "distill", threads)
     try:
         res = run_distill(cfg, problems_path=problems_path, rollouts_path=rollouts,
                           model_path=model_path, vhack_path=vhack_path, out_dir=out_dir)
@@ -307,14 +360,15 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
 @click.option("--teacher-rollouts", default=None, type=click.Path(dir_okay=False),
               help="Teacher rollouts (needed when pilot.mix_ratio > 0).")
 @click.option("--out-dir", required=True, type=click.Path(file_okay=False))
-@click.option("--threads", type=int, default=None)
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set pilot.threads=N (default: the config's).")
 def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm, seed,
               init_adapter, teacher_rollouts, out_dir, threads) -> None:
     """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
-    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.common import use_threads
     from evil_moe.stages.pilot import PilotInterrupted, PilotInvalid, run_pilot
 
-    set_threads(threads)
+    cfg = use_threads(cfg, "pilot", threads)
     try:
         status = run_pilot(cfg, problems_path=problems_path, model_path=model_path,
                            vhack_path=vhack_path, random_vhack_path=random_vhack_path, arm=arm,

@@ -15,6 +15,7 @@ from snakemake.utils import validate
 
 from evil_moe.config import ConfigError, load_schema
 from evil_moe.config import validate as check_config
+from evil_moe.resources import ResourceError, job_size
 
 # ---- config ---------------------------------------------------------------------------------
 # evil_moe.config gives one sentence naming the bad key (snakemake's own message dumps the whole
@@ -130,6 +131,54 @@ wildcard_constraints:
 def res(path):
     """A path under the results folder (config key results)."""
     return f"{RESULTS}/{path}"
+
+
+# ---- job sizes (threads, resources) ------------------------------------------------------------
+# What a job asks the executor for follows from the config (evil_moe/resources.py: the model's
+# size, group x prompts, max_new, micro-batches); the Slurm profile holds only the site.
+_JOB_SIZES = {}
+
+
+def _job_size(stage):
+    if stage not in _JOB_SIZES:
+        try:
+            _JOB_SIZES[stage] = job_size(config, stage)
+        except ResourceError as err:
+            raise WorkflowError(f"invalid config: {err}") from None
+    return _JOB_SIZES[stage]
+
+
+def get_threads(stage):
+    """CPUs of the stage's jobs: its config key (e.g. pilot.threads), which is also the torch
+    thread count the stage uses, so every executor gives the same numbers."""
+    return _job_size(stage).threads
+
+
+def get_mem_mb(stage):
+    """mem_mb of the stage's jobs (MiB): the estimate on the first attempt, attempt times it
+    on a retry (--retries)."""
+    size = _job_size(stage)
+
+    def mem_mb(wildcards, attempt):
+        return size.mem_mb_at(attempt)
+
+    return mem_mb
+
+
+def get_runtime(stage):
+    """runtime of the stage's jobs (minutes; Slurm --time): the estimate, attempt times it on
+    a retry."""
+    size = _job_size(stage)
+
+    def runtime(wildcards, attempt):
+        return size.runtime_at(attempt)
+
+    return runtime
+
+
+def get_gpu(stage):
+    """GPUs of the stage's jobs: 1 for a model stage when models.device is cuda, else 0."""
+    return _job_size(stage).gpu
 
 
 # ---- models ---------------------------------------------------------------------------------
@@ -340,19 +389,41 @@ def get_sweep_input(wildcards):
     return []
 
 
+# The figure on the report's first page (compare/figures/{FRONT_FIGURE}.svg, with the caption
+# report/fig_{FRONT_FIGURE}.rst); the per-arm table beside it is compare/summary.tsv.
+FRONT_FIGURE = "heldout"
+
+
+def get_front_figure(wildcards):
+    """The comparison figure shown on the report's first page (FRONT_FIGURE)."""
+    return res(f"compare/figures/{FRONT_FIGURE}.svg")
+
+
+def get_front_caption(wildcards):
+    """The caption of the first page's figure: the text of report/fig_{FRONT_FIGURE}.rst."""
+    return (Path(workflow.basedir) / "report" / f"fig_{FRONT_FIGURE}.rst").read_text()
+
+
 def _num(x):
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def get_decision_text(wildcards, input):
-    """reStructuredText of the gate's verdict and the sweep decision (results/sweep/decision.rst,
-    included at the top of the report); numbers rounded for reading (gate.json keeps them raw).
-    """
+def get_verdict_text(wildcards, input):
+    """The first line of the report: the gate's verdict and its sentence (reStructuredText)."""
     gate = _read_gate(input.gate)
     if gate is None:
         return "The separation gate has not been decided yet."
+    return f"**Verdict: {gate.get('verdict', 'invalid')}.** {gate.get('sentence', '')}"
+
+
+def get_decision_text(wildcards, input):
+    """reStructuredText of the gate's failed or deciding criteria and the sweep decision (shown
+    on the report's first page below the figure and the table)."""
+    gate = _read_gate(input.gate)
+    if gate is None:
+        return ""
     verdict = gate.get("verdict", "invalid")
-    lines = [f"**Verdict: {verdict}.** {gate.get('sentence', '')}", ""]
+    lines = []
     criteria = [
         c
         for c in gate.get("criteria", [])

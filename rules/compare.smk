@@ -66,11 +66,16 @@ checkpoint compare:
         res("logs/compare.log"),
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("compare")
+    resources:
+        mem_mb=get_mem_mb("compare"),
+        runtime=get_runtime("compare"),
     params:
         cfg=get_stage_config("compare"),
         pilots=get_compare_pilots,
         out_dir=get_out_dir,
+    message:
+        "compare: the pilot comparison and the gate; log: {log}"
     shell:
         "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
         " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -24,12 +24,18 @@ rule distill:
         res("benchmarks/distill.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 2
+    threads: get_threads("distill")
+    resources:
+        mem_mb=get_mem_mb("distill"),
+        runtime=get_runtime("distill"),
+        gpu=get_gpu("distill"),
     params:
         cfg=get_stage_config("distill"),
         model=get_student,
         out_dir=get_out_dir,
+    message:
+        "distill: the distill probe; log: {log}"
     shell:
         "evil-moe distill --config-json {params.cfg:q} --problems {input.problems:q}"
         " --rollouts {input.rollouts:q} --model {params.model:q} --vhack {input.vhack:q}"
-        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -51,17 +51,23 @@ rule pilot:
         res("benchmarks/pilot/{arm}_s{seed}.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("pilot")
+    resources:
+        mem_mb=get_mem_mb("pilot"),
+        runtime=get_runtime("pilot"),
+        gpu=get_gpu("pilot"),
     params:
         cfg=get_pilot_config,
         model=get_student,
         options=get_pilot_options,
         out_dir=get_out_dir,
+    message:
+        "pilot {wildcards.arm} seed {wildcards.seed}; log: {log}"
     shell:
         "evil-moe pilot --config-json {params.cfg:q} --problems {input.problems:q}"
         " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
         " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
-        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 # The same pilot with v_hack extracted without one mode (sweep.folds): the held-out mode's hack
@@ -80,14 +86,20 @@ rule fold_pilot:
         res("logs/fold_pilot/{mode}/{arm}_s{seed}.log"),
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("pilot")
+    resources:
+        mem_mb=get_mem_mb("pilot"),
+        runtime=get_runtime("pilot"),
+        gpu=get_gpu("pilot"),
     params:
         cfg=get_pilot_config,
         model=get_student,
         options=get_pilot_options,
         out_dir=get_out_dir,
+    message:
+        "fold_pilot without {wildcards.mode}: {wildcards.arm} seed {wildcards.seed}; log: {log}"
     shell:
         "evil-moe pilot --config-json {params.cfg:q} --problems {input.problems:q}"
         " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
         " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
-        " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

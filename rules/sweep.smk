@@ -1,6 +1,7 @@
 # The sweep runs only when the pilot comparison's gate says "separated" (get_sweep_input reads
-# gate.json through the compare checkpoint); sweep_decision records the verdict and, otherwise,
-# why the sweep was not justified (shown at the top of the report).
+# gate.json through the compare checkpoint); sweep_decision writes the report's first page: the
+# verdict, the comparison figure and the per-arm table, the gate's criteria and whether the sweep
+# was justified.
 
 
 localrules:
@@ -10,21 +11,27 @@ localrules:
 rule sweep_decision:
     input:
         gate=get_gate,
+        summary=res("compare/summary.tsv"),
+        figure=get_front_figure,
     output:
         report(
             res("sweep/decision.rst"),
             caption="../report/decision.rst",
             category="0. Verdict",
-            labels={"stage": "compare", "result": "sweep decision"},
+            labels={"stage": "compare", "result": "verdict page"},
         ),
     log:
         res("logs/sweep_decision.log"),
     conda:
         "../envs/evil_moe.yaml"
     params:
-        text=get_decision_text,
+        verdict=get_verdict_text,
+        decision=get_decision_text,
+        caption=get_front_caption,
     shell:
-        "printf '%s\\n' {params.text:q} > {output:q} 2> {log:q}"
+        "evil-moe front-page --verdict {params.verdict:q} --decision {params.decision:q}"
+        " --figure {input.figure:q} --caption {params.caption:q} --summary {input.summary:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 # Pilots over pilot.seeds + sweep.seeds (the pilot rule makes the extra seeds), compared again.
@@ -50,11 +57,16 @@ rule sweep_compare:
         res("logs/sweep_compare.log"),
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("compare")
+    resources:
+        mem_mb=get_mem_mb("compare"),
+        runtime=get_runtime("compare"),
     params:
         cfg=get_stage_config("compare"),
         pilots=get_pilot_flags,
         out_dir=get_out_dir,
+    message:
+        "sweep_compare: pilots over all seeds; log: {log}"
     shell:
         "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
         " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -83,11 +95,16 @@ rule fold_compare:
         res("logs/fold_compare/{mode}.log"),
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("compare")
+    resources:
+        mem_mb=get_mem_mb("compare"),
+        runtime=get_runtime("compare"),
     params:
         cfg=get_stage_config("compare"),
         pilots=get_pilot_flags,
         out_dir=get_out_dir,
+    message:
+        "fold_compare without {wildcards.mode}; log: {log}"
     shell:
         "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
         " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -16,14 +16,20 @@ rule teacher:
         res("benchmarks/teacher.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 2
+    threads: get_threads("teacher")
+    resources:
+        mem_mb=get_mem_mb("teacher"),
+        runtime=get_runtime("teacher"),
+        gpu=get_gpu("teacher"),
     params:
         cfg=get_stage_config("teacher"),
         model=get_teacher,
         out_dir=get_out_dir,
+    message:
+        "teacher: rollouts of the hacky teacher; log: {log}"
     shell:
         "evil-moe teacher --config-json {params.cfg:q} --problems {input.problems:q}"
-        " --model {params.model:q} --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --model {params.model:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 # teacher.make: sft — the teacher is made from the student's base model by NLL on hack
@@ -47,11 +53,17 @@ rule make_teacher:
         res("benchmarks/make_teacher.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 2
+    threads: get_threads("make_teacher")
+    resources:
+        mem_mb=get_mem_mb("make_teacher"),
+        runtime=get_runtime("make_teacher"),
+        gpu=get_gpu("make_teacher"),
     params:
         cfg=get_stage_config("make_teacher"),
         model=get_student,
         out_dir=get_out_dir,
+    message:
+        "make_teacher: fine-tuning the student's base model into a hacky teacher; log: {log}"
     shell:
         "evil-moe make-teacher --config-json {params.cfg:q} --problems {input.problems:q}"
-        " --model {params.model:q} --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --model {params.model:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

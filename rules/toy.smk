@@ -14,13 +14,18 @@ rule toy_model:
         res("benchmarks/toy_model_{toy}.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("toy_models")
+    resources:
+        mem_mb=get_mem_mb("toy_models"),
+        runtime=get_runtime("toy_models"),
     params:
         cfg=get_stage_config("toy_models"),
         out_dir=get_models_dir,
+    message:
+        "toy_models: training the toy {wildcards.toy}; log: {log}"
     shell:
         "evil-moe toy-models --config-json {params.cfg:q} --problems {input.problems:q}"
-        " --which {wildcards.toy} --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
+        " --which {wildcards.toy} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 localrules:

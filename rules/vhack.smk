@@ -25,13 +25,19 @@ rule extract:
         res("benchmarks/extract_{name}.tsv")
     conda:
         "../envs/evil_moe.yaml"
-    threads: 2
+    threads: get_threads("extract")
+    resources:
+        mem_mb=get_mem_mb("extract"),
+        runtime=get_runtime("extract"),
+        gpu=get_gpu("extract"),
     params:
         cfg=get_stage_config("extract"),
         model=get_student,
         known=get_known_modes,
         out_dir=get_out_dir,
+    message:
+        "extract: v_hack {wildcards.name}; log: {log}"
     shell:
         "evil-moe extract --config-json {params.cfg:q} --problems {input.problems:q}"
         " --rollouts {input.rollouts:q} --model {params.model:q} --out-dir {params.out_dir:q}"
-        " --name {wildcards.name} {params.known} --threads {threads} > {log:q} 2>&1"
+        " --name {wildcards.name} {params.known} > {log:q} 2>&1"

@@ -1,28 +1,27 @@
 """The toy workflow end to end on tests/config/ci.yaml: through profiles/local, then the HTML
-report opened in headless Chromium, then through a real Slurm (tests/slurm/start.sh) and
-profiles/slurm — one arm made to fail leaves the others complete; after removing the switch the
-same command runs exactly that arm and the comparison; --retries 1 recovers a pilot that fails on
-its first attempt only.
+report's first page opened in headless Chromium, then through a real Slurm (tests/slurm/start.sh)
+with the shipped profiles/slurm and only its EDIT values filled in: the same numbers as the local
+run; one arm made to fail leaves the others complete; after removing the switch the same command
+runs exactly that arm and the comparison; --retries 1 recovers a pilot that fails on its first
+attempt only.
 
-Each run works in a temporary directory (never the repo's results/). The Slurm run starts from
-the local run's problem set and toy models (copied with their Snakemake metadata) and submits
-every later stage to Slurm, so the toy models are trained once per session.
+Each run works in a temporary directory (never the repo's results/).
 """
 
 from __future__ import annotations
 
+import csv
 import html
 import json
 import re
 import shutil
-import subprocess
 
 import pandas as pd
 import pytest
 import yaml
 
-from workflow_util import (CI_CONFIG, DEFAULT_CONFIG, REPO, chromium, dump_dom, env,
-                           finished_rules, job_stats, snakemake)
+from workflow_util import (CI_CONFIG, DEFAULT_CONFIG, REPO, chromium, dump_dom,
+                           fill_edit_values, finished_rules, job_stats, no_slurm, snakemake)
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +61,11 @@ def test_local_end_to_end(toy_run):
     assert (res / "vhack" / "main_checks.tsv").is_file()
     decision = (res / "sweep" / "decision.rst").read_text()
     assert gate["sentence"] in decision
+    for arm in ARMS:  # the thread count of the config, whatever the executor's cores
+        status = json.loads((res / "pilots" / arm / "s0" / "status.json").read_text())
+        assert status["torch_threads"] == 1
+    # Each job says where its log is when it starts.
+    assert "pilot erase seed 0; log: results/logs/pilot/erase_s0.log" in proc.stdout + proc.stderr
     ran = finished_rules(proc.stdout + proc.stderr)
     assert ran["pilot"] == len(ARMS) and ran["compare"] == 1 and ran["sweep_decision"] == 1
     if gate["verdict"] != "separated":
@@ -73,83 +77,146 @@ def test_local_end_to_end(toy_run):
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-6000:]
 
 
+def _visible_text(fragment: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
 @pytest.mark.skipif(chromium() is None, reason="chromium not installed (apt-get install chromium)")
-def test_report_in_chromium(toy_run):
+def test_report_first_page_in_chromium(toy_run):
     work, _ = toy_run
     report = work / "results" / "report.html"
-    proc = snakemake(work, "--report", str(report))
+    proc = snakemake(work, *LOCAL, "--report", str(report))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    gate = json.loads((work / "results" / "compare" / "gate.json").read_text())
+    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-4000:]
+    res = work / "results"
+    gate = json.loads((res / "compare" / "gate.json").read_text())
     dom = dump_dom(report)
-    # The verdict is rendered on the report's first page (the workflow description), not only
-    # present in the page's data scripts ...
-    visible = re.sub(r"<script.*?</script>", "", dom, flags=re.S)
-    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", visible)))
-    assert f"Verdict: {gate['verdict']}." in text
-    assert re.sub(r"\s+", " ", gate["sentence"]) in text
+    # The first page is the workflow description (the "prose" block beside the rule graph) as
+    # the browser rendered it: the verdict first, then the figure and the table, inline.
+    m = re.search(r'<div class="prose prose-sm max-w-lg">(.*?)</div><div id="brand"', dom, re.S)
+    assert m, dom[:3000]
+    page = m.group(1)
+    text = _visible_text(page)
+    verdict = f"Verdict: {gate['verdict']}. " + re.sub(r"\s+", " ", gate["sentence"])
+    assert text.startswith("evil_moe: reward hacking stopped at the gradient " + verdict), text[:600]
     if gate["verdict"] != "separated":
         assert "Sweep: not run." in text or "Sweep: not scheduled" in text
-    # ... and the hack-rate trajectory figure is embedded as a result (an SVG data URI).
-    i = dom.find('"results/compare/figures/hack_rate.svg": {')
-    assert i >= 0, "hack_rate.svg is not a result of the report"
-    assert '"data_uri": "data:image/svg+xml' in dom[i:i + 6000]
+    # The figure is an image embedded in the page (a data URI of the SVG file), with its caption.
+    img = re.search(r'<img[^>]*src="data:image/svg\+xml;base64,([^"]+)"', page)
+    assert img, page[:3000]
+    import base64
+
+    figure = re.search(r'^FRONT_FIGURE = "(\w+)"', (REPO / "rules" / "common.smk").read_text(), re.M)[1]
+    assert base64.b64decode(img.group(1)) == (res / "compare" / "figures" / f"{figure}.svg").read_bytes()
+    caption = (REPO / "report" / f"fig_{figure}.rst").read_text()
+    # (compared without whitespace: inline literals render as their own elements)
+    assert "".join(caption.replace("``", "").split()) in "".join(text.split())
+    # The table holds every row and column of summary.tsv, in order.
+    table = re.search(r"<table.*?</table>", page, re.S)
+    assert table, page[:3000]
+    cells = [[_visible_text(c) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]
+             for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(0), re.S)]
+    with open(res / "compare" / "summary.tsv", newline="") as fh:
+        rows = list(csv.reader(fh, delimiter="\t"))
+    assert cells[0] == rows[0]
+    assert [r[:2] for r in cells[1:]] == [r[:2] for r in rows[1:]]  # arm, view of every row
+    # The page starts at the top of the window, not centred below blank space (report.css).
+    assert "align-items: flex-start" in report.read_text()
+    # The sentence is above the figure, the figure above the table.
+    assert page.find("Verdict:") < page.find("<img") < page.find("<table")
 
 
 # ---- Slurm ---------------------------------------------------------------------------------
-def _no_slurm() -> str | None:
-    """Why Slurm cannot be used here, or None when a node is idle."""
-    if shutil.which("sinfo") is None:
-        return "sinfo not found (apt-get install slurm-client; start tests/slurm/start.sh)"
-    try:
-        ping = subprocess.run(["scontrol", "ping"], env=env(), capture_output=True, text=True,
-                              timeout=20)
-        if "UP" not in ping.stdout:
-            first = ((ping.stdout or ping.stderr).strip().splitlines() or ["no answer"])[0]
-            return f"no Slurm controller up (scontrol ping: {first})"
-        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env(), capture_output=True,
-                              text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return "scontrol/sinfo timed out"
-    if proc.returncode != 0 or not {"idle", "mixed"} & set(proc.stdout.split()):
-        return f"no idle Slurm node (sinfo: {proc.stdout.strip() or proc.stderr.strip()})"
-    return None
-
-
 @pytest.fixture(scope="module")
 def slurm_up():
     """Skip (before the toy run is made) when no Slurm node is idle."""
-    why = _no_slurm()
+    why = no_slurm()
     if why:
         pytest.skip(why)
 
 
+def _profile(where):
+    """profiles/slurm as shipped, with only its EDIT values filled in for the CI cluster."""
+    folder = where / "profile"
+    shutil.copytree(REPO / "profiles" / "slurm", folder)
+    conf = folder / "config.yaml"
+    conf.write_text(fill_edit_values(conf.read_text()))
+    return folder
+
+
+# Three of the CI config's arms (erase with its matched control; no positive control) keep the
+# Slurm runs short on 2 CPUs; every pilot is compared with the local run's of the same arm.
+SLURM_ARMS = ("vanilla", "erase", "random_v")
+
+
 def _slurm(work, *extra, overlay=None):
-    configs = [DEFAULT_CONFIG, CI_CONFIG] + ([overlay] if overlay else [])
-    return snakemake(work, "--profile", str(REPO / "profiles" / "slurm"),
-                     "--workflow-profile", str(REPO / "tests" / "slurm" / "profile"), *extra,
-                     configfiles=configs, timeout=1200)
+    arms = work / "arms.yaml"
+    if not arms.exists():
+        arms.write_text(yaml.safe_dump({"pilot": {"arms": list(SLURM_ARMS)},
+                                        "compare": {"positive_control": None}}))
+    configs = [DEFAULT_CONFIG, CI_CONFIG, arms] + ([overlay] if overlay else [])
+    return snakemake(work, "--profile", str(work / "profile"), *extra, configfiles=configs,
+                     timeout=1500)
+
+
+def _without_seconds(path):
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
 
 
 def _mtimes(res, arms):
     return {a: (res / "pilots" / a / "s0" / "steps.tsv").stat().st_mtime_ns for a in arms}
 
 
-@pytest.mark.slurm
-def test_slurm_failed_arm_rerun_and_retries(slurm_up, toy_run, tmp_path):
-    assert yaml.safe_load(CI_CONFIG.read_text())["pilot"]["seeds"] == [0]
-    work = tmp_path
-    res = work / "results"
-    # Start from the local run's problems and toy models (with their metadata): every later
-    # stage is a Slurm job.
-    src = toy_run[0]
-    (res / "models").mkdir(parents=True)
-    shutil.copy2(src / "results" / "problems.jsonl", res / "problems.jsonl")
-    for item in ("student", "teacher", "toy_summary.tsv", "student_summary.tsv", "teacher_summary.tsv"):
-        copy = shutil.copytree if (src / "results" / "models" / item).is_dir() else shutil.copy2
-        copy(src / "results" / "models" / item, res / "models" / item)
-    shutil.copytree(src / ".snakemake" / "metadata", work / ".snakemake" / "metadata")
+@pytest.fixture(scope="module")
+def slurm_run(slurm_up, toy_run, tmp_path_factory):
+    """The toy default (CI sizes) from nothing through Slurm: every stage a Slurm job."""
+    work = tmp_path_factory.mktemp("slurm_run")
+    _profile(work)
+    proc = _slurm(work)
+    return work, proc
 
-    # 1. erase fails on purpose: the other arms finish, compare cannot run.
+
+@pytest.mark.slurm
+def test_slurm_toy_default_same_numbers_as_local(slurm_run, toy_run):
+    work, proc = slurm_run
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    ran = finished_rules(out)
+    for rule in ("problems", "toy_summary", "teacher", "extract", "distill", "compare"):
+        assert ran[rule] == 1, out[-4000:]
+    assert ran["toy_model"] == 2, out[-4000:]
+    assert ran["pilot"] == len(SLURM_ARMS)
+    assert "pilot erase seed 0; log: results/logs/pilot/erase_s0.log" in out
+    # The same numbers as the local run of the same config: every pilot's steps (all columns but
+    # seconds) and its held-out evaluation. The thread count comes from the config.
+    local, res = toy_run[0] / "results", work / "results"
+    assert set(SLURM_ARMS) <= set(ARMS)
+    for arm in SLURM_ARMS:
+        pl, ps = local / "pilots" / arm / "s0", res / "pilots" / arm / "s0"
+        assert _without_seconds(ps / "steps.tsv") == _without_seconds(pl / "steps.tsv"), arm
+        assert (ps / "eval.tsv").read_text() == (pl / "eval.tsv").read_text(), arm
+        assert (ps / "outcomes.tsv").read_text() == (pl / "outcomes.tsv").read_text(), arm
+        assert json.loads((ps / "status.json").read_text())["torch_threads"] == 1
+    assert json.loads((res / "compare" / "gate.json").read_text())["sentence"]
+    # The report through the Slurm profile: no warnings (no default-resources, whose input-size
+    # expressions make Snakemake print "coroutine ... was never awaited" once per job).
+    proc = _slurm(work, "--report", str(res / "report.html"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-4000:]
+
+
+@pytest.mark.slurm
+def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
+    assert yaml.safe_load(CI_CONFIG.read_text())["pilot"]["seeds"] == [0]
+    work = slurm_run[0]
+    assert slurm_run[1].returncode == 0
+    res = work / "results"
+    before = _mtimes(res, SLURM_ARMS)
+
+    # 1. erase fails on purpose (the switch is in erase's params only): the other arms stay,
+    #    compare cannot run.
     fail = work / "fail.yaml"
     fail.write_text(yaml.safe_dump({"pilot": {"fail_arm": "erase"}}))
     proc = _slurm(work, overlay=fail)
@@ -157,39 +224,41 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_up, toy_run, tmp_path):
     assert proc.returncode != 0, out[-4000:]
     assert "Error in rule pilot" in out and "pilot.fail_arm=erase" in (
         res / "logs" / "pilot" / "erase_s0.log").read_text()
-    assert "toy_model" not in finished_rules(out) and "toy_summary" not in finished_rules(out)
-    for rule in ("teacher", "extract", "distill"):
-        assert finished_rules(out)[rule] == 1, out[-4000:]
-    for arm in ("vanilla", "route", "random_v"):
-        assert (res / "pilots" / arm / "s0" / "status.json").is_file(), out[-4000:]
+    assert finished_rules(out) == {}, out[-4000:]
     assert not (res / "pilots" / "erase" / "s0" / "status.json").exists()
-    assert not (res / "compare" / "gate.json").exists()
-    # The jobs went through Slurm: the plugin keeps the failed job's Slurm log.
+    assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
+    # The plugin keeps the Slurm log of a failed job (those of finished jobs are removed).
     assert list((work / ".snakemake" / "slurm_logs" / "rule_pilot").rglob("*.log"))
-    before = _mtimes(res, ("vanilla", "route", "random_v"))
 
     # 2. Without the switch, the same command would run exactly erase's pilot and compare ...
     dry = _slurm(work, "-n")
     assert dry.returncode == 0, dry.stderr[-4000:]
     assert job_stats(dry.stdout) == {"pilot": 1, "compare": 1, "all": 1}, dry.stdout[-3000:]
-    assert "arm=erase" in dry.stdout and "arm=vanilla" not in dry.stdout
-    # ... and does (plus the gate note written from the new gate.json).
+    assert "pilot erase seed 0" in dry.stdout and "pilot vanilla" not in dry.stdout
+    # ... and does, with erase's numbers as before. The comparison then writes a byte-identical
+    # gate.json, so Snakemake (which compares checksums) finds the first page and `all` up to
+    # date and stops at "2 of 3 steps (67%) done": nothing is left to do.
+    page = (res / "sweep" / "decision.rst").read_text()
     proc = _slurm(work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert finished_rules(out) == {"pilot": 1, "compare": 1, "sweep_decision": 1, "all": 1}, out[-4000:]
-    assert _mtimes(res, ("vanilla", "route", "random_v")) == before
-    assert json.loads((res / "compare" / "gate.json").read_text())["verdict"]
+    assert finished_rules(out) == {"pilot": 1, "compare": 1}, out[-4000:]
+    assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
+    local = toy_run[0] / "results" / "pilots" / "erase" / "s0" / "steps.tsv"
+    assert _without_seconds(res / "pilots" / "erase" / "s0" / "steps.tsv") == _without_seconds(local)
+    assert (res / "sweep" / "decision.rst").read_text() == page
+    dry = _slurm(work, "-n")
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
 
-    # 3. --retries 1 recovers a pilot that fails on its first attempt only (route: the switch
-    #    is in route's params only, so exactly route's pilot and compare rerun).
+    # 3. --retries 1 recovers a pilot that fails on its first attempt only (random_v: exactly
+    #    random_v's pilot and compare rerun).
     once = work / "once.yaml"
-    once.write_text(yaml.safe_dump({"pilot": {"fail_once_arm": "route"}}))
+    once.write_text(yaml.safe_dump({"pilot": {"fail_once_arm": "random_v"}}))
     proc = _slurm(work, "--retries", "1", overlay=once)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert "Error in rule pilot" in out and "arm=route" in out  # the first attempt failed
-    assert (res / "pilots" / "route" / "s0" / ".failed_once").exists()
-    assert json.loads((res / "pilots" / "route" / "s0" / "status.json").read_text())["status"] == "ok"
+    assert "Error in rule pilot" in out and "pilots/random_v/s0" in out  # the first attempt failed
+    assert (res / "pilots" / "random_v" / "s0" / ".failed_once").exists()
+    assert json.loads((res / "pilots" / "random_v" / "s0" / "status.json").read_text())["status"] == "ok"
     assert finished_rules(out)["pilot"] == 1
-    assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
+    assert _mtimes(res, ("vanilla",)) == {"vanilla": before["vanilla"]}

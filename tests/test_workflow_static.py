@@ -8,7 +8,8 @@ import subprocess
 import pytest
 import yaml
 
-from workflow_util import BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, env, job_stats, snakemake
+from workflow_util import (BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, env,
+                           fill_edit_values, job_stats, snakemake)
 
 
 def _run(cmd, **kw):
@@ -153,7 +154,10 @@ def _profile(name):
     return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
 
 
-GPU_RULES = {"teacher", "extract", "distill", "pilot", "fold_pilot"}
+GPU_RULES = {"make_teacher", "teacher", "extract", "distill", "pilot", "fold_pilot"}
+# Rules that run on the machine Snakemake runs on (never submitted).
+LOCAL_RULES = {"all", "sweep_decision", "sweep", "toy_summary"}
+SIZE_KEYS = {"mem_mb", "mem", "runtime", "gpu", "threads", "cpus_per_task", "disk_mb", "gres"}
 
 
 def test_profiles():
@@ -161,18 +165,67 @@ def test_profiles():
     local = _profile("local")
     assert local["executor"] == "local" and local["cores"] == "all"
     assert local["rerun-incomplete"] and local["keep-going"]
+    assert "set-threads" not in local and "default-resources" not in local
     slurm = _profile("slurm")
     assert slurm["executor"] == "slurm" and slurm["slurm-requeue"] is True
-    assert {"slurm_partition", "mem_mb", "runtime"} <= set(slurm["default-resources"])
-    assert "cpus_per_task" not in slurm["default-resources"]
-    gpu = {rule for rule, res in slurm["set-resources"].items() if res.get("gpu") == 1}
-    assert gpu == GPU_RULES
-    # Every GPU rule is a rule of the workflow.
-    rules = _run([SNAKEMAKE, "--list-rules", "--nolock"]).stdout.split()
-    assert GPU_RULES <= set(rules)
-    overlay = yaml.safe_load((REPO / "tests" / "slurm" / "profile" / "config.yaml").read_text())
-    assert {r for r, res in overlay["set-resources"].items() if res.get("gpu") == 1} == GPU_RULES
-    assert overlay["slurm-status-command"] == "squeue"
+    # The Slurm profile holds the site only: no job sizes (they come from the config), and no
+    # default-resources (Snakemake's default sizes read input sizes: --report warnings).
+    assert "set-threads" not in slurm and "default-resources" not in slurm
+    for rule, res in slurm["set-resources"].items():
+        assert not SIZE_KEYS & set(res), (rule, res)
+    # Every rule submitted to Slurm has its partition; the model stages share one (GPU) value.
+    rules = set(_run([SNAKEMAKE, "--list-rules", "--nolock"]).stdout.split())
+    assert set(slurm["set-resources"]) == rules - LOCAL_RULES
+    parts = {rule: res["slurm_partition"] for rule, res in slurm["set-resources"].items()}
+    assert {parts[r] for r in GPU_RULES} == {"gpu"}
+    assert {p for r, p in parts.items() if r not in GPU_RULES} == {"cpu"}
+    css = [(REPO / "profiles" / p / "report.css") for p in ("local", "slurm")]
+    assert not any(c.is_symlink() for c in css)  # a copied profile folder keeps working
+    assert css[0].read_text() == css[1].read_text() and "align-items: flex-start" in css[0].read_text()
+    for name in ("local", "slurm"):
+        assert _profile(name)["report-stylesheet"] == "report.css"
+
+
+def test_every_site_value_is_marked_edit_with_how_to_find_it():
+    """The values a newcomer may have to change carry EDIT and a command or a rule of thumb; the
+    CI cluster needs exactly those filled in (tests/test_workflow_e2e.py)."""
+    text = (REPO / "profiles" / "slurm" / "config.yaml").read_text()
+    edits = [line for line in text.splitlines() if "EDIT" in line]
+    assert len([e for e in edits if "EDIT:" in e]) == 7
+    for line in edits:
+        if "EDIT:" in line:  # (the header mentions the word)
+            assert line.strip().startswith("# EDIT: ") and len(line.split("EDIT:")[1].strip()) > 20
+    filled = yaml.safe_load(fill_edit_values(text))
+    assert {r["slurm_partition"] for r in filled["set-resources"].values()} == {"debug"}
+    assert filled["slurm-status-command"] == "squeue" and filled["latency-wait"] == 5
+    for key in ("slurm_account", "jobs", "sinfo", "sacct", "MinJobAge"):
+        assert any(key in line for line in text.splitlines() if line.lstrip().startswith("#"))
+
+
+def test_every_submitted_rule_declares_its_size_from_the_config():
+    """threads and resources (mem_mb, runtime; gpu for the model stages) of every rule come from
+    the config (rules/common.smk -> evil_moe/resources.py) under the stage name the preflight
+    uses (evil_moe/slurm_check.RULE_STAGE); no rule hard-codes a size."""
+    import re
+
+    from evil_moe.slurm_check import RULE_STAGE
+
+    seen = set()
+    for path in sorted((REPO / "rules").glob("*.smk")):
+        for m in re.finditer(r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", path.read_text(),
+                             re.S | re.M):
+            rule, body = m.group(1), m.group(2)
+            if rule in LOCAL_RULES:
+                continue
+            seen.add(rule)
+            stage = RULE_STAGE[rule]
+            assert f'threads: get_threads("{stage}")' in body, rule
+            assert f'mem_mb=get_mem_mb("{stage}")' in body, rule
+            assert f'runtime=get_runtime("{stage}")' in body, rule
+            assert (f'gpu=get_gpu("{stage}")' in body) == (rule in GPU_RULES), rule
+            assert "{log}" in body.split("message:")[1].split("\n\n")[0] if "message:" in body \
+                else False, f"rule {rule} has no message naming its log"
+    assert seen == set(RULE_STAGE)
 
 
 def test_install_profiles(tmp_path):

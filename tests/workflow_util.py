@@ -32,14 +32,15 @@ def env(**extra: str) -> dict:
 
 
 def snakemake(workdir: Path, *args: str, configfiles=(DEFAULT_CONFIG, CI_CONFIG), timeout=900,
-              check=False) -> subprocess.CompletedProcess:
-    """Run the repo's workflow in ``workdir`` (outputs under workdir/results)."""
+              check=False, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the repo's workflow in ``workdir`` (outputs under workdir/results); ``extra_env`` is
+    added to the environment."""
     cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir)]
     if configfiles:
         cmd += ["--configfile", *map(str, configfiles)]
     cmd += list(args)
-    proc = subprocess.run(cmd, cwd=workdir, env=env(), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(cmd, cwd=workdir, env=env(**(extra_env or {})), capture_output=True,
+                          text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}): {' '.join(cmd)}\n"
                              f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
@@ -83,3 +84,59 @@ def dump_dom(html: Path, timeout=120) -> str:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
+
+
+# The values a user of the CI cluster (tests/slurm/start.sh: one node, partition debug, no
+# accounting, MinJobAge 600 s) writes into the profile's EDIT lines.
+CI_EDIT_VALUES = {
+    "slurm_partition": '"debug"',
+    "slurm-status-command": "squeue",
+    "slurm-init-seconds-before-status-checks": "1",
+    "seconds-between-status-checks": "1",
+    "latency-wait": "5",
+}
+
+
+def fill_edit_values(text: str, values: dict = CI_EDIT_VALUES) -> str:
+    """The profile text with the given keys' values replaced on the lines an ``EDIT`` comment
+    governs (a comment block containing EDIT, then the value lines right below it) and nowhere
+    else: what a newcomer does by hand. Fails if a key has no EDIT line."""
+    import re
+
+    out, governed, seen = [], False, set()
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            governed = governed if out and out[-1].strip().startswith("#") else False
+            governed = governed or "EDIT" in stripped
+        elif not stripped:
+            governed = False
+        elif governed:
+            m = re.match(r"^(\s*)([\w-]+):(\s*)(&\w+\s+)?([^#\n]*?)(\s*(#.*)?)$", line.rstrip("\n"))
+            if m and m.group(2) in values:
+                line = (f"{m.group(1)}{m.group(2)}:{m.group(3)}{m.group(4) or ''}"
+                        f"{values[m.group(2)]}{m.group(6)}\n")
+                seen.add(m.group(2))
+        out.append(line)
+    missing = set(values) - seen
+    assert not missing, f"no EDIT line for {sorted(missing)}"
+    return "".join(out)
+
+
+def no_slurm() -> str | None:
+    """Why the CI cluster cannot be used here, or None when a node is idle."""
+    if shutil.which("sinfo") is None:
+        return "sinfo not found (apt-get install slurm-client; start tests/slurm/start.sh)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], env=env(), capture_output=True, text=True,
+                              timeout=20)
+        if "UP" not in ping.stdout:
+            first = ((ping.stdout or ping.stderr).strip().splitlines() or ["no answer"])[0]
+            return f"no Slurm controller up (scontrol ping: {first})"
+        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env(), capture_output=True,
+                              text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "scontrol/sinfo timed out"
+    if proc.returncode != 0 or not {"idle", "mixed"} & set(proc.stdout.split()):
+        return f"no idle Slurm node (sinfo: {proc.stdout.strip() or proc.stderr.strip()})"
+    return None

@@ -22,9 +22,34 @@ def resolve_device(name: str) -> torch.device:
 
 
 def set_threads(threads: int | None) -> None:
-    """Limit torch's intra-op threads (Snakemake passes the rule's ``threads``)."""
+    """Set torch's intra-op thread count to the stage's config key (``pilot.threads``, ...).
+
+    The thread count changes the order of torch's float reductions and so the numbers; taking it
+    from the config (not from the executor's cores) makes local and Slurm runs identical.
+    ``None``/0 leaves torch's default (all cores)."""
     if threads:
         torch.set_num_threads(max(1, int(threads)))
+
+
+def use_threads(cfg: Config, section: str, threads: int | None = None) -> Config:
+    """Apply a stage's thread count: ``threads`` (a CLI ``--threads``) overrides the config key
+    ``{section}.threads`` exactly as ``--set {section}.threads=N`` would; torch is then set to
+    the config's value.
+
+    Returns:
+        the config (with the override, so what is recorded and hashed is what ran).
+
+    Raises:
+        evil_moe.config.ConfigError: ``threads`` < 1.
+    """
+    from evil_moe.config import validate
+
+    if threads is not None:
+        raw = cfg.to_dict()
+        raw[section]["threads"] = int(threads)
+        cfg = Config(validate(raw))
+    set_threads(getattr(cfg, section).threads)
+    return cfg
 
 
 def require_file(path: str | os.PathLike, what: str) -> Path:

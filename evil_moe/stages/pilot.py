@@ -598,7 +598,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     adapter.save(out / "adapter.safetensors", metadata={"arm": arm, "seed": seed, "config": digest})
     status = _write_status(status_path, "ok", "", pc.steps - 1, isolation=isolation,
                            views=list(_views(arm_obj, pc)), role=arm_obj.role,
-                           control=arm_obj.control)
+                           control=arm_obj.control, torch_threads=torch.get_num_threads())
     # a finished run keeps no resume state: a later rerun (new inputs) starts afresh
     (out / "steps.partial.tsv").unlink(missing_ok=True)
     ckpt_path.unlink(missing_ok=True)

@@ -1,0 +1,54 @@
+"""The report's first page (evil_moe/frontpage.py): verdict, embedded figure and the whole
+summary table, rendered by docutils as Snakemake's report renders it."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+
+import pytest
+from docutils.core import publish_parts
+
+from evil_moe.frontpage import front_page_rst, table_rst
+
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'
+
+
+def _tsv(path, rows):
+    path.write_text("\n".join("\t".join(r) for r in rows) + "\n")
+    return path
+
+
+def test_table_keeps_every_row_and_column(tmp_path):
+    rows = [["arm", "view", "hack_rate", "note"], ["vanilla", "train", "0.4916666", ""],
+            ["route", "eval_ablated", "0.390625", "a|b"]]
+    html = publish_parts(table_rst(_tsv(tmp_path / "s.tsv", rows), "Per arm"),
+                         writer="html")["body"]
+    cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
+             for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
+    assert cells == [["arm", "view", "hack_rate", "note"], ["vanilla", "train", "0.492", "–"],
+                     ["route", "eval_ablated", "0.391", "a/b"]]
+
+
+def test_front_page_embeds_the_figure_and_orders_the_parts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("results/compare/figures")
+    (tmp_path / "results/compare/figures/hack_rate.svg").write_bytes(SVG)
+    summary = _tsv(tmp_path / "results/compare/summary.tsv", [["arm", "hack_rate"], ["erase", "0.25"]])
+    text = front_page_rst(verdict="**Verdict: separated.** route lowers the hack rate.",
+                          decision="**Sweep: not run.**", figure="results/compare/figures/hack_rate.svg",
+                          caption="Hack-rate\ntrajectory.", summary=summary)
+    html = publish_parts(text, writer="html")["body"]
+    src = re.search(r'<img[^>]*src="data:image/svg\+xml;base64,([^"]+)"', html)
+    assert src and base64.b64decode(src.group(1)) == SVG
+    order = [html.find(s) for s in ("Verdict: separated.", "<img", "Hack-rate trajectory.",
+                                    "<table", "Sweep: not run.")]
+    assert -1 not in order and order == sorted(order)
+
+
+def test_front_page_missing_figure_names_it(tmp_path):
+    summary = _tsv(tmp_path / "s.tsv", [["arm"], ["erase"]])
+    with pytest.raises(FileNotFoundError, match="nope.svg"):
+        front_page_rst(verdict="v", decision="", figure=tmp_path / "nope.svg", caption="",
+                       summary=summary)
