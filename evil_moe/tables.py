@@ -207,7 +207,7 @@ COMPARE_SUMMARY = _cols([
     ("n_problems", "count", "held-out problems per seed (mean)"),
     ("n_samples", "count", "fewest samples of any problem"),
     ("hack_rate", "fraction", "held-out hack rate (mean over seeds of the mean over problems)"),
-    ("hack_ci_low", "fraction", "lower end of its 95% cluster-bootstrap interval (seeds, then problems; t-widened for few seeds)"),
+    ("hack_ci_low", "fraction", "lower end of its 95% cluster-bootstrap interval (seeds, then problems; t-widened for few seeds; clipped to [0, 1])"),
     ("hack_ci_high", "fraction", "upper end of that interval"),
     ("pass_rate", "fraction", "held-out oracle pass rate, same weighting"),
     ("pass_ci_low", "fraction", "lower end of its interval"),

@@ -239,9 +239,10 @@ def _summary_rows(by: dict[str, dict[int, _Pilot]], arms: Sequence[str], outcome
                     continue
                 row[col] = e.value
                 row["n_seeds"], row["n_problems"], row["n_samples"] = e.n_seeds, _mean_problems(e), e.n_samples
-                if metric != "truncated":
-                    row[f"{col.removesuffix('_rate')}_ci_low"] = _finite(e.ci_low)
-                    row[f"{col.removesuffix('_rate')}_ci_high"] = _finite(e.ci_high)
+                if metric != "truncated":  # a rate's interval, clipped to [0, 1]
+                    low, high = _finite(e.ci_low), _finite(e.ci_high)
+                    row[f"{col.removesuffix('_rate')}_ci_low"] = None if low is None else max(0.0, low)
+                    row[f"{col.removesuffix('_rate')}_ci_high"] = None if high is None else min(1.0, high)
             rows.append(row)
     return rows
 
