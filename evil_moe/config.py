@@ -114,13 +114,19 @@ def validate(data: dict, schema: dict | None = None) -> dict:
 
 def _check_arms(data: dict) -> None:
     """Cross-key check of the arm set (``pilot.arms`` against the arms' matched controls and
-    ``compare.positive_control``): one ConfigError naming what is missing."""
+    ``compare.positive_control``, and the test switches ``pilot.fail_arm`` /
+    ``pilot.fail_once_arm`` against ``pilot.arms``): one ConfigError naming what is wrong."""
     from evil_moe.arms import check_arm_set
 
     try:
         check_arm_set(data["pilot"]["arms"], data["compare"].get("positive_control"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    for key in ("fail_arm", "fail_once_arm"):  # the test switches must name an arm that runs
+        arm = data["pilot"].get(key)
+        if arm is not None and arm not in data["pilot"]["arms"]:
+            raise ConfigError(f"config key 'pilot.{key}': {arm!r} is not in pilot.arms "
+                              f"{data['pilot']['arms']}")
 
 
 def _deep_merge(base: dict, new: Mapping) -> dict:

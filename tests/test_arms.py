@@ -58,6 +58,12 @@ def test_arm_set_is_validated_up_front():
     with pytest.raises(ConfigError, match="pilot.arms is missing route_random"):
         load_config(overrides=["pilot.arms=[vanilla, route, oracle_reward]"])
     load_config(overrides=["pilot.arms=[vanilla]", "compare.positive_control=null"])
+    # the rerun test switches must name an arm that runs (a typo would otherwise fail nothing)
+    with pytest.raises(ConfigError, match=r"pilot.fail_arm': 'bogus' is not in pilot.arms"):
+        load_config(overrides=["pilot.fail_arm=bogus"])
+    with pytest.raises(ConfigError, match=r"pilot.fail_once_arm': 'filter' is not in pilot.arms"):
+        load_config(overrides=["pilot.fail_once_arm=filter"])
+    load_config(overrides=["pilot.fail_arm=erase"])
 
 
 def test_oracle_reward_by_hand():
