@@ -7,8 +7,8 @@ here and every rule declares them (``rules/common.smk``: ``threads: get_threads(
 what depends on the site (partitions, account, status command). ``evil-moe slurm-check`` compares
 the same numbers with a cluster's partitions.
 
-**Threads** are config keys (``toy.threads``, ``teacher.threads``, ``vhack.threads`` for
-extract, ``distill.threads``, ``pilot.threads``): the job asks for that many CPUs *and* the stage
+**Threads** are config keys (``toy.threads``, ``sft.threads`` for make_teacher,
+``teacher.threads``, ``vhack.threads`` for extract, ``distill.threads``, ``pilot.threads``): the job asks for that many CPUs *and* the stage
 sets torch's intra-op thread count to it, whichever executor runs it. torch's float reductions
 change order with the thread count, so a pilot's numbers depend on it (measured: the same erase
 pilot with 1 and 2 threads differs from step 0 on, README "The same numbers on any executor");
@@ -28,7 +28,9 @@ model's shape, not a bound::
       generate  4 B x rows x (seq x layers x hidden + max_new x vocab)   (KV cache, scores)
 
 ``rows`` is what one forward holds (``pilot.micro_batch`` or ``group x prompts_per_step``;
-``distill.micro_batch`` or ``batch_size``; 2 for an extract pair; ``toy.batch_size``;
+``distill.micro_batch`` or ``batch_size``; ``sft.micro_batch`` or ``sft.batch_size`` for
+make_teacher, whose demonstrations are about ``teacher.max_new`` long; 2 for an extract pair;
+``toy.batch_size``;
 ``teacher.batch_prompts x n`` for a generate call; ``eval_chunk x heldout_samples`` for the
 pilot's held-out evaluation), ``seq`` the prompt (toy bank 128, LeetCode
 640, HumanEval 256 tokens) plus ``max_new`` (or a templated answer's length). The per-token
@@ -51,7 +53,7 @@ a job that still runs out of time or memory is
 resubmitted with twice as much under ``--retries 1``, and a profile may override any rule with
 ``set-resources``.
 
-**GPUs**: the model stages (teacher, extract, distill, pilot) ask for one when
+**GPUs**: the model stages (make_teacher, teacher, extract, distill, pilot) ask for one when
 ``models.device`` is ``cuda`` or ``cuda:N``; ``auto`` and ``cpu`` ask for none (the toy default
 and SmolLM2 run on CPUs).
 
