@@ -55,14 +55,18 @@ def dry_run(overlay: Path) -> tuple[float, float, int, str]:
     return dt, cpu, int(m.group(1)), out
 
 
-# The default's arms: each treatment with its matched control, and the positive control (the
-# config refuses an arm set without them).
-ARMS = ("vanilla", "erase", "random_v", "route", "route_random", "oracle_reward")
+def default_arms() -> list[str]:
+    """``pilot.arms`` of config/config.yaml (each treatment with its matched control, and the
+    positive control: the config refuses an arm set without them)."""
+    import yaml
+
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pilot"]["arms"]
 
 
 def main(argv=None) -> int:
+    arms = default_arms()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=56, help=f"pilot seeds (x {len(ARMS)} arms)")
+    ap.add_argument("--seeds", type=int, default=56, help=f"pilot seeds (x {len(arms)} arms)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="51 seeds, one repetition")
     a = ap.parse_args(argv)
@@ -73,7 +77,6 @@ def main(argv=None) -> int:
         overlay.write_text(
             f"results: {Path(tmp) / 'results'}\n"
             "pilot:\n"
-            f"  arms: [{', '.join(ARMS)}]\n"
             f"  seeds: [{', '.join(str(s) for s in range(seeds))}]\n"
         )
         times, cpus, jobs = [], [], 0
@@ -83,7 +86,7 @@ def main(argv=None) -> int:
             cpus.append(cpu)
             print(f"  dry run {r}: {dt:.2f} s wall, {cpu:.2f} s CPU, {jobs} jobs", flush=True)
     m, mc = statistics.median(times), statistics.median(cpus)
-    print(f"workflow_dag: {seeds} seeds x {len(ARMS)} arms -> {jobs} jobs; snakemake -n median {m:.2f} s "
+    print(f"workflow_dag: {seeds} seeds x {len(arms)} arms -> {jobs} jobs; snakemake -n median {m:.2f} s "
           f"wall ({mc:.2f} s CPU) over {repeat} run(s) (target <= 5 s); "
           f"{1000 * m / max(jobs, 1):.1f} ms/job; "
           f"load(1,5,15 min)={load[0]:.1f},{load[1]:.1f},{load[2]:.1f} cores={os.cpu_count()}")
