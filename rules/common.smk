@@ -15,7 +15,7 @@ from snakemake.utils import validate
 
 from evil_moe.config import ConfigError, load_schema
 from evil_moe.config import validate as check_config
-from evil_moe.resources import ResourceError, job_size
+from evil_moe.resources import ResourceError, job_size, pilot_priority
 
 # ---- config ---------------------------------------------------------------------------------
 # evil_moe.config gives one sentence naming the bad key (snakemake's own message dumps the whole
@@ -174,6 +174,12 @@ def get_runtime(stage):
         return size.runtime_at(attempt)
 
     return runtime
+
+
+def get_pilot_priority(wildcards):
+    """Priority of a pilot job: the arm's relative cost (evil_moe.resources.pilot_priority), so
+    the longest pilots start first and the short ones fill the cores at the end."""
+    return pilot_priority(wildcards.arm)
 
 
 def get_gpu(stage):

@@ -49,6 +49,7 @@ rule pilot:
         res("logs/pilot/{arm}_s{seed}.log"),
     benchmark:
         res("benchmarks/pilot/{arm}_s{seed}.tsv")
+    priority: get_pilot_priority
     conda:
         "../envs/evil_moe.yaml"
     threads: get_threads("pilot")
@@ -84,6 +85,7 @@ rule fold_pilot:
         status=res("sweep/folds/{mode}/{arm}/s{seed}/status.json"),
     log:
         res("logs/fold_pilot/{mode}/{arm}_s{seed}.log"),
+    priority: get_pilot_priority
     conda:
         "../envs/evil_moe.yaml"
     threads: get_threads("pilot")

@@ -10,7 +10,7 @@ import torch
 
 from evil_moe.config import load_config
 from evil_moe.resources import (SMOLLM2, ResourceError, guessed_shape, job_size, model_shape,
-                                toy_shape)
+                                pilot_priority, toy_shape)
 from evil_moe.stages.common import use_threads
 from workflow_util import REPO
 
@@ -89,6 +89,20 @@ def test_threads_come_from_the_config_and_retries_scale():
     assert job_size(cfg, "compare").threads == 1
     size = job_size(cfg, "pilot")
     assert size.mem_mb_at(2) == 2 * size.mem_mb and size.runtime_at(3) == 3 * size.runtime
+
+
+def test_pilot_priority_starts_the_longest_arms_first():
+    # one unit per evaluated view, one more for per-sample gradients (worked out from the arms'
+    # definitions): route evaluates ablated + trained and needs per-sample gradients; vanilla,
+    # erase and the positive control evaluate one view from one batched backward per step
+    assert pilot_priority("route") == pilot_priority("route_random") == 3
+    assert pilot_priority("filter") == 2  # one view, per-sample gradients
+    for arm in ("vanilla", "erase", "random_v", "oracle_reward"):
+        assert pilot_priority(arm) == 1
+    assert pilot_priority("no_such_arm") == 0
+    # the toy default's measured pilot times (README "Job sizes"): route's 50-67 s against
+    # vanilla's 36-48 s, so the order matches the cost
+    assert pilot_priority("route") > pilot_priority("vanilla")
 
 
 def test_gpu_only_for_model_stages_on_cuda():
