@@ -34,6 +34,8 @@ def test_snakefmt_check():
     # toy_summary joins the DAG after the compare checkpoint (a target of `all` behind it)
     ("config", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                 "pilot": 18, "compare": 1, "all": 1}),
+    ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
+                 "pilot": 36, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
                "pilot": 30, "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
