@@ -393,9 +393,10 @@ def pilot_priority(arm: str) -> int:
     start first and the short ones fill the cores at the end (longest-processing-time-first
     scheduling; Graham 1969, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math.).
 
-    The cost is one unit per held-out view the arm is evaluated on (each view samples
-    ``heldout_samples`` completions per held-out problem) plus one when it needs per-sample
-    gradients (one backward per rollout instead of one per step). On the toy default, route and
+    The cost is one unit per held-out view the arm declares (:attr:`evil_moe.arms.Arm.views`;
+    each view samples ``heldout_samples`` completions per held-out problem; vanilla's extra
+    ``projected`` view under ``pilot.static_projection`` is not counted) plus one when it needs
+    per-sample gradients (one backward per rollout instead of one per step). On the toy default, route and
     route_random (2 views, per-sample gradients: 50–67 s) then start before vanilla, erase,
     random_v and oracle_reward (1 view: 36–48 s). Priority changes only the order in which ready
     jobs start, never a result; jobs of other rules keep priority 0 (so the short distill job
