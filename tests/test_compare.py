@@ -139,6 +139,9 @@ def test_fewer_than_min_seeds_never_separate(tmp_path):
     gate = run_compare(root, tmp_path / "out", cfg_for(seeds=(0, 1)), figures=False)
     assert gate["verdict"] != "separated"
     assert "fewer than 3 seeds" in crit(gate, "drop_vs_vanilla", "erase")["note"]
+    # the sentence names the cause (too few seeds), not a positive control that "does not separate"
+    assert gate["sentence"].startswith("inconclusive (too few seeds): 2 seeds, fewer than compare.min_seeds 3")
+    assert "does not separate" not in gate["sentence"]
 
 
 ROUTE_ARMS = ("vanilla", "route", "route_random", "oracle_reward")
