@@ -38,3 +38,11 @@ def test_finite_numbers_and_the_new_grader_keys_pass():
     assert load_config([DEFAULT]).grader.isolation == "auto"
     with pytest.raises(ConfigError, match="grader.isolation"):
         load_config([DEFAULT], ["grader.isolation=none"])
+
+
+@pytest.mark.parametrize("override, key", [("pilot.seeds=[0, 0, 1]", "pilot.seeds"),
+                                           ("sweep.seeds=[3, 3]", "sweep.seeds")])
+def test_a_repeated_seed_is_refused_naming_the_key(override, key):
+    # a repeated seed would run the same pilot twice under one name and count it as two seeds
+    with pytest.raises(ConfigError, match=rf"config key '{key}': .* non-unique elements"):
+        load_config([DEFAULT], [override])
