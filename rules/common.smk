@@ -438,7 +438,7 @@ def get_decision_text(wildcards, input):
     if criteria:
         lines += ["Gate criteria:", ""]
         for c in criteria:
-            mark = "passed" if c.get("passed") else "FAILED"
+            mark = "met" if c.get("passed") else "not met"
             who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
             vs = f" vs {c['control']}" if c.get("control") else ""
             ci = (
