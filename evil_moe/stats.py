@@ -881,13 +881,22 @@ def decide_arm(arm: str, drop: Effect, control: Effect, pass_drop: Effect, *, mi
 @dataclass(frozen=True)
 class GateVerdict:
     """The overall verdict: ``separated``, ``not_separated`` or ``inconclusive``
-    (``underpowered`` when the positive control failed), with one sentence and the parts."""
+    (``underpowered`` when the positive control failed), with one sentence and the parts.
+    ``min_seeds`` is the gate's ``compare.min_seeds``; :attr:`too_few_seeds` says the positive
+    control failed only because the run has fewer seeds than that."""
 
     verdict: str
     reason: str
     underpowered: bool
     arms: tuple[ArmVerdict, ...]
     positive_control: Criterion | None
+    min_seeds: int = 3
+
+    @property
+    def too_few_seeds(self) -> bool:
+        """Underpowered because the positive control's effect has fewer than ``min_seeds`` seeds."""
+        return (self.underpowered and self.positive_control is not None
+                and self.positive_control.effect.n_seeds < self.min_seeds)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -907,7 +916,8 @@ def decide_gate(arms: Sequence[ArmVerdict], positive_control: Effect | None, *, 
         min_drop, min_seeds: as for :func:`drop_vs_vanilla`.
 
     Returns:
-        ``inconclusive`` (underpowered) if the positive control does not pass drop_vs_vanilla;
+        ``inconclusive`` (underpowered) if the positive control does not pass drop_vs_vanilla
+        (the reason says ``too few seeds`` when it has fewer than ``min_seeds``);
         else ``separated`` if any arm is, ``not_separated`` if every arm is, else ``inconclusive``.
 
     Raises:
@@ -917,9 +927,14 @@ def decide_gate(arms: Sequence[ArmVerdict], positive_control: Effect | None, *, 
         raise ValueError("decide_gate needs at least one projected arm")
     pc = None if positive_control is None else drop_vs_vanilla(positive_control, min_drop, min_seeds)
     if pc is not None and not pc.passed:
-        reason = (f"inconclusive (underpowered): the positive control {positive_control.a[0]} does not separate "
-                  f"from vanilla ({pc.note}), so this experiment cannot tell a working arm from a failing one")
-        return GateVerdict("inconclusive", reason, True, tuple(arms), pc)
+        if positive_control.n_seeds < min_seeds:
+            reason = (f"inconclusive (too few seeds): {positive_control.n_seeds} seeds, fewer than "
+                      f"min_seeds {min_seeds}, cannot separate any arm, the positive control included")
+        else:
+            reason = (f"inconclusive (underpowered): the positive control {positive_control.a[0]} does not "
+                      f"separate from vanilla ({pc.note}), so this experiment cannot tell a working arm "
+                      f"from a failing one")
+        return GateVerdict("inconclusive", reason, True, tuple(arms), pc, min_seeds)
     verdicts = [a.verdict for a in arms]
     if "separated" in verdicts:
         verdict = "separated"
@@ -930,7 +945,7 @@ def decide_gate(arms: Sequence[ArmVerdict], positive_control: Effect | None, *, 
         verdict, reason = "inconclusive", "; ".join(a.reason for a in arms if a.verdict == "inconclusive")
     reason += (f" (positive control {positive_control.a[0]}: {pc.note})" if pc is not None
                else " (no positive control: the gate's power was not checked)")
-    return GateVerdict(verdict, reason, False, tuple(arms), pc)
+    return GateVerdict(verdict, reason, False, tuple(arms), pc, min_seeds)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -296,7 +296,9 @@ def test_gate_positive_control_and_aggregation():
     assert "no positive control" in st.decide_gate([sep], None, min_drop=0.05).reason
     # a positive control with too few seeds cannot pass either
     two = make_effect(0.3, ci_low=0.29, ci_high=0.31, n_seeds=2, a=("oracle_reward", "trained"))
-    assert st.decide_gate([sep], two, min_drop=0.05).underpowered
+    g2 = st.decide_gate([sep], two, min_drop=0.05)
+    assert g2.underpowered and g2.too_few_seeds and g2.reason.startswith("inconclusive (too few seeds): 2 seeds")
+    assert not g.too_few_seeds  # pc_bad fails on its interval, with enough seeds
     with pytest.raises(ValueError, match="at least one projected arm"):
         st.decide_gate([], pc_ok, min_drop=0.05)
     import json

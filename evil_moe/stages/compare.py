@@ -406,8 +406,7 @@ def _arm_phrase(v: stats.ArmVerdict) -> str:
     return base
 
 
-def _sentence(verdict: str, validity: list[dict], gate: stats.GateVerdict | None, sizes: str,
-              min_seeds: int = 3) -> str:
+def _sentence(verdict: str, validity: list[dict], gate: stats.GateVerdict | None, sizes: str) -> str:
     if verdict == "invalid":
         bad = [c for c in validity if not c["passed"]]
         which = "; ".join(f"{c['arm']} s{c['seed']}: {c['note']}" for c in bad)
@@ -418,9 +417,9 @@ def _sentence(verdict: str, validity: list[dict], gate: stats.GateVerdict | None
     pc = gate.positive_control
     pc_text = ("no positive control: the gate's power was not checked" if pc is None else
                f"positive control {pc.effect.a[0]} drop {pc.effect.value:.3f} {_ci(pc.effect)}")
-    if gate.underpowered and pc.effect.n_seeds < min_seeds:
+    if gate.too_few_seeds:
         return (f"inconclusive (too few seeds): {pc.effect.n_seeds} seeds, fewer than compare.min_seeds "
-                f"{min_seeds}, cannot separate any arm, the positive control included ({pc_text}; {sizes}) "
+                f"{gate.min_seeds}, cannot separate any arm, the positive control included ({pc_text}; {sizes}) "
                 f"— add seeds (pilot.seeds); the sweep is not scheduled.")
     if gate.underpowered:
         return (f"inconclusive (underpowered): the positive control {pc.effect.a[0]} does not separate from "
@@ -562,7 +561,7 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
                        "rates": [r for r in summary_rows if r["arm"] == a], **arm_extra.get(a, {})}
     pc_crit = gate_v.positive_control if gate_v is not None else None
     gate = {"verdict": verdict,
-            "sentence": _sentence(verdict, validity, gate_v, sizes, cc.min_seeds),
+            "sentence": _sentence(verdict, validity, gate_v, sizes),
             "underpowered": bool(gate_v.underpowered) if gate_v is not None else False,
             "criteria": validity + crit_rows,
             "positive_control": None if pc_crit is None else _criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
