@@ -71,6 +71,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from evil_moe.arms import ARMS
+
 # Stages (= rule names) and the config section holding their torch thread count.
 THREAD_KEYS = {
     "toy_models": "toy",
@@ -396,9 +398,9 @@ def pilot_priority(arm: str) -> int:
     The cost is one unit per held-out view the arm declares (:attr:`evil_moe.arms.Arm.views`;
     each view samples ``heldout_samples`` completions per held-out problem; vanilla's extra
     ``projected`` view under ``pilot.static_projection`` is not counted) plus one when it needs
-    per-sample gradients (one backward per rollout instead of one per step). On the toy default, route and
-    route_random (2 views, per-sample gradients: 50–67 s) then start before vanilla, erase,
-    random_v and oracle_reward (1 view: 36–48 s). Priority changes only the order in which ready
+    per-sample gradients (one backward per rollout instead of one per step). On the toy default,
+    route and route_random (2 views, per-sample gradients: 50–67 s) then start before vanilla,
+    erase, random_v and oracle_reward (1 view: 36–48 s). Priority changes only the order in which ready
     jobs start, never a result; jobs of other rules keep priority 0 (so the short distill job
     fills a core beside the last pilots).
 
@@ -408,8 +410,6 @@ def pilot_priority(arm: str) -> int:
     Returns:
         an int ≥ 0; 0 for an arm the registry does not know (the config check refuses it first).
     """
-    from evil_moe.arms import ARMS
-
     cls = ARMS.get(arm)
     if cls is None:
         return 0
