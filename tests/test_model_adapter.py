@@ -236,3 +236,63 @@ def test_svd_cache_dir_is_opt_in(monkeypatch, tmp_path):
     assert svd_cache_dir() is None
     monkeypatch.setenv("EVIL_MOE_SVD_CACHE", str(tmp_path / "svd"))
     assert svd_cache_dir() == tmp_path / "svd"
+
+
+def _per_sample_setup(seed=0):
+    from evil_moe.model.logprobs import build_batch
+
+    model, tok = build_tiny(seed=seed)
+    ad = SVDAdapter.attach(model, list(DEFAULT_TARGETS) + ["lm_head"])
+    _randomise(ad, scale=0.2, seed=seed)
+    prompts = [tok.encode("def f(x):"), tok.encode("class Solution:\n    def solve"), tok.encode("x")]
+    comps = [tok.encode("    return x + 1"), tok.encode("(self): pass"), tok.encode(" = 3\nprint(x)\n")]
+    batch = build_batch(prompts, comps, tok.pad_token_id)
+    weights = torch.tensor([0.7, -1.3, 0.4])  # a per-row weight, like an advantage
+    return model, ad, batch, weights
+
+
+def _row_loss(model, batch, weights):
+    from evil_moe.model.logprobs import token_logprobs
+
+    logp = token_logprobs(model, batch)
+    return (logp.sum(dim=1) * weights).sum()
+
+
+def test_per_sample_grads_one_backward_equal_serial():
+    """Per-sample δS gradients from one batched backward (adapter.per_sample) equal the
+    gradients of each row's loss computed alone (one forward+backward per row), and sum to the
+    batch gradient of δS."""
+    model, ad, batch, w = _per_sample_setup()
+    params = ad.delta_s_params()
+    serial = []
+    for b in range(len(batch)):
+        g = torch.autograd.grad(_row_loss(model, batch.select([b]), w[b:b + 1]), params)
+        serial.append([x.detach() for x in g])
+    total = torch.autograd.grad(_row_loss(model, batch, w), params)
+    with ad.per_sample(len(batch)) as es:
+        loss = _row_loss(model, batch, w)
+        per = torch.autograd.grad(loss, es)
+    for m in range(len(params)):
+        assert per[m].shape == (len(batch), params[m].numel())
+        for b in range(len(batch)):
+            torch.testing.assert_close(per[m][b], serial[b][m], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(per[m].sum(0), total[m], rtol=1e-4, atol=1e-6)
+    # the rows differ (the test would pass trivially if every row's gradient were the same)
+    assert not torch.allclose(per[0][0], per[0][1])
+
+
+def test_per_sample_forward_unchanged_and_guards():
+    model, ad, batch, w = _per_sample_setup(seed=1)
+    with torch.no_grad():
+        ref = _row_loss(model, batch, w)
+    with ad.per_sample(len(batch)):
+        assert torch.equal(_row_loss(model, batch, w).detach(), ref)
+        with pytest.raises(RuntimeError):
+            with ad.per_sample(len(batch)):
+                pass
+    with pytest.raises(ValueError, match="batch of 1 rows"):
+        with ad.per_sample(len(batch)):
+            _row_loss(model, batch.select([0]), w[:1])
+    with ad.merged(), pytest.raises(RuntimeError):
+        with ad.per_sample(len(batch)):
+            pass

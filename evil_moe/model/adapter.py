@@ -137,7 +137,8 @@ class SVDKnob(nn.Module):
         self.delta_s_hack = nn.Parameter(torch.zeros(self.r, device=W.device, dtype=kdt))
 
     def delta(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """``((x @ Vhᵀ) * s) @ Uᵀ`` for ``x (..., d_in)`` and ``s (r,)``; returns ``(..., d_out)``."""
+        """``((x @ Vhᵀ) * s) @ Uᵀ`` for ``x (..., d_in)`` and ``s (r,)`` (or any shape that
+        broadcasts against ``(..., r)``, e.g. ``(B, 1, r)`` per row); returns ``(..., d_out)``."""
         Vh = self.Vh if self.Vh.dtype == x.dtype else self.Vh.to(x.dtype)
         U = self.U if self.U.dtype == x.dtype else self.U.to(x.dtype)
         return ((x @ Vh.T) * s.to(x.dtype)) @ U.T
@@ -170,6 +171,7 @@ class SVDAdapter(nn.Module):
         self.base_model_id = base_model_id or str(getattr(model.config, "_name_or_path", "") or "")
         self.mode = "full"
         self._bypass: set[str] = set()
+        self._per_sample: dict[str, torch.Tensor] | None = None
         self.knobs = nn.ModuleDict()
         self._names: list[str] = []
         self._linears: dict[str, nn.Linear] = {}
@@ -261,7 +263,14 @@ class SVDAdapter(nn.Module):
             if self.mode == "zeroed" or name in self._bypass:
                 return output
             s = knob.delta_s if self.mode == "ablated" else knob.delta_s + knob.delta_s_hack
-            return output + knob.delta(inputs[0], s)
+            x = inputs[0]
+            if self._per_sample is not None:  # s_b = s + e_b per row b (see per_sample())
+                e = self._per_sample[name]
+                if x.shape[0] != e.shape[0]:
+                    raise ValueError(f"per_sample({e.shape[0]}): module {name!r} got a batch of "
+                                     f"{x.shape[0]} rows")
+                s = s + e.reshape(e.shape[0], *([1] * (x.dim() - 2)), e.shape[1])
+            return output + knob.delta(x, s)
 
         return hook
 
@@ -276,6 +285,42 @@ class SVDAdapter(nn.Module):
             yield self
         finally:
             self.mode = prev
+
+    @contextlib.contextmanager
+    def per_sample(self, batch_size: int) -> Iterator[list[torch.Tensor]]:
+        """Context for per-sample ``δS`` gradients from ONE batched backward.
+
+        Each wrapped module's forward uses ``s + e_b`` for row ``b``, where ``e`` is a zero
+        ``(B, r)`` tensor (knob dtype, requiring grad) per module. The forward is unchanged in
+        value (``e = 0``), and ``∂L/∂e[b]`` is row ``b``'s gradient of ``δS`` (equally of
+        ``δS_hack``: the forward sees their sum)::
+
+            ∂L/∂e[b] = Σ_{t ∈ row b} (Vh x_t) ⊙ (Uᵀ ∂L/∂y_t)
+
+        because rows never interact in a causal LM forward. ``Σ_b ∂L/∂e[b] = ∂L/∂δS``. This is
+        the "expanded weights" form of per-sample gradients (Goodfellow 2015, "Efficient
+        per-example gradient computations", arXiv:1510.01799): one backward instead of ``B``.
+
+        Args:
+            batch_size: ``B``, the leading dimension of every wrapped module's input inside the
+                context (a ``ValueError`` is raised by the forward otherwise).
+
+        Yields:
+            the ``e`` tensors, ``list[(B, r)]`` in :attr:`names` order; pass them to
+            ``torch.autograd.grad``.
+
+        Raises:
+            RuntimeError: nested, or inside :meth:`merged` (hooks bypassed: no gradient).
+        """
+        if self._per_sample is not None or self._bypass:
+            raise RuntimeError("per_sample() cannot be nested or used inside merged()")
+        es = {n: torch.zeros(int(batch_size), k.r, dtype=k.delta_s.dtype, device=k.delta_s.device,
+                             requires_grad=True) for n, k in self.modules_.items()}
+        self._per_sample = es
+        try:
+            yield [es[n] for n in self._names]
+        finally:
+            self._per_sample = None
 
     def zeroed(self):
         """Context: forward as the base model (both knobs ignored) — the reference policy."""
