@@ -592,8 +592,13 @@ def test_null_false_positive_rate_is_at_most_nominal(null):
     # each lower-bound criterion alone at most its one-sided nominal 2.5%
     for name in ("drop_vs_vanilla", "beats_control"):
         assert null[f"{name}_passed"].mean() <= NOMINAL_LOWER + slack(NOMINAL_LOWER, N_NULL)
-    # the positive control (planted 0.3) separates most of the time: the verdict is rarely "underpowered"
-    assert ((null["pc_value"] >= 0.05) & (null["pc_ci_low"] > 0)).mean() > 0.6
+    # the positive control (planted 0.3) separates at least as often as its plug-in power says; with
+    # crossed intervals at 3 seeds × 9 problems that is only ~1/3 of the time (measured 0.355: t on
+    # min(S − 1, P − 1) = 2 df, and the arm × problem term no longer averages out over seeds)
+    pc_rate = ((null["pc_value"] >= 0.05) & (null["pc_ci_low"] > 0)).mean()
+    # the plug-in power overstates it (0.45: with 2 df the SE is itself noisy), by less than 0.15
+    reported = np.mean([st.power_lower(0.3, se, df, floor=0.05) for se, df in zip(null["pc_se"], null["pc_df"])])
+    assert 0.2 < pc_rate < 0.6 and reported - 0.15 < pc_rate < reported
 
 
 def test_without_the_lower_bound_the_false_positive_rate_exceeds_nominal(null):
