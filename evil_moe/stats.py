@@ -1139,8 +1139,8 @@ def matched_pass(effect: Effect, pass_margin: float, min_seeds: int = 3, *, rel_
         pts = r * e.mean_b
         binding = "relative" if pts < pass_margin else "absolute"
         note += (f") and <= {r:g} × vanilla's pass rate {e.mean_b:.3f} = {pts:.3f} (relative; {binding} binds): "
-                 f"drop − {r:g} × vanilla {rel_effect.value:.3f} [{rel_effect.ci_low:.3f}, {rel_effect.ci_high:.3f}], "
-                 f"need CI high <= 0")
+                 f"drop − {r:g} × vanilla {rel_effect.value:.3f} [{rel_effect.ci_low:.3f}, "
+                 f"{rel_effect.ci_high:.3f}], need CI high <= 0")
         if not rel_ok and not rel_out:
             nd_rel = needed(rel_effect, 0.0, decides="pass" if rel_effect.value <= 0 else "rule_out")
     else:
@@ -1645,8 +1645,8 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
         pct_low, pct_high, mde`` and variance components; the first arm's ``verdict`` after the
         multiplicity correction and ``verdict_raw`` before it, ``p_value``, ``p_adjusted``,
         ``power`` (:meth:`ArmVerdict.power_at` at the planted drops, or at 0.15 when no drop is
-        planted) and ``arm_mde`` (NaN unless ``with_power``: they cost most of the time), each criterion's MDE and outcome (``{name}_mde``,
-        ``{name}_passed``); over all arms ``any_separated`` (after the correction) and
+        planted) and ``arm_mde`` (NaN unless ``with_power``: they cost most of the time), each
+        criterion's MDE and outcome (``{name}_mde``, ``{name}_passed``); over all arms ``any_separated`` (after the correction) and
         ``any_separated_raw`` (before); and the overall ``gate`` verdict.
 
     Raises:
