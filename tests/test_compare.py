@@ -24,8 +24,10 @@ BASE_ARMS = ("vanilla", "erase", "random_v", "oracle_reward")
 
 
 def cfg_for(seeds=(0, 1, 2), arms=BASE_ARMS, **compare):
+    # the relative pass margin is off unless a test sets it (its own tests below)
     sets = [f"compare.{k}={v}" for k, v in {"last_k": 2, "min_drop": 0.05, "pass_margin": 0.10,
-                                             "n_boot": 400, "seed": 0, **compare}.items()]
+                                             "pass_margin_rel": "null", "n_boot": 400, "seed": 0,
+                                             **compare}.items()]
     pc = [] if "oracle_reward" in arms or "positive_control" in compare else ["compare.positive_control=null"]
     return load_config(data={"pilot": {"arms": list(arms), "seeds": list(seeds)}}, overrides=sets + pc)
 
@@ -73,7 +75,7 @@ def crit(gate, name, arm):
 
 POSITIVE = {("oracle_reward", "trained"): Planted(hack_drop=0.35)}
 # little run-to-run noise and a low pass rate: large effects decide at once at 3 seeds
-QUIET = dict(run_sd=0.05, seed_sd=0.05, pass_rate=0.05)
+QUIET = dict(run_sd=0.05, seed_sd=0.05, arm_problem_sd=0.05, run_problem_sd=0.05, pass_rate=0.05)
 
 
 def test_planted_drop_separates_with_numbers_summary_and_figures(tmp_path):
@@ -205,7 +207,7 @@ def test_cli_end_to_end(tmp_path):
     root = write_pilots(tmp_path / "pilots", simulate(plants, **QUIET))
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("pilot:\n  seeds: [0, 1, 2]\n  arms: [vanilla, erase, random_v, oracle_reward]\n"
-                        "compare:\n  last_k: 2\n")
+                        "compare:\n  last_k: 2\n  pass_margin_rel: null\n")
     out = tmp_path / "compare"
     res = CliRunner().invoke(main, ["compare", "--config", str(cfg_file),
                                     "--config-json", json.dumps({"compare": {"n_boot": 300}}),
@@ -216,7 +218,7 @@ def test_cli_end_to_end(tmp_path):
     assert res.output.strip().splitlines()[-1] == gate["sentence"]
     assert gate["verdict"] == "separated" and gate["config"]["n_boot"] == 300 and gate["config"]["last_k"] == 3
     pilots = [str(root / a / f"s{s}") for a in BASE_ARMS for s in range(3)]
-    res = CliRunner().invoke(main, ["compare", "--out-dir", str(tmp_path / "c2")]
+    res = CliRunner().invoke(main, ["compare", "--out-dir", str(tmp_path / "c2"), "--set", "compare.pass_margin_rel=null"]
                              + [x for p in pilots for x in ("--pilot", p)])
     assert res.exit_code == 0, res.output
     assert res.output.strip().splitlines()[-1].startswith("separated: erase")
@@ -242,3 +244,109 @@ def test_rlimit_only_isolation_is_flagged(tmp_path):
     assert any("isolation rlimit-only" in n for n in gate["notes"])
     summary = pd.read_csv(tmp_path / "out" / "summary.tsv", sep="\t")
     assert summary[summary.arm == "erase"].isolation.iloc[0] == "bwrap,rlimit-only"
+
+
+# ---------------------------------------------------------------------------------------------
+# wiring: each value in gate.json is the comparison its row names, worked out here from the
+# outcomes table independently of evil_moe.stats (mean over seeds of the mean over problems of
+# the per-problem rate difference)
+
+def by_hand(o: pd.DataFrame, a: tuple, b: tuple, metric: str, weight_b: float = 1.0) -> float:
+    r = o.groupby(["arm", "view", "seed", "problem_id"])[metric].mean()
+    d = weight_b * r.loc[b[0], b[1]] - r.loc[a[0], a[1]]
+    return float(d.groupby(level="seed").mean().mean())
+
+
+def test_beats_control_is_against_the_control_its_row_names(tmp_path):
+    """erase and its control random_v both drop 0.3 below vanilla: vs the control nothing is left.
+    A gate that compared against vanilla while the row names random_v would report ~0.3."""
+    plants = {**POSITIVE, ("erase", "trained"): Planted(hack_drop=0.3), ("random_v", "trained"): Planted(hack_drop=0.3)}
+    o = simulate(plants, **QUIET)
+    gate = run_compare(write_pilots(tmp_path / "p", o), tmp_path / "out", cfg_for(), figures=False)
+    c = crit(gate, "beats_control", "erase")
+    assert c["control"] == "random_v" and c["effect"]["b"] == ["random_v", "trained"]
+    assert c["value"] == pytest.approx(by_hand(o, ("erase", "trained"), ("random_v", "trained"), "hack"), abs=1e-12)
+    vs_vanilla = by_hand(o, ("erase", "trained"), ("vanilla", "trained"), "hack")
+    assert vs_vanilla > 0.2 and abs(c["value"]) < 0.1
+    assert not c["passed"] and gate["arms"]["erase"]["verdict"] != "separated"
+
+
+def test_pass_rate_drop_is_vanilla_minus_arm(tmp_path):
+    """A planted pass-rate drop of 0.1 shows as +0.1 (vanilla − arm) in matched_pass, and enough of
+    it fails the margin: with the sign flipped the arm would look better than vanilla and pass."""
+    plants = {**POSITIVE, ("erase", "trained"): Planted(hack_drop=0.3, pass_drop=0.12)}
+    o = simulate(plants, **{**QUIET, "pass_rate": 0.3})
+    gate = run_compare(write_pilots(tmp_path / "p", o), tmp_path / "out", cfg_for(), figures=False)
+    p = crit(gate, "matched_pass", "erase")
+    want = by_hand(o, ("erase", "trained"), ("vanilla", "trained"), "pass")
+    assert want > 0.06 and p["value"] == pytest.approx(want, abs=1e-12)
+    assert p["ci_high"] > 0.10 and not p["passed"]
+
+
+def test_compare_judges_the_last_evaluated_step(tmp_path):
+    """An earlier evaluation (step 0) where erase always hacks and vanilla never must not count."""
+    plants = {**POSITIVE, ("erase", "trained"): Planted(hack_drop=0.3)}
+    last = simulate(plants, **QUIET)
+    first = last.assign(step=0)
+    first.loc[first["arm"] == "erase", "hack"] = 1
+    first.loc[first["arm"] == "vanilla", "hack"] = 0
+    o = pd.concat([first, last], ignore_index=True)
+    gate = run_compare(write_pilots(tmp_path / "p", o), tmp_path / "out", cfg_for(), figures=False)
+    d = crit(gate, "drop_vs_vanilla", "erase")
+    assert d["value"] == pytest.approx(by_hand(last, ("erase", "trained"), ("vanilla", "trained"), "hack"), abs=1e-12)
+    assert d["value"] > 0.2  # the first step would give -1 + (vanilla's 0 − erase's 1): about -1
+    assert gate["verdict"] == "separated", gate["sentence"]
+
+
+def test_reported_mde_has_the_full_power_term(tmp_path):
+    """MDE = max(min_drop, t_{df,.975}·SE) + t_{df,.80}·SE for drop_vs_vanilla, (t_{df,.975} +
+    t_{df,.80})·SE for beats_control and the positive control's row likewise (Bloom 1995)."""
+    from scipy import stats as sps
+
+    plants = {**POSITIVE, ("erase", "trained"): Planted(hack_drop=0.1)}
+    gate = run_compare(write_pilots(tmp_path / "p", simulate(plants, n_samples=16)), tmp_path / "out",
+                       cfg_for(), figures=False)
+    for row in (crit(gate, "drop_vs_vanilla", "erase"), gate["positive_control"]):
+        se, df = row["effect"]["se"], row["effect"]["df"]
+        want = max(0.05, sps.t.ppf(0.975, df) * se) + sps.t.ppf(0.8, df) * se
+        assert row["mde"] == pytest.approx(want, rel=1e-9)
+    c = crit(gate, "beats_control", "erase")
+    se, df = c["effect"]["se"], c["effect"]["df"]
+    assert c["mde"] == pytest.approx((sps.t.ppf(0.975, df) + sps.t.ppf(0.8, df)) * se, rel=1e-9)
+    assert df == 2  # crossed: min(S − 1, P − 1) = min(2, 8)
+
+
+def test_relative_pass_margin_is_reported_beside_the_absolute_one(tmp_path):
+    """Vanilla passes ~0.165; the arm loses ~0.07 of it: within the absolute 0.10 points, but more
+    than a quarter of vanilla's passes: with r = 0.25 the relative margin (0.25 × ~0.165 ≈ 0.041)
+    binds and fails it. The contrast is (1 − r)·vanilla − arm, worked out here."""
+    plants = {**POSITIVE, ("erase", "trained"): Planted(hack_drop=0.3, pass_drop=0.07)}
+    o = simulate(plants, n_seeds=6, n_samples=256, **{**QUIET, "pass_rate": 0.15})
+    gate = run_compare(write_pilots(tmp_path / "p", o), tmp_path / "out",
+                       cfg_for(seeds=range(6), pass_margin_rel=0.25), figures=False)
+    p = crit(gate, "matched_pass", "erase")
+    vanilla = float(o[o.arm == "vanilla"].groupby(["seed", "problem_id"])["pass"].mean().groupby(level="seed").mean().mean())
+    assert p["margin_abs"] == 0.10 and p["margin_rel"] == 0.25
+    assert p["margin_rel_points"] == pytest.approx(0.25 * vanilla, abs=1e-12)
+    assert p["binding"] == "relative" and 0.25 * vanilla < 0.10
+    assert p["rel_effect"]["value"] == pytest.approx(
+        by_hand(o, ("erase", "trained"), ("vanilla", "trained"), "pass", weight_b=0.75), abs=1e-12)
+    assert p["rel_effect"]["value"] > 0 and p["rel_effect"]["ci_high"] > 0 and not p["passed"]
+    assert p["ci_high"] <= 0.10  # the absolute margin alone holds
+    assert "relative binds" in p["note"] and "relative binds" in gate["sentence"]
+    # the same data judged on the absolute margin alone: matched_pass holds
+    gate = run_compare(write_pilots(tmp_path / "q", o), tmp_path / "o2", cfg_for(seeds=range(6)), figures=False)
+    assert crit(gate, "matched_pass", "erase")["passed"]
+
+
+def test_holm_over_treatment_arms_is_in_gate_json(tmp_path):
+    arms = ("vanilla", "erase", "random_v", "route", "route_random", "oracle_reward")
+    plants = {**POSITIVE, ("erase", "trained"): Planted(hack_drop=0.3), ("route", "ablated"): Planted(hack_drop=0.3)}
+    o = simulate(plants, arms=arms, **QUIET)
+    gate = run_compare(write_pilots(tmp_path / "p", o), tmp_path / "out", cfg_for(arms=arms), figures=False)
+    assert gate["verdict"] == "separated", gate["sentence"]
+    e, r = gate["arms"]["erase"], gate["arms"]["route"]
+    assert e["family"] == r["family"] == 2
+    # Holm with two arms: the smaller p doubled, the larger kept (but not below the smaller's)
+    lo, hi = sorted([e["p_value"], r["p_value"]])
+    assert sorted([e["p_adjusted"], r["p_adjusted"]]) == pytest.approx([min(1, 2 * lo), max(min(1, 2 * lo), hi)])

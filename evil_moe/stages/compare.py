@@ -8,13 +8,13 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
   resampled, :mod:`evil_moe.stats`), and beside them the training rollouts' last-``k`` means and
   the arm's removed energy share;
 - ``gate.json`` — ``{"verdict", "sentence", "criteria": [...], "arms": {...},
-  "positive_control", "notes", "isolation", "config", ...}`` (``../shared/DESIGN.md``); every
+  "positive_control", "notes", "isolation", "config", ...}``; every
   criterion has ``name, arm, control, view, value, ci_low, ci_high, mde, threshold, passed,
   note`` (raw values; the sentence and the report round them);
 - ``gate.md`` — the same criteria as a short markdown table;
 - ``figures/{heldout,hack_rate,pass_rate,cin,removed,frac_clipped,cos_contrib}.{png,svg}``.
 
-The gate (``../shared/notes/science.md`` §6; the statistics are :mod:`evil_moe.stats`):
+The gate (the statistics are :mod:`evil_moe.stats`, explained in ``docs/gate.md``):
 
 1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
    ``steps.tsv``, ``outcomes.tsv``), has ``status == "ok"``, a non-empty ``steps.tsv`` and a
@@ -27,7 +27,10 @@ The gate (``../shared/notes/science.md`` §6; the statistics are :mod:`evil_moe.
    evaluated step's per-completion held-out outcomes:
    ``drop_vs_vanilla`` (hack, ``(X, v)`` vs ``(vanilla, trained)``), ``beats_control`` (hack,
    ``(X, v)`` vs ``(C, v)``), ``matched_pass`` (pass-rate drop vs vanilla, non-inferiority within
-   ``compare.pass_margin``) — :func:`evil_moe.stats.decide_arm`.
+   ``compare.pass_margin`` absolute and ``compare.pass_margin_rel`` × vanilla's pass rate) —
+   :func:`evil_moe.stats.decide_arm`; intervals from the crossed seed × problem bootstrap
+   (``compare.resample``). ``separated`` is Holm-corrected over the treatment arms judged
+   (``compare.multiplicity``; :func:`evil_moe.stats.decide_gate`).
 3. **Positive control** (``compare.positive_control``, default ``oracle_reward``): its hack
    drop vs vanilla must pass ``drop_vs_vanilla``, else the verdict is ``inconclusive
    (underpowered)`` — :func:`evil_moe.stats.decide_gate`.
@@ -209,7 +212,7 @@ def _all_steps_mean(pilots: dict[int, _Pilot], col: str) -> float | None:
 
 def _rate(outcomes: pd.DataFrame, side: tuple[str, str], metric: str, cc) -> stats.Effect | None:
     try:
-        return stats.side_rate(outcomes, side, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
+        return stats.side_rate(outcomes, side, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, resample=cc.resample)
     except ValueError:
         return None
 
@@ -263,10 +266,10 @@ def _finite(x) -> float | None:
 # ---------------------------------------------------------------------------------------------
 # the gate
 
-def _effect(outcomes, a, b, metric, cc) -> stats.Effect | None:
+def _effect(outcomes, a, b, metric, cc, weight_b: float = 1.0) -> stats.Effect | None:
     try:
         return stats.paired_effect(outcomes, a, b, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed,
-                                   power=cc.power)
+                                   power=cc.power, resample=cc.resample, weight_b=weight_b)
     except ValueError:
         return None
 
@@ -278,10 +281,23 @@ def _criterion_row(c: stats.Criterion, arm: str, control: str | None, view: str)
             "view": view, "value": _finite(e.value), "ci_low": _finite(e.ci_low),
             "ci_high": _finite(e.ci_high), "mde": _finite(c.mde), "threshold": c.threshold,
             "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
-            "needed": d.get("needed"), "effect": {k: v for k, v in d["effect"].items()
-                                                  if k in ("a", "b", "metric", "se", "df", "n_samples", "per_seed",
-                                                           "mean_a", "mean_b", "components", "pct_low",
-                                                           "pct_high", "dropped", "power")}}
+            "p_value": d.get("p_value"), "needed": d.get("needed"), "plan": d.get("plan"),
+            **{k: d[k] for k in ("margin_abs", "margin_rel", "margin_rel_points", "binding") if k in d},
+            **({"rel_effect": {k: d["rel_effect"][k] for k in ("value", "ci_low", "ci_high", "se", "df", "weight_b")}}
+               if d.get("rel_effect") else {}),
+            "effect": {k: v for k, v in d["effect"].items()
+                       if k in ("a", "b", "metric", "se", "df", "n_samples", "per_seed", "mean_a", "mean_b",
+                                "components", "boot_terms", "pct_low", "pct_high", "dropped", "power",
+                                "resample", "n_problems_total")}}
+
+
+def _arm_numbers(v: stats.ArmVerdict) -> dict:
+    """An arm's verdict and its numbers for gate.json: the reason, MDE, what would decide it, its
+    intersection–union p-value and (after :func:`evil_moe.stats.decide_gate`) Holm's adjusted one."""
+    return {"verdict": v.verdict, "reason": v.reason, "mde": _finite(v.mde()), "needed_seeds": v.needed_seeds,
+            "needed_problems": v.needed_problems, "needed_samples": v.needed_samples,
+            "p_value": _finite(v.p_value), "p_adjusted": None if v.p_adjusted is None else _finite(v.p_adjusted),
+            "family": v.family}
 
 
 def _missing_criterion(name: str, arm: str, control: str | None, view: str, why: str, threshold: float) -> dict:
@@ -300,6 +316,9 @@ def _judge(outcomes: pd.DataFrame, arms: Sequence[str], cc) -> tuple[list, list[
         drop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "hack", cc)
         ctl = _effect(outcomes, (arm, view), (control, view), "hack", cc)
         pdrop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "pass", cc)
+        rel = cc.pass_margin_rel
+        prel = None if rel is None else _effect(outcomes, (arm, view), ("vanilla", "trained"), "pass", cc,
+                                                weight_b=1.0 - rel)
         if drop is None or ctl is None or pdrop is None:
             why = {"drop_vs_vanilla": drop, "beats_control": ctl, "matched_pass": pdrop}
             for name, e in why.items():
@@ -310,11 +329,10 @@ def _judge(outcomes: pd.DataFrame, arms: Sequence[str], cc) -> tuple[list, list[
             extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes"}
             continue
         v = stats.decide_arm(arm, drop, ctl, pdrop, min_drop=cc.min_drop, pass_margin=cc.pass_margin,
-                             min_seeds=cc.min_seeds)
+                             min_seeds=cc.min_seeds, pass_rel=prel, pass_margin_rel=rel)
         verdicts.append(v)
         rows += [_criterion_row(c, arm, control, view) for c in v.criteria]
-        extra[arm] = {"verdict": v.verdict, "reason": v.reason, "mde": _finite(v.mde()),
-                      "needed_seeds": v.needed_seeds, "needed_samples": v.needed_samples}
+        extra[arm] = _arm_numbers(v)
         if len(cls.views) > 1:  # the trained view beside the judged one, for information
             tv = _effect(outcomes, (arm, "trained"), ("vanilla", "trained"), "hack", cc)
             if tv is not None:
@@ -388,21 +406,47 @@ def _ci(e) -> str:
     return "[no interval]" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.3f}, {e.ci_high:.3f}]"
 
 
+def _pass_text(p: stats.Criterion) -> str:
+    """The pass-rate drop and its margins: the absolute one, and the relative one beside it with
+    which binds."""
+    e = p.effect
+    text = f"pass-rate drop {e.value:.3f} (upper {e.ci_high:.3f} vs margin {p.threshold:g}"
+    if p.rel_effect is not None:
+        text += (f" and {p.rel_margin:g} × vanilla's {e.mean_b:.3f} = {p.rel_margin * e.mean_b:.3f}, "
+                 f"{p.binding} binds; drop − {p.rel_margin:g} × vanilla upper {p.rel_effect.ci_high:.3f} vs 0")
+    return text + ")"
+
+
+def _plan_text(c: stats.Criterion) -> str:
+    """Which of twice the seeds, problems or samples buys the most power (planned MDE each)."""
+    pl = stats.plan(c.effect)
+    if pl["best"] is None:
+        return ""
+    what = {"seeds": "seeds", "problems": "held-out problems", "samples": "samples per problem"}
+    opts = ", ".join(f"{what[k]} {pl[k]['mde']:.3f}" for k in ("seeds", "problems", "samples")
+                     if pl[k]["mde"] is not None)
+    return (f"; twice the {what[pl['best']]} buys the most power for {c.name} (planned MDE at twice the {opts}; "
+            f"now {_r3(pl['now']['mde'] if pl['now']['mde'] is not None else math.inf)})")
+
+
 def _arm_phrase(v: stats.ArmVerdict) -> str:
     d, c, p = v.criteria
     view = d.effect.a[1]
     base = (f"{v.arm} ({view} view) lowers the held-out hack rate by {d.effect.value:.3f} {_ci(d.effect)} vs "
-            f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, pass-rate drop "
-            f"{p.effect.value:.3f} (upper {p.effect.ci_high:.3f} vs margin {p.threshold:g})")
+            f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, {_pass_text(p)}")
+    if v.family > 1:
+        base += f", p {v.p_value:.3g} (Holm-adjusted over {v.family} arms {v.p_adjusted:.3g})"
     if v.verdict == "inconclusive":
-        open_ = [x.name for x in v.criteria if not x.passed and not x.rules_out]
-        base += f"; undecided: {', '.join(open_)}; MDE of the drop vs vanilla {_r3(d.mde)}"
-        more = []
-        if v.needed_seeds:
-            more.append(f"about {v.needed_seeds} seeds")
-        if v.needed_samples:
-            more.append(f"about {v.needed_samples} samples per problem")
-        base += f"; {' or '.join(more)} would decide it" if more else ""
+        open_ = [x for x in v.criteria if not x.passed and not x.rules_out]
+        if open_:
+            base += f"; undecided: {', '.join(x.name for x in open_)}"
+        elif v.p_adjusted is not None and v.p_adjusted > v.p_value:
+            base += "; every criterion passes, but not after Holm's correction"
+        base += f"; MDE of the drop vs vanilla {_r3(d.mde)}"
+        more = stats._more_text(v.needed_seeds, v.needed_problems, v.needed_samples)
+        base += f"; {more} would decide it" if more else ""
+        hack_open = [x for x in open_ if x.name != "matched_pass"]
+        base += _plan_text(hack_open[0]) if hack_open else ""
     return base
 
 
@@ -539,7 +583,10 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
 
     outcomes = last_step_outcomes(p for p in loaded if p.outcomes is not None)
     verdicts, crit_rows, arm_extra, pos = _judge(outcomes, arms, cc)
-    gate_v = stats.decide_gate(verdicts, pos, min_drop=cc.min_drop, min_seeds=cc.min_seeds) if verdicts else None
+    gate_v = (stats.decide_gate(verdicts, pos, min_drop=cc.min_drop, min_seeds=cc.min_seeds,
+                                multiplicity=cc.multiplicity) if verdicts else None)
+    for v in (gate_v.arms if gate_v is not None else ()):  # the verdicts after Holm's correction
+        arm_extra[v.arm].update(_arm_numbers(v))
     verdict = "invalid" if not valid or any(x.get("verdict") == "invalid" for x in arm_extra.values()) \
         else (gate_v.verdict if gate_v is not None else "not_separated")
     if verdict == "invalid" and valid:  # every pilot ok, but an arm had no paired outcomes
