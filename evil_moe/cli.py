@@ -366,6 +366,7 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
               init_adapter, teacher_rollouts, out_dir, threads) -> None:
     """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
     from evil_moe.stages.common import use_threads
+    from evil_moe.runlock import LockHeld
     from evil_moe.stages.pilot import PilotInterrupted, PilotInvalid, run_pilot
 
     cfg = use_threads(cfg, "pilot", threads)
@@ -377,7 +378,7 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
     except PilotInterrupted as err:
         click.echo(f"interrupted: {err}", err=True)
         raise SystemExit(143) from err
-    except (PilotInvalid, OSError, ValueError) as err:
+    except (PilotInvalid, LockHeld, OSError, ValueError) as err:
         _fail(err)
     click.echo(f"pilot {arm} s{seed}: {status['status']} -> {out_dir}")
 
