@@ -134,6 +134,27 @@ def slurm_check_cmd(profile, configfiles) -> None:
     click.echo("slurm-check: OK, every planned job fits this cluster")
 
 
+@main.command("cancel-run")
+@click.option("--directory", "-d", "workdir", default=".", show_default=True,
+              type=click.Path(file_okay=False, exists=True),
+              help="The folder Snakemake ran in (its --directory).")
+@click.option("--dry-run", "-n", is_flag=True, help="Only list the jobs it would cancel.")
+@click.option("--force", is_flag=True,
+              help="Cancel although a Snakemake driver of this folder runs on this host.")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=300, show_default=True,
+              help="Seconds to wait for the cancelled jobs to end (0: do not wait).")
+def cancel_run_cmd(workdir, dry_run, force, wait_s) -> None:
+    """After a killed Snakemake (SIGKILL, a lost login session): cancel the Slurm jobs its runs
+    submitted from this folder and wait until they have ended; then `snakemake --unlock` and
+    rerun. Refuses while a Snakemake driver of this folder is alive on this host."""
+    from evil_moe.slurm_runs import CancelError, cancel_run
+
+    try:
+        cancel_run(workdir, dry_run=dry_run, force=force, wait_s=wait_s, log=click.echo)
+    except CancelError as err:
+        _fail(err)
+
+
 @main.command("front-page")
 @click.option("--verdict", required=True, help="The verdict line (reStructuredText).")
 @click.option("--decision", default="", help="Gate criteria and the sweep decision (reStructuredText).")
