@@ -113,15 +113,19 @@ def install_profiles_cmd(target) -> None:
                    "install-profiles.")
 @click.option("--configfile", "configfiles", multiple=True, type=click.Path(dir_okay=False),
               help="Config merged on top of config/config.yaml, as for snakemake (repeatable).")
-def slurm_check_cmd(profile, configfiles) -> None:
+@click.option("--no-node-checks", is_flag=True,
+              help="Skip the srun that runs the grader's sandbox probe on a compute node of each "
+                   "grading partition.")
+def slurm_check_cmd(profile, configfiles, no_node_checks) -> None:
     """Preflight: the planned jobs' requests (from the config and the profile) against the
-    cluster's partitions and limits; one line per mismatch, exit 1 when there is any."""
+    cluster's partitions and limits, and a working bubblewrap (the grader's sandbox) on a node
+    of each grading partition; one line per mismatch, exit 1 when there is any."""
     from evil_moe.config import ConfigError
     from evil_moe.resources import ResourceError
     from evil_moe.slurm_check import CheckError, run_check
 
     try:
-        mismatches, report = run_check(profile, configfiles)
+        mismatches, report = run_check(profile, configfiles, node_checks=not no_node_checks)
     except (CheckError, ConfigError, ResourceError) as err:
         raise click.ClickException(str(err)) from err
     click.echo(report)
