@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import click
 
@@ -32,20 +33,28 @@ def config_options(func):
     """Add ``--config FILE`` (repeatable), ``--config-json TEXT`` and ``--set section.key=value``
     (repeatable) to a subcommand and pass it ``cfg=load_config(files, overrides, data)``.
 
-    Files merge in order, then the JSON dict (Snakemake passes config sections this way), then the
-    overrides. A bad file, key or value is a click usage error naming it.
+    Files merge in order, then the JSON dict (``@FILE``: read from FILE; Snakemake passes config
+    sections this way), then the overrides. A bad file, key or value is a click usage error
+    naming it.
     """
 
     @click.option("--config", "config_files", multiple=True, type=click.Path(dir_okay=False),
                   help="YAML config file (repeatable; later files win).")
     @click.option("--config-json", "config_json", default=None,
-                  help="A JSON object merged after the files (e.g. config sections from Snakemake).")
+                  help="A JSON object merged after the files, or @FILE holding one (the "
+                       "workflow passes each stage's config sections so).")
     @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
                   help="Override one config value (YAML-parsed; repeatable; applied last).")
     @functools.wraps(func)
     def wrapper(*args, config_files=(), config_json=None, overrides=(), **kwargs):
         from evil_moe.config import ConfigError, load_config
 
+        if config_json and config_json.startswith("@"):
+            try:
+                config_json = Path(config_json[1:]).read_text()
+            except OSError as err:
+                raise click.BadParameter(f"cannot read {config_json[1:]}: {err.strerror}",
+                                         param_hint="--config-json") from err
         try:
             data = json.loads(config_json) if config_json else None
         except json.JSONDecodeError as err:

@@ -20,7 +20,8 @@ message says how to remove it by hand), and so is one whose Slurm job cannot be 
 (``squeue`` missing or failing): fail closed.
 
 Taking the lock is atomic, also on NFS: the record is written to a file of its own and then
-hard-linked to ``run.lock`` (``link`` fails when the name exists). A stale lock is renamed away
+hard-linked to ``run.lock`` (``link`` fails when the name exists; ``O_EXCL`` where the
+filesystem has no hard links). A stale lock is renamed away
 (atomic) and checked to be the one judged stale before it is deleted.
 """
 
@@ -170,6 +171,19 @@ def holder_state(holder: Holder, *, me: Holder | None = None, run: Runner = _run
     return False, f"Slurm job {holder.job_id} has ended ({out[0] if out else 'gone from squeue'})"
 
 
+def _create(tmp: Path, path: Path) -> None:
+    """Make ``path`` hold ``tmp``'s record, failing with FileExistsError when it exists: a hard
+    link (atomic, also on NFS), or ``O_CREAT | O_EXCL`` where the filesystem has no hard links."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # EPERM / ENOTSUP: no hard links here (some FUSE and SMB mounts)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(tmp.read_text())
+
+
 def acquire(path: str | os.PathLike, *, what: str = "this run", run: Runner = _run,
             me: Holder | None = None, log: Callable[[str], None] = print) -> Holder:
     """Take the lock file ``path`` for this process, taking over a stale one.
@@ -194,7 +208,7 @@ def acquire(path: str | os.PathLike, *, what: str = "this run", run: Runner = _r
     try:
         for _ in range(10):
             try:
-                os.link(tmp, path)
+                _create(tmp, path)
                 return me
             except FileExistsError:
                 pass

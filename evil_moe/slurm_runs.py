@@ -110,7 +110,8 @@ def logged_run_ids(workdir: str | os.PathLike) -> dict[str, str]:
 
 def driver_pids(workdir: str | os.PathLike, proc_root: str = "/proc") -> list[int]:
     """Pids of Snakemake drivers on this host whose working directory is ``workdir`` (its cwd,
-    or its ``--directory``/``-d``); the job steps that run inside Slurm jobs are not drivers."""
+    or its ``--directory``/``-d``); the Snakemakes that run one job (``--target-jobs``, the
+    plugin's ``slurm-jobstep``, anything inside a Slurm job) are not drivers."""
     pids = []
     for entry in Path(proc_root).iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -122,8 +123,14 @@ def driver_pids(workdir: str | os.PathLike, proc_root: str = "/proc") -> list[in
             continue
         if not any(os.path.basename(a) == "snakemake" for a in argv[:3]):
             continue
-        if "slurm-jobstep" in argv or "--unlock" in argv:
+        # a job's own Snakemake (--target-jobs; the plugin's job step) or an unlock is no driver
+        if "--target-jobs" in argv or "slurm-jobstep" in argv or "--unlock" in argv:
             continue
+        try:
+            if b"\0SLURM_JOB_ID=" in b"\0" + (entry / "environ").read_bytes():
+                continue  # runs inside a Slurm job
+        except OSError:
+            pass
         where = cwd
         for i, a in enumerate(argv):
             if a in ("--directory", "-d") and i + 1 < len(argv):

@@ -166,3 +166,17 @@ def test_two_pilot_processes_of_one_folder_the_second_refuses(world, tmp_path):
     assert first.wait(300) == 0, first.communicate()[0]
     assert json.loads((out / "status.json").read_text())["status"] == "ok"
     assert not (out / LOCK_NAME).exists()
+
+
+def test_without_hard_links_the_lock_is_still_exclusive(tmp_path, monkeypatch, sleeper):
+    def no_links(src, dst):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    lock = tmp_path / LOCK_NAME
+    me = acquire(lock, run=_no_squeue)
+    assert json.loads(lock.read_text())["token"] == me.token
+    release(lock, me)
+    lock.write_text(_holder_of(sleeper).to_json())
+    with pytest.raises(LockHeld, match=f"pid {sleeper.pid}"):
+        acquire(lock, run=_no_squeue)

@@ -5,6 +5,7 @@ CI-cluster run is tests/test_workflow_e2e.py::test_slurm_killed_driver_recovery.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -94,11 +95,12 @@ def test_nothing_to_cancel(tmp_path):
                      "queued or running"]
 
 
-def _fake_snakemake(bin_dir, cwd, *args):
+def _fake_snakemake(bin_dir, cwd, *args, env=None):
     exe = bin_dir / "snakemake"
     exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
     exe.chmod(0o755)
-    return subprocess.Popen([str(exe), *args], cwd=cwd)
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
+    return subprocess.Popen([str(exe), *args], cwd=cwd, env={**e, **(env or {})})
 
 
 def test_refuses_while_a_driver_of_the_folder_lives(tmp_path):
@@ -108,6 +110,8 @@ def test_refuses_while_a_driver_of_the_folder_lives(tmp_path):
              _fake_snakemake(bin_dir, tmp_path, "--directory", "work"),          # --directory
              _fake_snakemake(bin_dir, work, "--unlock"),                         # not a run
              _fake_snakemake(bin_dir, work, "--executor", "slurm-jobstep"),      # a job step
+             _fake_snakemake(bin_dir, work, "--target-jobs", "pilot:arm=erase"),  # runs one job
+             _fake_snakemake(bin_dir, work, env={"SLURM_JOB_ID": "7"}),         # in a Slurm job
              _fake_snakemake(bin_dir, tmp_path)]                                 # another folder
     try:
         time.sleep(0.5)

@@ -231,6 +231,11 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
         res / "logs" / "pilot" / "erase_s0.log").read_text()
     assert finished_rules(out) == {}, out[-4000:]
     assert not (res / "pilots" / "erase" / "s0" / "status.json").exists()
+    # The stage config is passed as a file named by its content: the failed job's command and
+    # Snakemake's "Params have changed" reason name it instead of printing the config (twice).
+    assert re.search(r"Params have changed since last execution.*before: '@results/configs/"
+                     r"pilot-\w+\.json' now: '@results/configs/pilot-\w+\.json'", out), out[-4000:]
+    assert '"heldout_samples"' not in out, out[-4000:]
     assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
     # The Slurm logs of the failed job and of the finished ones are kept
     # (slurm-keep-successful-logs in the profile; the plugin deletes the latter by default).
@@ -255,6 +260,7 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert finished_rules(out) == {"pilot": 1, "compare": 1}, out[-4000:]
+    assert '"heldout_samples"' not in out, out[-4000:]
     assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
     local = toy_run[0] / "results" / "pilots" / "erase" / "s0" / "steps.tsv"
     assert _without_seconds(res / "pilots" / "erase" / "s0" / "steps.tsv") == _without_seconds(local)
