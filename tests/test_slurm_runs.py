@@ -20,10 +20,10 @@ U2 = "0b3e1a52-1111-4c2d-9a6e-3f0d2c9e7b11"
 
 def _squeue_text(work, other):
     rows = [
-        ("11", "RUNNING", U1, "rule_pilot_wildcards_arm=erase,seed=0", work),      # ours
+        ("11", "RUNNING", U1, "rule_pilot_wildcards_erase_0", work),      # ours
         ("12", "PENDING", U1, "rule_compare", work),                               # ours
-        ("13", "RUNNING", f"myprefix_{U2}", "rule_pilot_wildcards_arm=vanilla,seed=0", work),  # ours
-        ("14", "RUNNING", U1, "rule_pilot_wildcards_arm=erase,seed=0", other),    # another folder
+        ("13", "RUNNING", f"myprefix_{U2}", "rule_pilot_wildcards_vanilla_0", work),  # ours
+        ("14", "RUNNING", U1, "rule_pilot_wildcards_erase_0", other),    # another folder
         ("15", "RUNNING", "interactive", "rule_x", work),                          # not the plugin's
         ("16", "RUNNING", U2, "my own comment", work),                             # not the plugin's
     ]
@@ -73,7 +73,7 @@ def test_cancel_waits_until_the_jobs_have_ended(tmp_path):
     assert fake.cancelled == ["11", "12", "13"] and len(jobs) == 3
     waits = [c for c in fake.calls if c[0] == "squeue" and "-j" in c]
     assert len(waits) == 3  # COMPLETING twice, then gone
-    assert lines[0] == (f"cancelling job 11 RUNNING    rule_pilot_wildcards_arm=erase,seed=0 run "
+    assert lines[0] == (f"cancelling job 11 RUNNING    rule_pilot_wildcards_erase_0 run "
                         f"{U1} (log .snakemake/log/2026-12-01T1020.snakemake.log)")
     assert lines[-1] == f"cancel-run: cancelled 3 job(s) of run(s) {U1}, myprefix_{U2}; all have ended"
     # a dry run cancels nothing
