@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import click
 
@@ -32,20 +33,28 @@ def config_options(func):
     """Add ``--config FILE`` (repeatable), ``--config-json TEXT`` and ``--set section.key=value``
     (repeatable) to a subcommand and pass it ``cfg=load_config(files, overrides, data)``.
 
-    Files merge in order, then the JSON dict (Snakemake passes config sections this way), then the
-    overrides. A bad file, key or value is a click usage error naming it.
+    Files merge in order, then the JSON dict (``@FILE``: read from FILE; Snakemake passes config
+    sections this way), then the overrides. A bad file, key or value is a click usage error
+    naming it.
     """
 
     @click.option("--config", "config_files", multiple=True, type=click.Path(dir_okay=False),
                   help="YAML config file (repeatable; later files win).")
     @click.option("--config-json", "config_json", default=None,
-                  help="A JSON object merged after the files (e.g. config sections from Snakemake).")
+                  help="A JSON object merged after the files, or @FILE holding one (the "
+                       "workflow passes each stage's config sections so).")
     @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
                   help="Override one config value (YAML-parsed; repeatable; applied last).")
     @functools.wraps(func)
     def wrapper(*args, config_files=(), config_json=None, overrides=(), **kwargs):
         from evil_moe.config import ConfigError, load_config
 
+        if config_json and config_json.startswith("@"):
+            try:
+                config_json = Path(config_json[1:]).read_text()
+            except OSError as err:
+                raise click.BadParameter(f"cannot read {config_json[1:]}: {err.strerror}",
+                                         param_hint="--config-json") from err
         try:
             data = json.loads(config_json) if config_json else None
         except json.JSONDecodeError as err:
@@ -113,15 +122,19 @@ def install_profiles_cmd(target) -> None:
                    "install-profiles.")
 @click.option("--configfile", "configfiles", multiple=True, type=click.Path(dir_okay=False),
               help="Config merged on top of config/config.yaml, as for snakemake (repeatable).")
-def slurm_check_cmd(profile, configfiles) -> None:
+@click.option("--no-node-checks", is_flag=True,
+              help="Skip the srun that runs the grader's sandbox probe on a compute node of each "
+                   "grading partition.")
+def slurm_check_cmd(profile, configfiles, no_node_checks) -> None:
     """Preflight: the planned jobs' requests (from the config and the profile) against the
-    cluster's partitions and limits; one line per mismatch, exit 1 when there is any."""
+    cluster's partitions and limits, and a working bubblewrap (the grader's sandbox) on a node
+    of each grading partition; one line per mismatch, exit 1 when there is any."""
     from evil_moe.config import ConfigError
     from evil_moe.resources import ResourceError
     from evil_moe.slurm_check import CheckError, run_check
 
     try:
-        mismatches, report = run_check(profile, configfiles)
+        mismatches, report = run_check(profile, configfiles, node_checks=not no_node_checks)
     except (CheckError, ConfigError, ResourceError) as err:
         raise click.ClickException(str(err)) from err
     click.echo(report)
@@ -132,6 +145,27 @@ def slurm_check_cmd(profile, configfiles) -> None:
                    "values of the profile, or the config) and rerun")
         raise SystemExit(1)
     click.echo("slurm-check: OK, every planned job fits this cluster")
+
+
+@main.command("cancel-run")
+@click.option("--directory", "-d", "workdir", default=".", show_default=True,
+              type=click.Path(file_okay=False, exists=True),
+              help="The folder Snakemake ran in (its --directory).")
+@click.option("--dry-run", "-n", is_flag=True, help="Only list the jobs it would cancel.")
+@click.option("--force", is_flag=True,
+              help="Cancel although a Snakemake driver of this folder runs on this host.")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=300, show_default=True,
+              help="Seconds to wait for the cancelled jobs to end (0: do not wait).")
+def cancel_run_cmd(workdir, dry_run, force, wait_s) -> None:
+    """After a killed Snakemake (SIGKILL, a lost login session): cancel the Slurm jobs its runs
+    submitted from this folder and wait until they have ended; then `snakemake --unlock` and
+    rerun. Refuses while a Snakemake driver of this folder is alive on this host."""
+    from evil_moe.slurm_runs import CancelError, cancel_run
+
+    try:
+        cancel_run(workdir, dry_run=dry_run, force=force, wait_s=wait_s, log=click.echo)
+    except CancelError as err:
+        _fail(err)
 
 
 @main.command("front-page")
@@ -366,6 +400,7 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
               init_adapter, teacher_rollouts, out_dir, threads) -> None:
     """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
     from evil_moe.stages.common import use_threads
+    from evil_moe.runlock import LockHeld
     from evil_moe.stages.pilot import PilotInterrupted, PilotInvalid, run_pilot
 
     cfg = use_threads(cfg, "pilot", threads)
@@ -377,7 +412,7 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
     except PilotInterrupted as err:
         click.echo(f"interrupted: {err}", err=True)
         raise SystemExit(143) from err
-    except (PilotInvalid, OSError, ValueError) as err:
+    except (PilotInvalid, LockHeld, OSError, ValueError) as err:
         _fail(err)
     click.echo(f"pilot {arm} s{seed}: {status['status']} -> {out_dir}")
 

@@ -15,6 +15,11 @@ than the partition's nodes or limits allow, a GPU asked of a partition without o
 unavailable with the status command left at ``sacct`` (Snakemake would wait for ever), ``squeue``
 with ``MinJobAge`` too short, ``cpus_per_task`` overriding every rule's threads. Each line names
 the profile key or config key to change.
+
+Unless ``grader.isolation`` is ``rlimit-only``, it also runs the grader's own sandbox probe
+(:func:`evil_moe.env.sandbox.probe_bwrap`: a bubblewrap zygote grading one trivial job) on a
+compute node of every partition the grading rules go to (``srun``, one CPU, a few seconds), so
+that a node without a working bubblewrap shows here and not as a failed pilot hours later.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import getpass
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -47,6 +53,12 @@ RULE_STAGE = {
     "fold_compare": "compare",
 }
 REPO = Path(__file__).resolve().parent.parent
+# Rules whose jobs grade completions in the sandbox (evil_moe.stages.common.make_grader).
+GRADING_RULES = ("toy_model", "make_teacher", "teacher", "pilot", "fold_pilot")
+# Run on a compute node by the bubblewrap check: the grader's own probe, one marker line.
+BWRAP_PROBE = ("import socket\nfrom evil_moe.env.sandbox import probe_bwrap\n"
+               "cause = probe_bwrap()\n"
+               "print('BWRAP', socket.gethostname(), 'ok' if cause is None else cause)\n")
 
 
 class CheckError(RuntimeError):
@@ -389,6 +401,60 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
     return lines
 
 
+def bwrap_partitions(cluster: Cluster, requests: Sequence[Request]) -> dict[str, list[str]]:
+    """Existing partition → the grading rules that go there (a missing partition is reported by
+    :func:`check` already)."""
+    default_part = next((p.name for p in cluster.partitions.values() if p.default), None)
+    out: dict[str, list[str]] = {}
+    for req in requests:
+        name = req.partition or default_part
+        if req.rule in GRADING_RULES and name in cluster.partitions:
+            out.setdefault(name, []).append(req.rule)
+    return out
+
+
+def check_bwrap(cluster: Cluster, requests: Sequence[Request], cfg: Mapping,
+                run: Runner = _run, wait_s: int = 45) -> tuple[list[str], list[str]]:
+    """``(mismatches, notes)``: the grader's sandbox probe run with ``srun`` on one node of each
+    partition the grading rules use (:data:`GRADING_RULES`); nothing when ``grader.isolation``
+    is ``rlimit-only``. A partition where no node is free within ``wait_s`` seconds
+    (``srun --immediate``) gives a note, not a mismatch."""
+    if cfg["grader"]["isolation"] == "rlimit-only":
+        return [], []
+    lines, notes = [], []
+    for name, rules in bwrap_partitions(cluster, requests).items():
+        cmd = ["srun", f"--partition={name}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
+               "--mem=2000", "--time=5", f"--immediate={wait_s}", "--job-name=evil-moe-bwrap-check",
+               sys.executable, "-c", BWRAP_PROBE]
+        try:
+            proc = run(cmd)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(cmd, 124, "", "srun timed out")
+        marker = next((line.split(" ", 2) for line in proc.stdout.splitlines()
+                       if line.startswith("BWRAP ")), None)
+        who = f"rule(s) {', '.join(rules)}"
+        fix = ("install bubblewrap on its nodes (or enable unprivileged user namespaces), send "
+               "these rules to a partition where it runs (slurm_partition, EDIT), or set "
+               "grader.isolation: rlimit-only (then gt_correct is not tamper-proof)")
+        if marker and len(marker) == 3 and marker[2] == "ok":
+            continue
+        if marker and len(marker) == 3:
+            lines.append(f"partition '{name}' ({who}): the grader's sandbox does not run on node "
+                         f"{marker[1]}: {marker[2]}: {fix}")
+            continue
+        err = " ".join((proc.stderr or proc.stdout or "no output").split())[:300]
+        if re.search(r"Unable to allocate|Immediate execution impossible|timed out|"
+                     r"has been revoked", err):
+            notes.append(f"partition '{name}': no node free within {wait_s} s to check the "
+                         f"grader's sandbox there (srun: {err}); a node without bubblewrap makes "
+                         f"{who} fail when they start")
+            continue
+        lines.append(f"partition '{name}' ({who}): could not run the grader's sandbox probe on a "
+                     f"node (srun exit {proc.returncode}: {err}): the jobs run the same Python "
+                     f"({sys.executable}) there; {fix}")
+    return lines, notes
+
+
 def table(requests: Sequence[Request], default_partition: str | None) -> str:
     """The planned requests as an aligned text table."""
     rows = [("rule", "partition", "cpus", "mem_mb", "runtime_min", "gpus")]
@@ -401,8 +467,11 @@ def table(requests: Sequence[Request], default_partition: str | None) -> str:
 
 
 def run_check(profile: str | os.PathLike, configfiles: Sequence[str | os.PathLike] = (),
-              run: Runner = _run) -> tuple[list[str], str]:
+              run: Runner = _run, node_checks: bool = True) -> tuple[list[str], str]:
     """The whole preflight: (mismatch lines, a report of what was compared).
+
+    ``node_checks``: also run the grader's sandbox probe on a compute node of each grading
+    partition (:func:`check_bwrap`, ``srun``); its notes end the report.
 
     ``configfiles`` merge on top of ``config/config.yaml`` (as ``snakemake --configfile``
     does); relative paths are taken from the current folder.
@@ -433,4 +502,14 @@ def run_check(profile: str | os.PathLike, configfiles: Sequence[str | os.PathLik
         "planned jobs (first attempt; a retry asks attempt x mem_mb and runtime):",
         table(requests, default_part),
     ])
-    return check(cluster, requests, prof, cfg), report
+    lines = check(cluster, requests, prof, cfg)
+    if node_checks:
+        sandbox, notes = check_bwrap(cluster, requests, cfg, run)
+        lines += sandbox
+        parts_checked = ", ".join(bwrap_partitions(cluster, requests))
+        if cfg["grader"]["isolation"] == "rlimit-only":
+            report += "\ngrader sandbox: not checked (grader.isolation is rlimit-only)"
+        elif parts_checked:
+            report += (f"\ngrader sandbox (bubblewrap) probed on a node of: {parts_checked}"
+                       + "".join(f"\nNOTE {n}" for n in notes))
+    return lines, report

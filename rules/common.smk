@@ -6,7 +6,9 @@ against config/schema.yaml (unknown or wrong-typed keys fail before any job runs
 and filled with the schema's defaults.
 """
 
+import hashlib
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -248,19 +250,36 @@ def _sections(stage):
     return data
 
 
+def _config_file(stage, data):
+    """``@<file>`` for --config-json: the JSON written (atomically) to
+    results/configs/<stage>-<sha256[:16]>.json, named by its content. The param is then a short
+    path that still changes with every value, so Snakemake's params rerun trigger works and its
+    "Params have changed" reason (and a failed job's shell command) does not print the whole
+    config; diff the two named files to see what changed."""
+    text = json.dumps(data, sort_keys=True, indent=1) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(res(f"configs/{stage}-{digest}.json"))
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return f"@{path}"
+
+
 def get_stage_config(stage):
-    """JSON of the config sections the stage reads (passed as --config-json)."""
-    return json.dumps(_sections(stage), sort_keys=True)
+    """The config sections the stage reads, as ``@file`` for --config-json (_config_file)."""
+    return _config_file(stage, _sections(stage))
 
 
 def get_pilot_config(wildcards):
-    """JSON config of one pilot run; the test-only switches pilot.fail_arm / fail_once_arm go
+    """Config of one pilot run (``@file``, _config_file); the test-only switches pilot.fail_arm / fail_once_arm go
     only to the arm they name, so removing one reruns exactly that arm (and compare)."""
     data = _sections("pilot")
     for key in ("fail_arm", "fail_once_arm"):
         if config["pilot"][key] == wildcards.arm:
             data["pilot"][key] = wildcards.arm
-    return json.dumps(data, sort_keys=True)
+    return _config_file("pilot", data)
 
 
 # ---- v_hack ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from evil_moe.config import load_config
-from evil_moe.slurm_check import (check, load_profile, parse_cluster, parse_minutes,
+from evil_moe.slurm_check import (check, check_bwrap, load_profile, parse_cluster, parse_minutes,
                                   planned_requests, planned_rules, run_check)
 from workflow_util import BIN, REPO, env, fill_edit_values, no_slurm
 
@@ -146,12 +146,55 @@ def test_run_check_offline_with_the_shipped_profile():
     def fake(cmd):
         if cmd[0] == "sacct":
             return NO_SACCT
+        if cmd[0] == "srun":
+            return subprocess.CompletedProcess(cmd, 0, "BWRAP c01 ok\n", "")
         return subprocess.CompletedProcess(cmd, 0, answers[cmd[2]], "")
 
     lines, report = run_check(REPO / "profiles" / "slurm", [], run=fake)
     assert "planned jobs" in report and "toy_model" in report
+    assert "grader sandbox (bubblewrap) probed on a node of: cpu, gpu" in report
     # The shipped profile's partitions are named cpu and gpu: only the status command is wrong.
     assert len(lines) == 1 and "slurm-status-command is sacct" in lines[0]
+
+
+def test_bwrap_probe_per_grading_partition():
+    cfg = cfg_of(REPO / "config" / "pilot.yaml")
+    prof = site_profile()
+    reqs = planned_requests(cfg, prof)
+    answers = {"cpu": (0, "BWRAP c01 ok\n", ""),
+               "gpu": (0, "BWRAP g01 bwrap fails to start here (bwrap: setting up uid map: "
+                          "Permission denied)\n", "")}
+    calls = []
+
+    def fake(cmd):
+        calls.append(cmd)
+        part = cmd[1].split("=", 1)[1]
+        return subprocess.CompletedProcess(cmd, *answers[part])
+
+    lines, notes = check_bwrap(cluster(), reqs, cfg, fake)
+    # pilot.yaml grades in make_teacher, teacher, pilot, fold_pilot (gpu); no CPU rule grades
+    assert [c[1] for c in calls] == ["--partition=gpu"]
+    assert all("--immediate=45" in c for c in calls)
+    assert lines == ["partition 'gpu' (rule(s) make_teacher, teacher, pilot, fold_pilot): the "
+                     "grader's sandbox does not run on node g01: bwrap fails to start here (bwrap: "
+                     "setting up uid map: Permission denied): install bubblewrap on its nodes (or "
+                     "enable unprivileged user namespaces), send these rules to a partition where "
+                     "it runs (slurm_partition, EDIT), or set grader.isolation: rlimit-only (then "
+                     "gt_correct is not tamper-proof)"] and notes == []
+    # no free node in time: a note, not a mismatch
+    answers["gpu"] = (1, "", "srun: error: Unable to allocate resources: Immediate execution "
+                             "impossible, insufficient priority\n")
+    lines, notes = check_bwrap(cluster(), reqs, cfg, fake)
+    assert lines == [] and len(notes) == 1 and notes[0].startswith("partition 'gpu': no node free")
+    # the node cannot even run the probe (e.g. the venv is not on a shared filesystem)
+    answers["gpu"] = (2, "", "/home/u/evil_moe/.venv/bin/python: No such file or directory\n")
+    lines, notes = check_bwrap(cluster(), reqs, cfg, fake)
+    assert len(lines) == 1 and "could not run the grader's sandbox probe on a node (srun exit 2: " \
+        "/home/u/evil_moe/.venv/bin/python: No such file or directory)" in lines[0]
+    # rlimit-only: nothing to probe
+    calls.clear()
+    rl = cfg_of(REPO / "config" / "pilot.yaml", sets=["grader.isolation=rlimit-only"])
+    assert check_bwrap(cluster(), planned_requests(rl, prof), rl, fake) == ([], []) and not calls
 
 
 # ---- on the CI cluster ------------------------------------------------------------------------
@@ -192,3 +235,19 @@ def test_preflight_on_the_ci_cluster(tmp_path):
     assert proc.returncode == 1
     assert "rule pilot: asks 64 CPUs (pilot.threads) but partition" in proc.stdout
     assert load_profile(right / "config.yaml")["slurm-status-command"] == "squeue"
+    # A compute node whose bubblewrap cannot start (a failing bwrap first on the jobs' PATH, which
+    # srun passes on): one MISMATCH line, from a real srun on the CI node.
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2"
+                                "\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    e = env()
+    e["PATH"] = f"{fake}:{e['PATH']}"
+    proc = subprocess.run([str(BIN / "evil-moe"), "slurm-check", "--profile", str(right)], cwd=REPO,
+                          env=e, capture_output=True, text=True, timeout=120)
+    mism = [line for line in proc.stdout.splitlines() if line.startswith("MISMATCH")]
+    assert proc.returncode == 1 and len(mism) == 1, proc.stdout + proc.stderr
+    assert mism[0].startswith("MISMATCH partition 'debug' (rule(s) toy_model, teacher, pilot): the "
+                              "grader's sandbox does not run on node ")
+    assert "bwrap fails to start here (bwrap: No permissions to create new namespace)" in mism[0]

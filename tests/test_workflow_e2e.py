@@ -3,7 +3,8 @@ report's first page opened in headless Chromium, then through a real Slurm (test
 with the shipped profiles/slurm and only its EDIT values filled in: the same numbers as the local
 run; one arm made to fail leaves the others complete; after removing the switch the same command
 runs exactly that arm and the comparison; --retries 1 recovers a pilot that fails on its first
-attempt only.
+attempt only; a SIGKILLed Snakemake followed by the README's recovery (`evil-moe cancel-run`,
+`--unlock`, rerun) runs no pilot twice at once; a second Slurm job of one pilot's command refuses.
 
 Each run works in a temporary directory (never the repo's results/).
 """
@@ -13,15 +14,19 @@ from __future__ import annotations
 import csv
 import html
 import json
+import os
 import re
 import shutil
+import socket
+import subprocess
+import time
 
 import pandas as pd
 import pytest
 import yaml
 
-from workflow_util import (CI_CONFIG, DEFAULT_CONFIG, REPO, chromium, dump_dom,
-                           fill_edit_values, finished_rules, job_stats, no_slurm, snakemake)
+from workflow_util import (BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, chromium, dump_dom,
+                           env, fill_edit_values, finished_rules, job_stats, no_slurm, snakemake)
 
 pytestmark = pytest.mark.slow
 
@@ -226,9 +231,20 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
         res / "logs" / "pilot" / "erase_s0.log").read_text()
     assert finished_rules(out) == {}, out[-4000:]
     assert not (res / "pilots" / "erase" / "s0" / "status.json").exists()
+    # The stage config is passed as a file named by its content: the failed job's command and
+    # Snakemake's "Params have changed" reason name it instead of printing the config (twice).
+    assert re.search(r"Params have changed since last execution.*before: '@results/configs/"
+                     r"pilot-\w+\.json' now: '@results/configs/pilot-\w+\.json'", out), out[-4000:]
+    assert '"heldout_samples"' not in out, out[-4000:]
     assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
-    # The plugin keeps the Slurm log of a failed job (those of finished jobs are removed).
-    assert list((work / ".snakemake" / "slurm_logs" / "rule_pilot").rglob("*.log"))
+    # The Slurm logs of the failed job and of the finished ones are kept
+    # (slurm-keep-successful-logs in the profile; the plugin deletes the latter by default).
+    slurm_logs = work / ".snakemake" / "slurm_logs"
+    assert list((slurm_logs / "rule_pilot").rglob("*.log"))
+    for rule in ("problems", "teacher", "extract", "distill", "compare"):
+        assert list((slurm_logs / f"rule_{rule}").rglob("*.log")), rule
+    for arm in ("vanilla", "random_v"):  # the finished pilots of the first run
+        assert list((slurm_logs / "rule_pilot" / f"{arm}_0").glob("*.log")), arm
 
     # 2. Without the switch, the same command would run exactly erase's pilot and compare ...
     dry = _slurm(work, "-n")
@@ -243,6 +259,7 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert finished_rules(out) == {"pilot": 1, "compare": 1}, out[-4000:]
+    assert '"heldout_samples"' not in out, out[-4000:]
     assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
     local = toy_run[0] / "results" / "pilots" / "erase" / "s0" / "steps.tsv"
     assert _without_seconds(res / "pilots" / "erase" / "s0" / "steps.tsv") == _without_seconds(local)
@@ -262,3 +279,162 @@ def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
     assert json.loads((res / "pilots" / "random_v" / "s0" / "status.json").read_text())["status"] == "ok"
     assert finished_rules(out)["pilot"] == 1
     assert _mtimes(res, ("vanilla",)) == {"vanilla": before["vanilla"]}
+
+
+def _squeue(*args):
+    """squeue rows (job id, state, name, comment, work dir) of jobs in any state."""
+    proc = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i\t%T\t%j\t%k\t%Z", *args],
+                          env=env(), capture_output=True, text=True, timeout=60)
+    return [line.split("\t") for line in proc.stdout.splitlines() if line.count("\t") == 4]
+
+
+ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
+
+
+def _pilot_processes(work):
+    """Pids of live `evil-moe pilot` processes working in ``work`` (the Slurm jobs' -D)."""
+    pids = []
+    for proc in os.scandir("/proc"):
+        if not proc.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{proc.name}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            cwd = os.readlink(f"/proc/{proc.name}/cwd")
+        except OSError:
+            continue
+        if any(os.path.basename(a) == b"evil-moe" for a in argv[:2]) and b"pilot" in argv[1:3] \
+                and os.path.realpath(cwd) == os.path.realpath(work):
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slurm
+def test_slurm_killed_driver_recovery(slurm_run, toy_run):
+    work = slurm_run[0]
+    assert slurm_run[1].returncode == 0
+    res = work / "results"
+    # 1. Every pilot again (--forcerun pilot); the driver is SIGKILLed once a pilot has started.
+    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
+           "--configfile", str(DEFAULT_CONFIG), str(CI_CONFIG), str(work / "arms.yaml"),
+           "--profile", str(work / "profile")]
+    with open(work / "killed_driver.log", "w") as log:
+        driver = subprocess.Popen([*cmd, "--forcerun", "pilot"], cwd=work, env=env(), stdout=log,
+                                  stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while not any((res / "pilots" / a / "s0" / "run.lock").exists() for a in SLURM_ARMS):
+            assert driver.poll() is None, (work / "killed_driver.log").read_text()[-4000:]
+            assert time.time() - t0 < 900, "no pilot started"
+            time.sleep(0.1)
+        driver.kill()
+        driver.wait(60)
+    here = os.path.realpath(work)
+    old = [r for r in _squeue() if r[3].startswith("rule_pilot") and os.path.realpath(r[4]) == here
+           and r[1] in ACTIVE]
+    assert old, "the killed driver's pilot jobs should still be queued or running"
+    assert _pilot_processes(work), "a pilot should still be running after the driver died"
+
+    # 2. The README's recovery: cancel the dead run's jobs (it waits until they have ended) ...
+    proc = subprocess.run([str(BIN / "evil-moe"), "cancel-run"], cwd=work, env=env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for job in old:
+        assert f"cancelling job {job[0]} " in proc.stdout, proc.stdout
+    assert proc.stdout.splitlines()[-1].endswith("; all have ended"), proc.stdout
+    assert _pilot_processes(work) == [], "cancel-run returned while a pilot still ran"
+    assert not [r for r in _squeue() if os.path.realpath(r[4]) == here and r[1] in ACTIVE]
+    resumes = {a: (res / "pilots" / a / "s0" / "checkpoint.pt").exists() for a in SLURM_ARMS}
+    # ... then --unlock and the same command again.
+    unlock = _slurm(work, "--unlock")
+    assert unlock.returncode == 0, unlock.stderr[-3000:]
+    proc = _slurm(work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert finished_rules(out)["pilot"] == len(SLURM_ARMS), out[-4000:]
+    # Each pilot ran once in the rerun (one Slurm job each, completed), and never beside an old one.
+    run_id = re.search(r"SLURM run ID: (\S+)", out).group(1)
+    new = [r for r in _squeue("--name", run_id) if r[3].startswith("rule_pilot")]
+    # (the plugin's comment: rule_pilot_wildcards_<arm>_<seed>)
+    arms = sorted(r[3].removeprefix("rule_pilot_wildcards_").rsplit("_", 1)[0] for r in new)
+    assert arms == sorted(SLURM_ARMS) and {r[1] for r in new} == {"COMPLETED"}, new
+    local = toy_run[0] / "results" / "pilots"
+    for arm in SLURM_ARMS:
+        log = (res / "logs" / "pilot" / f"{arm}_s0.log").read_text()
+        assert "refusing to start" not in log, log
+        # a pilot cancelled after a checkpoint resumes from it (SIGTERM from scancel)
+        assert (f"resuming {arm} s0 from step" in log) == resumes[arm], (arm, log[-2000:])
+        ps = res / "pilots" / arm / "s0"
+        assert _without_seconds(ps / "steps.tsv") == _without_seconds(local / arm / "s0" / "steps.tsv")
+        assert (ps / "eval.tsv").read_text() == (local / arm / "s0" / "eval.tsv").read_text()
+        assert not (ps / "run.lock").exists()
+
+
+def _sbatch(work, out_file, command):
+    proc = subprocess.run(["sbatch", "--parsable", "-D", str(work), "-c", "1", "--mem", "2500",
+                           "-t", "20", "-o", str(out_file), "--wrap", command], env=env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def _state(job):
+    rows = _squeue("-j", job)
+    return rows[0][1] if rows else "GONE"
+
+
+def _wait_ended(job, timeout=600):
+    t0 = time.time()
+    while _state(job) in ACTIVE:
+        assert time.time() - t0 < timeout, f"job {job} still {_state(job)}"
+        time.sleep(0.5)
+    return _state(job)
+
+
+@pytest.mark.slurm
+def test_slurm_second_run_of_a_pilot_refuses(slurm_run, tmp_path):
+    from evil_moe.runlock import Holder, holder_state
+
+    work = slurm_run[0]
+    assert slurm_run[1].returncode == 0
+    # vanilla's pilot command exactly as the workflow runs it, into a folder of its own
+    dry = _slurm(work, "-n", "-p", "--forcerun", "pilot")
+    line = next(x.strip() for x in dry.stdout.splitlines()
+                if x.strip().startswith("evil-moe pilot ") and "--arm vanilla " in x)
+    out = tmp_path / "vanilla"
+    command, n = re.subn(r"--out-dir \S+ > \S+ 2>&1$", f"--out-dir {out}", line)
+    assert n == 1, line
+    # Two Slurm jobs of it at once (one CPU each; the node has two): one takes run.lock, the
+    # other refuses naming it, and the first finishes with the workflow's numbers.
+    jobs = [_sbatch(work, tmp_path / f"{k}.out", command) for k in (1, 2)]
+    t0 = time.time()
+    while not (out / "run.lock").exists():
+        assert time.time() - t0 < 600 and any(_state(j) in ACTIVE for j in jobs)
+        time.sleep(0.1)
+    holder = json.loads((out / "run.lock").read_text())
+    assert holder["job_id"] in jobs and holder["host"] == socket.gethostname()
+    ends = {k: _wait_ended(j) for k, j in zip((1, 2), jobs)}
+    assert sorted(ends.values()) == ["COMPLETED", "FAILED"], \
+        {k: (tmp_path / f"{k}.out").read_text()[-2000:] for k in ends}
+    won = next(k for k in ends if ends[k] == "COMPLETED")
+    lost = 3 - won
+    assert holder["job_id"] == jobs[won - 1]
+    err = (tmp_path / f"{lost}.out").read_text()
+    assert (f"Error: pilot vanilla s0: refusing to start, {out}/run.lock is held by a live run "
+            f"(Slurm job {jobs[won - 1]}, host {socket.gethostname()}, pid {holder['pid']}, ") in err, err
+    assert f"; pid {holder['pid']} is running on this host)" in err, err
+    assert json.loads((out / "status.json").read_text())["status"] == "ok"
+    assert _without_seconds(out / "steps.tsv") == \
+        _without_seconds(work / "results" / "pilots" / "vanilla" / "s0" / "steps.tsv")
+    assert not (out / "run.lock").exists()
+    # A holder on another node is judged by its Slurm job, asked of the real squeue.
+    sleeper = _sbatch(work, tmp_path / "sleep.out", "sleep 300")
+    while _state(sleeper) != "RUNNING":
+        time.sleep(0.2)
+    other = Holder(host="node-elsewhere", pid=1, job_id=sleeper, start_ticks=1, boot_id="x",
+                   token="t")
+    me = Holder.me()
+    assert holder_state(other, me=me) == (True, f"Slurm job {sleeper} is RUNNING")
+    subprocess.run(["scancel", sleeper], env=env(), check=True, timeout=60)
+    _wait_ended(sleeper)
+    alive, why = holder_state(other, me=me)
+    assert not alive and why.startswith(f"Slurm job {sleeper} has ended"), why

@@ -3,6 +3,8 @@ errors that name the key, params isolation of the failure switches, profiles, in
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 
 import pytest
@@ -146,10 +148,18 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
     pilots = [line for line in proc.stdout.splitlines() if line.strip().startswith("evil-moe pilot")]
     pilots = pilots or [line for line in proc.stdout.splitlines() if "evil-moe pilot " in line]
     assert len(pilots) == len(yaml.safe_load(CI_CONFIG.read_text())["pilot"]["arms"])
+    files = set()
     for line in pilots:
         arm = line.split("--arm ")[1].split()[0]
-        assert ('"fail_arm": "erase"' in line) == (arm == "erase"), line
-        assert ('"fail_once_arm": "route"' in line) == (arm == "route"), line
+        # the stage config is a file named by its content (@results/configs/pilot-<sha>.json),
+        # so the command line, and Snakemake's "Params have changed" reason, stay short
+        path = re.search(r"--config-json '?@(\S+?\.json)'? ", line).group(1)
+        files.add(path)
+        pilot = json.loads((tmp_path / path).read_text())["pilot"]
+        assert (pilot.get("fail_arm") == "erase") == (arm == "erase"), line
+        assert (pilot.get("fail_once_arm") == "route") == (arm == "route"), line
+        assert len(line) < 1000, line
+    assert len(files) == 3  # erase's, route's and the one of every other arm
 
 
 def _profile(name):
@@ -259,3 +269,21 @@ def test_install_profiles(tmp_path):
     assert not (xdg / "snakemake" / "local").exists()  # nothing half-installed
     proc = _run(cmd + ["--target", str(tmp_path / "t")], env=e)
     assert proc.returncode == 0 and (tmp_path / "t" / "slurm").is_symlink()
+
+
+def test_config_json_from_a_file(tmp_path):
+    """--config-json @FILE (how the rules pass a stage's config): read from the file; a missing
+    file is a usage error naming it."""
+    from click.testing import CliRunner
+
+    from evil_moe.cli import main
+
+    good = tmp_path / "problems-abc.json"
+    good.write_text(json.dumps({"problems": {"source": "toy", "limit": 3}}))
+    out = tmp_path / "problems.jsonl"
+    res = CliRunner().invoke(main, ["problems", "--config-json", f"@{good}", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(out.read_text().splitlines()) == 3
+    res = CliRunner().invoke(main, ["problems", "--config-json", f"@{tmp_path}/gone.json",
+                                    "--out", str(out)])
+    assert res.exit_code == 2 and f"cannot read {tmp_path}/gone.json" in res.output, res.output

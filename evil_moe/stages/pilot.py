@@ -55,7 +55,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from evil_moe import grpo, tables
+from evil_moe import grpo, runlock, tables
 from evil_moe.arms import FlagInputs, get_arm
 from evil_moe.config import Config
 from evil_moe.detector import null_threshold, pattern_flag
@@ -473,6 +473,7 @@ class Trainer:
 # the run
 
 
+@runlock.locks_output("out_dir", lambda arm, seed, **_: f"pilot {arm} s{seed}")
 def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: str,
               random_vhack_path: str | None, arm: str, seed: int, out_dir: str,
               init_adapter: str | None = None, teacher_rollouts: str | None = None,
@@ -504,6 +505,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         FileNotFoundError: an input file is missing (names the path).
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
         PilotInterrupted: SIGTERM; the checkpoint is on disk.
+        evil_moe.runlock.LockHeld: another live run holds ``out_dir/run.lock`` (names it).
     """
     pc = cfg.pilot
     arm_obj = get_arm(arm)
