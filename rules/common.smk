@@ -369,7 +369,9 @@ def get_detector_sweep_input(wildcards):
     main = ["vanilla"] + [
         ARM_REGISTRY[a].ceiling for a in arms if ARM_REGISTRY[a].ceiling in ARMS
     ]
-    return out + [res(f"pilots/{a}/s{seed}/outcomes.tsv") for a in main for seed in SEEDS]
+    return out + [
+        res(f"pilots/{a}/s{seed}/outcomes.tsv") for a in main for seed in SEEDS
+    ]
 
 
 def get_detector_sweep_pilots(wildcards, input):
@@ -378,7 +380,11 @@ def get_detector_sweep_pilots(wildcards, input):
     flags = []
     for p in input.pilots:
         d = Path(p).parent
-        level = d.parent.parent.name if d.parent.parent.parent.name == "detector_sweep" else "main"
+        level = (
+            d.parent.parent.name
+            if d.parent.parent.parent.name == "detector_sweep"
+            else "main"
+        )
         flags.append(f"--pilot {shlex.quote(f'{level}={d}')}")
     return " ".join(flags)
 

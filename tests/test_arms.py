@@ -667,8 +667,8 @@ def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_explo
             seen[(arm, det, "out")] = (flags.tolist(), q)
     hack = [True, False, False, True, False, False]
     assert seen[("route_oracle", "pattern")].label.tolist() == hack
-    assert seen[("route_oracle", "pattern", "out")] == (hack, {"flag_rate": 2 / 6, "flag_precision": 1.0,
-                                                               "flag_recall": 1.0})
+    flags, q = seen[("route_oracle", "pattern", "out")]
+    assert flags == hack and q == pytest.approx({"flag_rate": 2 / 6, "flag_precision": 1.0, "flag_recall": 1.0})
     assert seen[("route", "pattern")].label is None
     assert seen[("route", "noisy_label")].label.tolist() == hack
 
@@ -713,3 +713,29 @@ def test_filter_rebaseline_recomputes_kept_rows_gradients(world):
         checked += a_new != A[i]
     assert checked > 0  # some kept row's baseline really moved
 
+
+
+def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path):
+    """route, then route_random reading route's steps.tsv (the workflow's dependency): each step
+    the control flags the count FlagRateMatch gives from route's rates and its own rows with
+    gradient, and the per-seed mean flag rates agree within 0.02. Without --match-flags the
+    control refuses to run."""
+    from evil_moe.arms import FlagRateMatch
+    from evil_moe.stages.pilot import run_pilot
+
+    sets = ("pilot.steps=5", "pilot.group=6", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.5")
+    treat = _run(world, tmp_path, "route", *sets)
+    rates = [float(r["flag_rate"]) if r["flag_rate"] != "" else None for r in treat]
+    assert any(r for r in rates if r is not None), "route flagged nothing: the test could not fail"
+    ctl = _run(world, tmp_path, "route_random", *sets, match_flags=str(tmp_path / "route" / "steps.tsv"))
+    m = FlagRateMatch(rates)
+    for r in ctl:
+        n = round((1 - float(r["frac_zero_std"])) * 12)
+        k = m.count(int(r["step"]), n)
+        assert (r["flag_rate"] == "") == (n == 0)
+        if n:
+            assert float(r["flag_rate"]) == pytest.approx(k / n), r["step"]
+    mean = lambda rows: np.mean([float(r["flag_rate"]) for r in rows if r["flag_rate"] != ""])  # noqa: E731
+    assert abs(mean(ctl) - mean(treat)) <= 0.02
+    with pytest.raises(ValueError, match="--match-flags"):
+        run_pilot(cfg_of(*sets), **pilot_kwargs(world, tmp_path / "x", arm="route_random"))

@@ -37,7 +37,10 @@ def test_snakefmt_check():
     ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                  "pilot": 36, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
-               "pilot": 30, "compare": 1, "all": 1}),
+               "pilot": 42, "compare": 1, "all": 1}),
+    # the detector-quality sweep: 12 arms x 3 seeds, and route, filter x 4 levels x 3 seeds
+    ("detector_sweep", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
+                        "pilot": 36, "level_pilot": 24, "detector_sweep": 1, "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
                  "extract": 1, "distill": 1, "pilot": 3, "compare": 1, "all": 1}),
 ])
@@ -259,3 +262,23 @@ def test_install_profiles(tmp_path):
     assert not (xdg / "snakemake" / "local").exists()  # nothing half-installed
     proc = _run(cmd + ["--target", str(tmp_path / "t")], env=e)
     assert proc.returncode == 0 and (tmp_path / "t" / "slurm").is_symlink()
+
+
+def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
+    """Every random-flag control's pilot reads its matched arm's steps.tsv of the same seed (the
+    rate match), in the main pilots and in the leave-one-mode-out folds; the detector sweep's
+    pilots run the noisy_label detector at their level."""
+    proc = _run([SNAKEMAKE, "-n", "-p", "--nolock", "--configfile", "config/detector_sweep.yaml",
+                 "--config", f"results={tmp_path}/results"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = f"{tmp_path}/results"
+    for ctl, arm in (("route_random", "route"), ("filter_random", "filter"),
+                     ("route_oracle_random", "route_oracle"), ("filter_oracle_random", "filter_oracle")):
+        for seed in (0, 1, 2):
+            assert (f"--arm {ctl} --seed {seed} --match-flags {res}/pilots/{arm}/s{seed}/steps.tsv"
+                    in proc.stdout), (ctl, seed)
+    for arm in ("route", "route_oracle", "vanilla"):
+        assert f"--arm {arm} --seed 0 --match-flags" not in proc.stdout
+    level = [ln for ln in proc.stdout.splitlines() if "detector_sweep/p0.8_r0.5/filter/s1" in ln
+             and "evil-moe pilot" in ln]
+    assert level and '"detector": "noisy_label"' in level[0] and '"detector_recall": 0.5' in level[0]
