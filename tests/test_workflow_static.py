@@ -266,8 +266,7 @@ def test_install_profiles(tmp_path):
 
 def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
     """Every random-flag control's pilot reads its matched arm's steps.tsv of the same seed (the
-    rate match), in the main pilots and in the leave-one-mode-out folds; the detector sweep's
-    pilots run the noisy_label detector at their level."""
+    rate match); the detector sweep's pilots run the noisy_label detector at their level."""
     proc = _run([SNAKEMAKE, "-n", "-p", "--nolock", "--configfile", "config/detector_sweep.yaml",
                  "--config", f"results={tmp_path}/results"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
