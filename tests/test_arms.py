@@ -739,3 +739,9 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
     assert abs(mean(ctl) - mean(treat)) <= 0.02
     with pytest.raises(ValueError, match="--match-flags"):
         run_pilot(cfg_of(*sets), **pilot_kwargs(world, tmp_path / "x", arm="route_random"))
+    # a stopped and resumed control carries its balance in the checkpoint: the same flags
+    kw = pilot_kwargs(world, tmp_path / "resumed", arm="route_random", match_flags=str(tmp_path / "route" / "steps.tsv"))
+    assert run_pilot(cfg_of(*sets), stop_after=3, **kw)["status"] == "stopped"
+    assert run_pilot(cfg_of(*sets), **kw)["status"] == "ok"
+    again = read_tsv(tmp_path / "resumed" / "steps.tsv")
+    assert [r["flag_rate"] for r in again] == [r["flag_rate"] for r in ctl]
