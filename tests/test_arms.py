@@ -745,3 +745,28 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
     assert run_pilot(cfg_of(*sets), **kw)["status"] == "ok"
     again = read_tsv(tmp_path / "resumed" / "steps.tsv")
     assert [r["flag_rate"] for r in again] == [r["flag_rate"] for r in ctl]
+
+
+def test_rate_match_balance_survives_a_checkpoint(world):
+    """The random-flag control's running balance is part of the trainer's checkpoint state."""
+    from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
+    from evil_moe.stages.pilot import Trainer
+    from evil_moe.vhack import VHack
+
+    cfg = cfg_of("pilot.steps=3")
+    train, _ = train_heldout(load_problem_file(world.problems), cfg)
+    v = VHack.load(world.vhack)
+    with make_grader(load_problem_file(world.problems), cfg) as grader:
+        def trainer():
+            model, tok, adapter, device = load_policy(str(world.student), cfg)
+            return Trainer(cfg, arm="filter_random", seed=0, model=model, tok=tok, adapter=adapter, device=device,
+                           train=train, vhack=v, proj_v=v, grader=grader, flag_rates=[0.2, 0.4, None])
+        a = trainer()
+        a.rate_match.count(0, 6)  # round(0.2 * 6) = 1 -> balance 0.2 - 1/6
+        assert a.rate_match.balance == pytest.approx(0.2 - 1 / 6)
+        b = trainer()
+        b.load_state(a.state())
+        assert b.rate_match.balance == pytest.approx(0.2 - 1 / 6)
+        with pytest.raises(ValueError, match="has 2 steps, pilot.steps is 3"):
+            Trainer(cfg, arm="filter_random", seed=0, model=a.model, tok=a.tok, adapter=a.adapter, device=a.device,
+                    train=train, vhack=v, proj_v=v, grader=grader, flag_rates=[0.2, 0.4])
