@@ -141,6 +141,18 @@ def test_detector_sweep_summarises_drop_against_quality(tmp_path):
     s = pd.read_csv(tmp_path / "sweep_out" / "summary.tsv", sep="\t")
     assert list(s.columns) == tables.names(tables.DETECTOR_SWEEP) and len(s) == 5
     assert (tmp_path / "sweep_out" / "quality.svg").is_file()
+    # the CLI the workflow calls: --pilot LEVEL=DIR, the same rows
+    from click.testing import CliRunner
+
+    from evil_moe.cli import main
+
+    res = CliRunner().invoke(main, ["detector-sweep", "--set", "compare.n_boot=200", "--set",
+                                    "vhack.known_modes=[run_tests,stdout_marker]", "--out-dir", str(tmp_path / "cli")]
+                             + [x for lv, d in pilots for x in ("--pilot", f"{lv}={d}")])
+    assert res.exit_code == 0, res.output
+    assert pd.read_csv(tmp_path / "cli" / "summary.tsv", sep="\t").equals(s)
+    res = CliRunner().invoke(main, ["detector-sweep", "--pilot", str(pilots[0][1])])
+    assert res.exit_code != 0 and "expected LEVEL=DIR" in res.output
     assert parse_level("p0.5_r1") == (0.5, 1.0)
     with pytest.raises(ValueError, match="not a detector level"):
         parse_level("q1")
