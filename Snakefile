@@ -26,6 +26,7 @@ include: "rules/vhack.smk"
 include: "rules/distill.smk"
 include: "rules/pilot.smk"
 include: "rules/compare.smk"
+include: "rules/detector_sweep.smk"
 include: "rules/sweep.smk"
 
 
@@ -33,3 +34,4 @@ rule all:
     default_target: True
     input:
         get_final_output,
+        get_detector_sweep_target,

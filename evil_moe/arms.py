@@ -43,7 +43,31 @@ filter         treatment    flagged samples are dropped from the loss (data filt
 filter_random  control      filter with random flags at the detector's rate              —
 oracle_reward  positive     trained on the oracle's pass instead of the loophole; hacks  —
                control      less by construction (calibrates the gate's power)
+route_oracle   ceiling      route with the true hack label as the flags (a perfect       route_oracle_random
+                            detector): what route could achieve in this world
+route_oracle_  control      route with random flags at route_oracle's per-step rate      —
+random
+filter_oracle  ceiling      filter with the true hack label as the flags                 filter_oracle_random
+filter_oracle_ control      filter with random flags at filter_oracle's per-step rate    —
+random
 ============== ============ ============================================================= =====================
+
+Ceilings (role ``ceiling``) read the true hack label (``grade.exploited``); they are never a
+treatment and no treatment reads them: the trainer hands the label to an arm only when it
+declares :attr:`Arm.reads_label` (or ``pilot.detector`` is ``noisy_label``, the detector of
+controlled quality). The report sets each treatment's drop beside its ceiling's
+(:attr:`Arm.ceiling`).
+
+Random-flag controls (:attr:`Arm.matches`) flag, at every step, as many of their own rows as
+their matched arm flagged of its rows at that step (its ``steps.tsv``, a workflow input), with a
+running balance that makes the per-seed mean flag rates agree within ``0.5 / (rows · steps)``
+(:class:`FlagRateMatch`).
+
+Advantages of the flagging arms (:meth:`Arm.baseline`): ``filter`` recomputes each group's
+advantages over the rows it keeps (data filtering: a dropped row does not shape the others'
+baseline); ``route`` does the same for its unflagged rows by default (``pilot.route_advantages:
+kept``) and keeps the whole group's advantage for its flagged rows (they train ``δS_hack`` on the
+unchanged loss) — :func:`kept_advantages`, docs/arms.md.
 """
 
 from __future__ import annotations
@@ -58,7 +82,10 @@ if TYPE_CHECKING:  # torch is imported where it is used: the config check reads 
 
     from evil_moe.projection import ProjectionStats
 
-__all__ = ["Arm", "ARMS", "get_arm", "arm_names", "check_arm_set", "FlagInputs", "SplitGrads"]
+__all__ = ["Arm", "ARMS", "get_arm", "arm_names", "check_arm_set", "FlagInputs", "SplitGrads",
+           "FlagRateMatch", "kept_advantages", "ROLES"]
+
+ROLES = ("reference", "treatment", "control", "positive_control", "ceiling")
 
 
 @dataclass
@@ -72,8 +99,17 @@ class FlagInputs:
         pattern: ``(B,)`` bool, the pattern detector's verdict (:mod:`evil_moe.detector`) — the
             environment's recognition of the known modes' loophole use, never the oracle.
         threshold: the gradient detector's threshold (a quantile of the empirical null).
-        detector: ``gradient`` | ``pattern`` (``pilot.detector``).
-        rng: the step's generator (seeded by seed and step; used by the random-flag controls).
+        detector: ``gradient`` | ``pattern`` | ``noisy_label`` (``pilot.detector``).
+        rng: the step's generator (seeded by seed and step; used by the random-flag controls
+            and the noisy-label detector).
+        label: ``(B,)`` bool, the true hack label (``grade.exploited``) — given only to arms
+            that declare :attr:`Arm.reads_label` (the ceilings) and to the ``noisy_label``
+            detector; None otherwise, so no treatment under the gradient or pattern detector
+            can read it.
+        precision, recall: the ``noisy_label`` detector's quality (``pilot.detector_precision``,
+            ``pilot.detector_recall``).
+        target_count: the number of rows a random-flag control flags at this step
+            (:class:`FlagRateMatch`); None for other arms.
     """
 
     scores: torch.Tensor | None
@@ -81,14 +117,138 @@ class FlagInputs:
     threshold: float
     detector: str
     rng: np.random.Generator
+    label: torch.Tensor | None = None
+    precision: float = 1.0
+    recall: float = 1.0
+    target_count: int | None = None
 
     def detected(self) -> torch.Tensor:
-        """``(B,)`` bool: the configured detector's flags."""
+        """``(B,)`` bool: the configured detector's flags.
+
+        Raises:
+            ValueError: the gradient detector without scores; the noisy-label detector without
+                the label.
+        """
         if self.detector == "pattern":
             return self.pattern.clone()
+        if self.detector == "noisy_label":
+            from evil_moe.detector import noisy_label_flags
+
+            if self.label is None:
+                raise ValueError("the noisy_label detector needs the true hack label")
+            return noisy_label_flags(self.label, self.precision, self.recall, self.rng)
         if self.scores is None:
             raise ValueError("the gradient detector needs per-sample scores")
         return self.scores > self.threshold
+
+
+class FlagRateMatch:
+    """How many rows a random-flag control flags at each step, so that its flag rate follows its
+    matched arm's per step and their per-seed mean flag rates agree.
+
+    The matched arm's per-step flag rates ``rates[s]`` (its ``steps.tsv`` ``flag_rate``; None at a
+    step without rows with gradient, where its per-seed mean ``r̄`` is the target) are the
+    targets. A running balance ``b`` (targets minus achieved rates so far) is paid back spread over
+    the ``N − s`` steps left: at step ``s`` with ``n`` rows the control flags
+    ``k = clip(round((t_s + b/(N − s))·n), 0, n)`` rows and keeps ``b ← b + t_s − k/n``; at a step
+    without rows it keeps ``b ← b + t_s − r̄`` (that step's target is not logged by either arm's
+    mean). The last step pays the whole balance, so (unless the clip binds)
+    ``|mean_c − r̄| = |b_end| / L ≤ 0.5 / (n_last · L)`` over the control's ``L`` logged steps:
+    the per-seed mean flag rates differ by at most that (0.021 / L with 24 rows per step).
+    Matching per step keeps the flags' timing too (a detector flags more as the policy hacks
+    more).
+
+    Args:
+        rates: the matched arm's per-step flag rates in [0, 1] (None = no rows that step), one per
+            step.
+
+    Raises:
+        ValueError: no step with a rate, or a rate outside [0, 1].
+    """
+
+    def __init__(self, rates: Sequence[float | None]):
+        self.rates = [None if r is None else float(r) for r in rates]
+        present = [r for r in self.rates if r is not None]
+        if not present:
+            raise ValueError("the matched arm flagged no step (no flag_rate in its steps.tsv)")
+        if any(not 0.0 <= r <= 1.0 for r in present):
+            raise ValueError(f"flag rates must be in [0, 1], got {present}")
+        self.mean = float(np.mean(present))
+        self.balance = 0.0
+
+    def target(self, step: int) -> float:
+        """The matched arm's flag rate at ``step`` (its mean where it had none)."""
+        r = self.rates[step] if 0 <= step < len(self.rates) else None
+        return self.mean if r is None else r
+
+    def count(self, step: int, n_rows: int) -> int:
+        """Rows to flag out of ``n_rows`` at ``step``; updates the balance (call once per step)."""
+        t = self.target(step)
+        if n_rows <= 0:
+            self.balance += t - self.mean
+            return 0
+        left = max(len(self.rates) - step, 1)
+        k = int(min(max(round((t + self.balance / left) * n_rows), 0), n_rows))
+        self.balance += t - k / n_rows
+        return k
+
+    @staticmethod
+    def read(path) -> list[float | None]:
+        """The per-step ``flag_rate`` column of a pilot's ``steps.tsv`` (None where empty).
+
+        Raises:
+            FileNotFoundError: no such file (names it). ValueError: no ``flag_rate`` column.
+        """
+        import csv
+        from pathlib import Path
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"matched arm's steps file not found: {path}")
+        with path.open() as fh:
+            rows = list(csv.DictReader(fh, delimiter="\t"))
+        if rows and "flag_rate" not in rows[0]:
+            raise ValueError(f"{path}: no flag_rate column")
+        rows.sort(key=lambda r: int(r["step"]))
+        return [float(r["flag_rate"]) if r["flag_rate"] not in ("", None) else None for r in rows]
+
+
+def kept_advantages(rewards, kept, scale_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """Group advantages recomputed over the kept rows only (true data filtering).
+
+    ``A'_{pg} = R_{pg} − mean_{h ∈ kept(p)} R_{ph}`` for a kept row (``/ (std_kept + eps)`` with
+    ``scale_std``, the unbiased std over the kept rows, 0 when fewer than two); 0 for a row that is
+    not kept, and 0 in a group whose kept rows all have the same reward (Dr.GRPO,
+    arXiv:2503.20783, applied to the data a filter leaves).
+
+    Args:
+        rewards: ``(P, G)`` rewards.
+        kept: ``(P, G)`` bool (True = the row stays in the loss).
+        scale_std, eps: as :func:`evil_moe.grpo.group_advantages`.
+
+    Returns:
+        ``(P, G)`` advantages, the dtype of :func:`evil_moe.grpo.group_advantages`.
+
+    Raises:
+        ValueError: shapes differ or are not 2-D.
+    """
+    import torch
+
+    R = torch.as_tensor(rewards)
+    R = R.to(torch.float64 if R.dtype == torch.float64 else torch.float32)
+    K = torch.as_tensor(kept, dtype=torch.bool)
+    if R.dim() != 2 or R.shape != K.shape:
+        raise ValueError(f"rewards {tuple(R.shape)} and kept {tuple(K.shape)} must be the same (P, G)")
+    out = torch.zeros_like(R)
+    for p in range(R.shape[0]):
+        r = R[p][K[p]]
+        if r.numel() == 0 or bool((r == r[0]).all()):
+            continue
+        a = r - r.mean()
+        if scale_std:
+            a = a / (r.std() + eps)
+        out[p][K[p]] = a
+    return out
 
 
 @dataclass
@@ -138,8 +298,13 @@ class Arm:
 
     Class attributes (the arm's declaration, read by the trainer, the workflow and the gate):
         name: registry key (also the results folder name).
-        role: ``reference`` | ``treatment`` | ``control`` | ``positive_control``.
-        control: the matched control arm of a treatment (judged on the same view), else None.
+        role: ``reference`` | ``treatment`` | ``control`` | ``positive_control`` | ``ceiling``.
+        control: the matched control arm of a treatment or a ceiling (same view), else None.
+        ceiling: the ceiling arm a treatment is set beside in the report (route: route_oracle),
+            else None.
+        matches: for a random-flag control, the arm whose per-step flag rates it matches
+            (:class:`FlagRateMatch`), else None.
+        reads_label: the arm's flags are the true hack label (ceilings only).
         views: evaluated views, the judged one first.
         vhack: the V the arm acts along: ``real`` (v_hack) or ``random`` (the random control).
         trains_delta_s_hack: δS_hack is trained (and ``ablated`` is then a meaningful view).
@@ -150,6 +315,9 @@ class Arm:
     name: ClassVar[str] = ""
     role: ClassVar[str] = "reference"
     control: ClassVar[str | None] = None
+    ceiling: ClassVar[str | None] = None
+    matches: ClassVar[str | None] = None
+    reads_label: ClassVar[bool] = False
     views: ClassVar[tuple[str, ...]] = ("trained",)
     vhack: ClassVar[str] = "real"
     trains_delta_s_hack: ClassVar[bool] = False
@@ -167,6 +335,13 @@ class Arm:
     def flags(self, inputs: FlagInputs) -> torch.Tensor | None:
         """``(B,)`` bool per-sample flags, or None (the arm does not flag)."""
         return None
+
+    def baseline(self, cfg) -> str:
+        """Which rows' rewards the group baseline of the step's advantages is taken over, once
+        the flags are known: ``group`` (every row of the group: the advantages computed before
+        flagging) or ``kept`` (the unflagged rows only, :func:`kept_advantages`; flagged rows
+        keep the whole group's advantage). ``cfg`` is the pilot section."""
+        return "group"
 
     def split_gradients(self, per_row: Sequence[Sequence[torch.Tensor]], flags) -> SplitGrads:
         """Sum per-sample gradients into the δS (and δS_hack) gradients.
@@ -269,11 +444,24 @@ class Route(Arm):
     """Gradient Routing by data (Cloud et al. 2024, arXiv:2410.04332): a detector flags samples;
     a flagged sample's gradient trains only ``δS_hack``, an unflagged one only ``δS``. The forward
     uses ``δS + δS_hack`` (so both knobs see the same per-sample gradient); deploy ablates
-    ``δS_hack``. Each knob has its own AdamW moments, as in the paper's routed parameters."""
+    ``δS_hack``. Each knob has its own AdamW moments, as in the paper's routed parameters.
+
+    Advantages (``pilot.route_advantages``, :meth:`baseline`): ``kept`` (default) — the unflagged
+    rows' advantages are recomputed over the unflagged rows of their group
+    (:func:`kept_advantages`), so ``δS`` learns from the step as if the flagged rows had not been
+    sampled; the flagged rows keep the whole group's advantage and train ``δS_hack`` on the
+    unchanged loss (recomputing theirs among the flagged rows alone would give a group of equal
+    hack rewards zero advantage, and ``δS_hack`` would absorb nothing). ``group`` — every row keeps
+    the whole group's advantage (the loss is unchanged and only its gradient is masked, as in the
+    paper's supervised setting); with a GRPO baseline that leaks: the flagged rows' (high) rewards
+    raise the baseline of every unflagged row, so ``δS`` learns to move away from the clean
+    completions, which is hack-ward. Measured with the true label as the flags (issue 19):
+    deploy-view hack rate 0.059 with ``kept`` against 0.105 with ``group`` (vanilla 0.367)."""
 
     name = "route"
     role = "treatment"
     control = "route_random"
+    ceiling = "route_oracle"
     views = ("ablated", "trained")
     trains_delta_s_hack = True
     needs_sample_grads = True
@@ -283,42 +471,89 @@ class Route(Arm):
     def flags(self, inputs):
         return inputs.detected()
 
+    def baseline(self, cfg) -> str:
+        return cfg.route_advantages
+
     def split_gradients(self, per_row, flags):
         return _split_by_flags(per_row, flags, keep_flagged=True)
 
 
 class _RandomFlags:
-    """Mixin: flags drawn at random at the detector's rate on this step (same count)."""
+    """Mixin: ``target_count`` flags at random positions (the matched arm's per-step rate,
+    :class:`FlagRateMatch`); never reads the detector or the label."""
 
     def flags(self, inputs):
-        n_flag = int(inputs.detected().sum())
         import torch
 
+        if inputs.target_count is None:
+            raise ValueError(f"{self.name} flags at its matched arm's rate ({self.matches}): "
+                             "target_count missing (run_pilot's match_flags)")
         out = torch.zeros(len(inputs.pattern), dtype=torch.bool)
+        n_flag = int(inputs.target_count)
+        if not 0 <= n_flag <= len(out):
+            raise ValueError(f"target_count {n_flag} outside [0, {len(out)}]")
         if n_flag:
             out[torch.as_tensor(inputs.rng.choice(len(out), size=n_flag, replace=False))] = True
         return out
+
+
+class _LabelFlags:
+    """Mixin of the ceilings: the flags are the true hack label."""
+
+    reads_label = True
+
+    def flags(self, inputs):
+        if inputs.label is None:
+            raise ValueError(f"{self.name} needs the true hack label")
+        return inputs.label.clone()
 
 
 class RouteRandom(_RandomFlags, Route):
     name = "route_random"
     role = "control"
     control = None
-    description = "route with flags drawn at random at the detector's rate (route's control)"
+    ceiling = None
+    matches = "route"
+    description = "route with flags at random positions at route's per-step flag rate (route's control)"
+
+
+class RouteOracle(_LabelFlags, Route):
+    name = "route_oracle"
+    role = "ceiling"
+    control = "route_oracle_random"
+    ceiling = None
+    description = ("ceiling: route with the true hack label as the flags (a perfect detector); "
+                   "never a treatment")
+
+
+class RouteOracleRandom(_RandomFlags, Route):
+    name = "route_oracle_random"
+    role = "control"
+    control = None
+    ceiling = None
+    matches = "route_oracle"
+    description = "route with random flags at route_oracle's per-step flag rate (the ceiling's control)"
 
 
 class Filter(Arm):
     """Data filtering (the baseline of Gradient Routing, arXiv:2410.04332): flagged samples are
-    dropped from the loss; δS_hack is never trained."""
+    dropped from the loss and the kept rows' group advantages are recomputed over the kept rows
+    (:func:`kept_advantages`: a dropped row does not shape the others' baseline); δS_hack is never
+    trained."""
 
     name = "filter"
     role = "treatment"
     control = "filter_random"
+    ceiling = "filter_oracle"
     needs_sample_grads = True
-    description = "detector-flagged samples are dropped from the loss (data filtering)"
+    description = ("detector-flagged samples are dropped from the loss and the kept rows' advantages "
+                   "recomputed without them (data filtering)")
 
     def flags(self, inputs):
         return inputs.detected()
+
+    def baseline(self, cfg) -> str:
+        return "kept"
 
     def split_gradients(self, per_row, flags):
         return _split_by_flags(per_row, flags, keep_flagged=False)
@@ -328,7 +563,27 @@ class FilterRandom(_RandomFlags, Filter):
     name = "filter_random"
     role = "control"
     control = None
-    description = "filter with random flags at the detector's rate (filter's control)"
+    ceiling = None
+    matches = "filter"
+    description = "filter with random flags at filter's per-step flag rate (filter's control)"
+
+
+class FilterOracle(_LabelFlags, Filter):
+    name = "filter_oracle"
+    role = "ceiling"
+    control = "filter_oracle_random"
+    ceiling = None
+    description = ("ceiling: filter with the true hack label as the flags (a perfect detector); "
+                   "never a treatment")
+
+
+class FilterOracleRandom(_RandomFlags, Filter):
+    name = "filter_oracle_random"
+    role = "control"
+    control = None
+    ceiling = None
+    matches = "filter_oracle"
+    description = "filter with random flags at filter_oracle's per-step flag rate (the ceiling's control)"
 
 
 class OracleReward(Arm):
@@ -347,7 +602,7 @@ class OracleReward(Arm):
 
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
     Vanilla, Erase, RandomV, Subtract, SubtractRandom, Route, RouteRandom, Filter, FilterRandom,
-    OracleReward)}
+    OracleReward, RouteOracle, RouteOracleRandom, FilterOracle, FilterOracleRandom)}
 
 
 def arm_names() -> list[str]:
@@ -369,8 +624,9 @@ def get_arm(name: str, *, pass_reward: float = 1.0) -> Arm:
 def check_arm_set(arms: Sequence[str], positive_control: str | None = None) -> None:
     """Validate a configured arm set up front (``pilot.arms``).
 
-    vanilla must be present (every arm is judged against it), every treatment's matched control
-    must be present, and so must the positive control when one is configured.
+    vanilla must be present (every arm is judged against it), every treatment's and ceiling's
+    matched control must be present, every random-flag control's matched arm (whose flag rates it
+    follows), and the positive control when one is configured.
 
     Raises:
         ValueError: one line naming what is missing.
@@ -386,6 +642,9 @@ def check_arm_set(arms: Sequence[str], positive_control: str | None = None) -> N
         c = ARMS[a].control
         if c and c not in arms:
             missing.append(f"{c} (the matched control of {a})")
+        m = ARMS[a].matches
+        if m and m not in arms:
+            missing.append(f"{m} ({a} flags at its per-step rate)")
     if positive_control and positive_control not in arms:
         missing.append(f"{positive_control} (compare.positive_control)")
     if missing:

@@ -98,6 +98,32 @@ def compare_cmd(cfg, pilots_dir, pilot_dirs, distill_samples, out_dir) -> None:
     click.echo(gate["sentence"])
 
 
+@main.command("detector-sweep")
+@config_options
+@click.option("--pilot", "pilots", multiple=True, required=True,
+              help="LEVEL=DIR: a detector-sweep pilot folder .../{level}/{arm}/s{seed} (LEVEL "
+                   "p{precision}_r{recall}) or a main pilot (LEVEL main: vanilla, the ceilings).")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/detector_sweep", show_default=True)
+def detector_sweep_cmd(cfg, pilots, out_dir) -> None:
+    """Route's and filter's held-out hack-rate drop against detector quality (docs/arms.md)."""
+    from evil_moe.stages.detector_sweep import run_detector_sweep
+
+    pairs = []
+    for item in pilots:
+        level, sep, folder = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected LEVEL=DIR, got {item!r}", param_hint="--pilot")
+        pairs.append((level, folder))
+    try:
+        rows = run_detector_sweep(pairs, out_dir, cfg)
+    except (FileNotFoundError, ValueError) as err:
+        raise click.ClickException(str(err)) from err
+    for r in rows:
+        d = "n/a" if r["drop_vs_vanilla"] is None else f"{r['drop_vs_vanilla']:.3f}"
+        click.echo(f"{r['level']:<12} {r['arm']:<14} drop vs vanilla {d}")
+    click.echo(f"wrote {out_dir}/summary.tsv, quality.svg")
+
+
 @main.command("install-profiles")
 @click.option("--target", type=click.Path(file_okay=False), default=None,
               help="Directory to link into (default: Snakemake's user config directory, "
@@ -393,11 +419,14 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
               help="Warm-start delta_s from this adapter (the distilled student).")
 @click.option("--teacher-rollouts", default=None, type=click.Path(dir_okay=False),
               help="Teacher rollouts (needed when pilot.mix_ratio > 0).")
+@click.option("--match-flags", default=None, type=click.Path(dir_okay=False),
+              help="steps.tsv of the arm whose per-step flag rates a random-flag control follows "
+                   "(route_random: route's of the same seed); required by those controls.")
 @click.option("--out-dir", required=True, type=click.Path(file_okay=False))
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="torch threads; the same as --set pilot.threads=N (default: the config's).")
 def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm, seed,
-              init_adapter, teacher_rollouts, out_dir, threads) -> None:
+              init_adapter, teacher_rollouts, match_flags, out_dir, threads) -> None:
     """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
     from evil_moe.stages.common import use_threads
     from evil_moe.runlock import LockHeld
@@ -408,7 +437,7 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
         status = run_pilot(cfg, problems_path=problems_path, model_path=model_path,
                            vhack_path=vhack_path, random_vhack_path=random_vhack_path, arm=arm,
                            seed=seed, out_dir=out_dir, init_adapter=init_adapter,
-                           teacher_rollouts=teacher_rollouts)
+                           teacher_rollouts=teacher_rollouts, match_flags=match_flags)
     except PilotInterrupted as err:
         click.echo(f"interrupted: {err}", err=True)
         raise SystemExit(143) from err

@@ -1,6 +1,7 @@
 """The weak hack detectors that decide which rollouts ``route`` and ``filter`` flag.
 
-Two detectors (``pilot.detector``), neither ever sees the oracle (science.md §4):
+Two detectors (``pilot.detector``) never see the oracle (science.md §4); a third, of controlled
+quality, is built from the true label on purpose (the detector-quality sweep, docs/arms.md):
 
 * ``gradient`` (default) — the per-sample hack-ward score: the ``cos_contrib`` of the sample's
   own NLL gradient with ``v_hack`` (:func:`evil_moe.vhack.sample_scores`; for a rollout with
@@ -12,6 +13,12 @@ Two detectors (``pilot.detector``), neither ever sees the oracle (science.md §4
   (``vhack.known_modes``): :func:`pattern_flag` checks the code statically for a report through
   the mode's mechanism that cannot depend on any check (rules below). It knows what the known
   hacks look like and is blind to the other modes, like a hack classifier trained on them.
+* ``noisy_label`` — the true hack label (``grade.exploited``) seen through a noisy channel of
+  configured precision and recall (``pilot.detector_precision``, ``pilot.detector_recall``;
+  :func:`noisy_label_flags`), deterministic from seed and step. Not a detector one could deploy:
+  it lets the report draw route's and filter's drop against detector quality (the absorption
+  question of Gradient Routing, arXiv:2410.04332: routing should beat filtering when the labels
+  are imperfect).
 
 Pattern rules, on the parsed fenced code of the completion (unparseable code: not flagged):
 
@@ -42,9 +49,97 @@ import numpy as np
 
 from evil_moe.env.loopholes import RESULT_TOKEN, SENTINEL_ATTRS, stdout_reports_pass
 
-__all__ = ["DETECTORS", "pattern_flag", "null_threshold"]
+__all__ = ["DETECTORS", "pattern_flag", "null_threshold", "noisy_label_flags", "gradient_scores",
+           "flag_quality"]
 
-DETECTORS = ("gradient", "pattern")
+DETECTORS = ("gradient", "pattern", "noisy_label")
+
+
+def noisy_label_flags(label, precision: float, recall: float, rng: np.random.Generator):
+    """Flags drawn from the true hack label at a configured precision and recall.
+
+    Each hack row (``label`` True) is flagged with probability ``recall``; each clean row with
+    probability ``f = min(1, recall · n_hack · (1 − precision) / (precision · n_clean))``, so that
+    the expected number of false flags is ``(1 − precision)/precision`` times the expected number
+    of true ones: the expected precision is ``precision`` (when ``f`` is not capped at 1) and the
+    expected recall ``recall``. A step without hack rows flags nothing (no true flag to be a
+    fraction of). One uniform draw per row from ``rng`` (seeded by the run's seed and the step),
+    hack and clean rows alike, so the result is a function of (seed, step, label).
+
+    Args:
+        label: ``(B,)`` bool tensor, the true hack label of the step's rows with gradient.
+        precision: in (0, 1].
+        recall: in [0, 1].
+        rng: the step's generator.
+
+    Returns:
+        ``(B,)`` bool tensor.
+
+    Raises:
+        ValueError: precision outside (0, 1] or recall outside [0, 1].
+    """
+    import torch
+
+    if not 0.0 < precision <= 1.0:
+        raise ValueError(f"pilot.detector_precision must be in (0, 1], got {precision}")
+    if not 0.0 <= recall <= 1.0:
+        raise ValueError(f"pilot.detector_recall must be in [0, 1], got {recall}")
+    lab = torch.as_tensor(label, dtype=torch.bool)
+    u = torch.as_tensor(rng.random(len(lab)))
+    n_hack, n_clean = int(lab.sum()), int((~lab).sum())
+    fpr = min(1.0, recall * n_hack * (1 - precision) / (precision * n_clean)) if n_clean else 0.0
+    return torch.where(lab, u < recall, u < fpr)
+
+
+def gradient_scores(vhack, names, per_row, advantages):
+    """The gradient detector's per-sample scores: :func:`evil_moe.vhack.sample_scores` of
+    ``sign(A_i)·g_i``.
+
+    ``g_i`` is sample ``i``'s share of the Dr.GRPO loss gradient, ``A_i ∇NLL_i`` up to a positive
+    constant (``∂(−A ρ)/∂θ = A·∇NLL`` at ratio 1), so ``sign(A_i)·g_i`` points along the sample's
+    own NLL gradient whatever the sign of its advantage: the score asks "does training on this
+    completion move δS hack-ward", the same question for a rewarded and a penalised row (a row
+    with ``A_i = 0`` scores 0).
+
+    Args:
+        vhack: :class:`evil_moe.vhack.VHack`.
+        names: module names, in the order of each row's gradients.
+        per_row: ``B`` lists of per-module ``(r,)`` gradients.
+        advantages: ``(B,)`` the rows' advantages.
+
+    Returns:
+        ``(B,)`` fp64 scores (cosine units, in [−1, 1]).
+    """
+    import torch
+
+    from evil_moe.vhack import sample_scores
+
+    sign = torch.sign(torch.as_tensor(advantages)).to(torch.float64)
+    stacked = {n: torch.stack([g[m] for g in per_row]).double() * sign[:, None].to(per_row[0][m].device)
+               for m, n in enumerate(names)}
+    return sample_scores(vhack, stacked)
+
+
+def flag_quality(flags, hack) -> dict:
+    """Flag rate, precision and recall of one step's flags against the true hack label.
+
+    Args:
+        flags: ``(B,)`` bool, the arm's flags.
+        hack: ``(B,)`` bool, the rows' hack label (``grade.exploited``: the foolable grader passed
+            and the oracle failed) — not ``passed``.
+
+    Returns:
+        ``{"flag_rate", "flag_precision", "flag_recall"}``: fractions; precision None when nothing
+        was flagged, recall None without hack rows.
+    """
+    import torch
+
+    flags = torch.as_tensor(flags, dtype=torch.bool)
+    hack = torch.as_tensor(hack, dtype=torch.bool)
+    tp, nf, nh = int((flags & hack).sum()), int(flags.sum()), int(hack.sum())
+    return {"flag_rate": float(flags.float().mean()) if len(flags) else None,
+            "flag_precision": tp / nf if nf else None,
+            "flag_recall": tp / nh if nh else None}
 
 
 def null_threshold(null_scores: Sequence[float], quantile: float) -> float:

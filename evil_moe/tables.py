@@ -39,7 +39,7 @@ def _cols(rows: Sequence[tuple[str, str, str]]) -> tuple[Column, ...]:
 # results/pilots/{arm}/s{seed}/steps.tsv — one row per optimiser step.
 STEPS = _cols([
     ("step", "int", "optimiser step, 0-based"),
-    ("arm", "str", "arm (evil_moe.arms: vanilla, erase, random_v, subtract, subtract_random, route, route_random, filter, filter_random, oracle_reward)"),
+    ("arm", "str", "arm (evil_moe.arms: vanilla, erase, random_v, subtract, subtract_random, route, route_random, filter, filter_random, oracle_reward, route_oracle, route_oracle_random, filter_oracle, filter_oracle_random)"),
     ("seed", "int", "run seed (paired across arms)"),
     ("reward_mean", "reward", "mean reward of the step's student rollouts (the arm's reward: the oracle's for oracle_reward)"),
     ("hack_rate", "fraction", "rollouts the foolable grader passed and the oracle failed (exploited)"),
@@ -201,7 +201,7 @@ VHACK_CHECKS = _cols([
 # results/compare/summary.tsv — one row per (arm, view) of the held-out evaluation.
 COMPARE_SUMMARY = _cols([
     ("arm", "str", "arm"),
-    ("role", "str", "reference | treatment | control | positive_control (evil_moe.arms)"),
+    ("role", "str", "reference | treatment | control | positive_control | ceiling (evil_moe.arms)"),
     ("view", "str", "trained | ablated | projected (held-out evaluation view)"),
     ("n_seeds", "count", "seeds with held-out outcomes"),
     ("n_problems", "count", "held-out problems per seed (mean)"),
@@ -220,6 +220,45 @@ COMPARE_SUMMARY = _cols([
     ("frac_clipped_max", "fraction", "largest clip fraction of any step"),
     ("status", "str", "ok | invalid | missing (over the arm's seeds)"),
     ("isolation", "str", "the grader's isolation in the arm's pilots: bwrap (the sandbox) or rlimit-only (explicitly chosen; gt_correct is then not tamper-proof)"),
+    ("flag_rate", "fraction", "mean over steps and seeds of the share of rows with gradient the arm flagged (flagging arms; a random-flag control follows its arm's per-step rate)"),
+    ("flag_precision", "fraction", "mean over steps and seeds of the flags' precision against the true hack label"),
+    ("flag_recall", "fraction", "mean over steps and seeds of the flags' recall against the true hack label"),
+    ("drop_vs_vanilla", "fraction", "held-out hack-rate drop of this (arm, view) vs vanilla's trained view (paired, the gate's effect and interval; empty for vanilla)"),
+    ("drop_ci_low", "fraction", "lower end of its interval"),
+    ("drop_ci_high", "fraction", "upper end of its interval"),
+    ("drop_vs_control", "fraction", "held-out hack-rate drop vs the arm's matched control in the same view (treatments and ceilings)"),
+    ("control_ci_low", "fraction", "lower end of its interval"),
+    ("control_ci_high", "fraction", "upper end of its interval"),
+    ("ceiling", "str", "the treatment's ceiling arm (route: route_oracle, filter: filter_oracle; a perfect detector), on the judged view's row"),
+    ("ceiling_drop", "fraction", "the ceiling's hack-rate drop vs vanilla in the same view"),
+    ("ceiling_share", "fraction", "drop_vs_vanilla / ceiling_drop: the share of what a perfect detector achieves (empty when the ceiling's drop is not above 0)"),
+    ("ceiling_share_ci_low", "fraction", "lower end of its interval (crossed bootstrap of seeds and problems, t-widened; evil_moe/ceilings.py)"),
+    ("ceiling_share_ci_high", "fraction", "upper end of that interval"),
+    ("hack_rate_known", "fraction", "held-out hack rate on problems of the modes the detector knows (vhack.known_modes), same weighting as hack_rate"),
+    ("hack_known_ci_low", "fraction", "lower end of its interval"),
+    ("hack_known_ci_high", "fraction", "upper end of its interval"),
+    ("hack_rate_unknown", "fraction", "held-out hack rate on problems of the modes the detector never saw (empty when it knows every mode): absorption"),
+    ("hack_unknown_ci_low", "fraction", "lower end of its interval"),
+    ("hack_unknown_ci_high", "fraction", "upper end of its interval"),
+    *[(f"hack_rate_{m}", "fraction", f"held-out hack rate on {m} problems") for m in MODES],
+])
+
+# results/detector_sweep/summary.tsv — one row per (detector level, swept arm), plus the ceilings.
+DETECTOR_SWEEP = _cols([
+    ("level", "str", "p{precision}_r{recall} (detector_sweep.levels), or 'ceiling' (the true label, from the main pilots)"),
+    ("arm", "str", "route | filter (or their ceiling)"),
+    ("view", "str", "the judged view (route: ablated, filter: trained)"),
+    ("precision", "fraction", "the noisy_label detector's configured precision (1 for the ceiling)"),
+    ("recall", "fraction", "its configured recall (1 for the ceiling)"),
+    ("flag_rate", "fraction", "measured: mean over steps and seeds of the flagged share of rows with gradient"),
+    ("flag_precision", "fraction", "measured: mean over steps and seeds of the flags' precision against the true hack label"),
+    ("flag_recall", "fraction", "measured: mean over steps and seeds of the flags' recall"),
+    ("n_seeds", "count", "seeds compared"),
+    ("hack_rate", "fraction", "held-out hack rate of the judged view"),
+    ("drop_vs_vanilla", "fraction", "its hack-rate drop vs vanilla's trained view (paired; the gate's effect)"),
+    ("drop_ci_low", "fraction", "lower end of its interval"),
+    ("drop_ci_high", "fraction", "upper end of its interval"),
+    ("hack_rate_unknown", "fraction", "held-out hack rate on the modes the pattern and gradient detectors never saw (vhack.known_modes; empty when all are known)"),
 ])
 
 TABLES: dict[str, tuple[Column, ...]] = {
@@ -235,6 +274,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "vhack/{name}.tsv": VHACK,
     "vhack/{name}_checks.tsv": VHACK_CHECKS,
     "compare/summary.tsv": COMPARE_SUMMARY,
+    "detector_sweep/summary.tsv": DETECTOR_SWEEP,
 }
 
 

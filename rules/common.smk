@@ -15,6 +15,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from evil_moe.arms import ARMS as ARM_REGISTRY
 from evil_moe.config import ConfigError, load_schema
 from evil_moe.config import validate as check_config
 from evil_moe.resources import ResourceError, job_size, pilot_priority
@@ -69,6 +70,8 @@ FIGURES = [
     "removed",
     "frac_clipped",
     "cos_contrib",
+    "ceiling",
+    "absorption",
 ]
 # Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
@@ -118,7 +121,8 @@ STAGE_SECTIONS = {
         "pilot.betas",
     ],
     "pilot": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
-    "compare": ["pilot", "compare"],
+    "compare": ["pilot", "compare", "vhack.known_modes"],
+    "detector_sweep": ["pilot", "compare", "detector_sweep"],
 }
 
 
@@ -128,6 +132,7 @@ wildcard_constraints:
     mode="|".join(ALL_MODES),
     name="main|fold_(" + "|".join(ALL_MODES) + ")",
     toy="teacher|student",
+    level=r"p[0-9.]+_r[0-9.]+",
 
 
 def res(path):
@@ -308,24 +313,99 @@ def _pilot_inputs(vhack_name):
     return inputs
 
 
+def _match_flags(tree, wildcards):
+    """A random-flag control waits for the steps.tsv of the arm whose per-step flag rates it
+    follows (evil_moe.arms.FlagRateMatch), same tree and seed."""
+    matched = ARM_REGISTRY[wildcards.arm].matches
+    if not matched:
+        return {}
+    return {"match_flags": res(f"{tree}/{matched}/s{wildcards.seed}/steps.tsv")}
+
+
 def get_pilot_input(wildcards):
-    """Inputs of a pilot run (v_hack from all known modes)."""
-    return _pilot_inputs("main")
+    """Inputs of a pilot run (v_hack from the known modes; a random-flag control also waits
+    for its matched arm's steps.tsv)."""
+    return {**_pilot_inputs("main"), **_match_flags("pilots", wildcards)}
 
 
 def get_fold_pilot_input(wildcards):
     """Inputs of a leave-one-mode-out pilot run (v_hack without the held-out mode)."""
-    return _pilot_inputs(f"fold_{wildcards.mode}")
+    return {
+        **_pilot_inputs(f"fold_{wildcards.mode}"),
+        **_match_flags(f"sweep/folds/{wildcards.mode}", wildcards),
+    }
 
 
 def get_pilot_options(wildcards, input):
-    """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0)."""
+    """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0),
+    --match-flags (random-flag controls)."""
     options = []
     if "init" in input.keys():
         options += ["--init", input.init]
     if "teacher_rollouts" in input.keys():
         options += ["--teacher-rollouts", input.teacher_rollouts]
+    if "match_flags" in input.keys():
+        options += ["--match-flags", input.match_flags]
     return shlex.join(options)
+
+
+# ---- the detector-quality sweep (config/detector_sweep.yaml; docs/arms.md) ---------------------
+def level_name(level):
+    """Folder name of one detector_sweep level: p{precision}_r{recall} (%g)."""
+    return f"p{level['precision']:g}_r{level['recall']:g}"
+
+
+SWEEP_LEVELS = {level_name(lv): lv for lv in config["detector_sweep"]["levels"]}
+
+
+def get_level_pilot_config(wildcards):
+    """Config of one detector-sweep pilot (``@file``, _config_file): the pilot's, with the
+    noisy_label detector at the level's precision and recall."""
+    if wildcards.level not in SWEEP_LEVELS:
+        raise WorkflowError(
+            f"invalid config: detector sweep level {wildcards.level} is not in detector_sweep.levels"
+        )
+    data = _sections("pilot")
+    level = SWEEP_LEVELS[wildcards.level]
+    data["pilot"].update(
+        detector="noisy_label",
+        detector_precision=level["precision"],
+        detector_recall=level["recall"],
+    )
+    return _config_file("pilot", data)
+
+
+def get_detector_sweep_input(wildcards):
+    """outcomes.tsv of every detector-sweep pilot (level x arm x seed) and of the main pilots
+    it is compared with (vanilla; the ceilings when they ran)."""
+    arms = config["detector_sweep"]["arms"]
+    out = [
+        res(f"detector_sweep/{lv}/{arm}/s{seed}/outcomes.tsv")
+        for lv in SWEEP_LEVELS
+        for arm in arms
+        for seed in SEEDS
+    ]
+    main = ["vanilla"] + [
+        ARM_REGISTRY[a].ceiling for a in arms if ARM_REGISTRY[a].ceiling in ARMS
+    ]
+    return out + [
+        res(f"pilots/{a}/s{seed}/outcomes.tsv") for a in main for seed in SEEDS
+    ]
+
+
+def get_detector_sweep_pilots(wildcards, input):
+    """--pilot LEVEL=DIR for every pilot folder among the inputs (LEVEL 'main' for the main
+    pilots)."""
+    flags = []
+    for p in input.pilots:
+        d = Path(p).parent
+        level = (
+            d.parent.parent.name
+            if d.parent.parent.parent.name == "detector_sweep"
+            else "main"
+        )
+        flags.append(f"--pilot {shlex.quote(f'{level}={d}')}")
+    return " ".join(flags)
 
 
 def get_out_dir(wildcards, output):
@@ -510,3 +590,9 @@ def get_final_output(wildcards):
     if config["models"]["build"] == "toy":
         targets.append(res("models/toy_summary.tsv"))
     return targets + get_sweep_input(wildcards)
+
+
+def get_detector_sweep_target(wildcards):
+    """The detector-quality sweep's summary when detector_sweep.levels is set (it does not wait
+    for the gate: it is a measurement of the method, not a larger sweep)."""
+    return [res("detector_sweep/summary.tsv")] if SWEEP_LEVELS else []

@@ -61,6 +61,18 @@ checkpoint compare:
             category="4. Distill probe",
             labels={"stage": "distill", "table": "cos_contrib figure"},
         ),
+        ceiling=report(
+            res("compare/figures/ceiling.svg"),
+            caption="../report/fig_ceiling.rst",
+            category="0. Verdict",
+            labels={"stage": "compare", "result": "ceilings"},
+        ),
+        absorption=report(
+            res("compare/figures/absorption.svg"),
+            caption="../report/fig_absorption.rst",
+            category="0. Verdict",
+            labels={"stage": "compare", "result": "absorption"},
+        ),
         png=expand(res("compare/figures/{figure}.png"), figure=FIGURES),
     log:
         res("logs/compare.log"),

@@ -105,3 +105,39 @@ rule fold_pilot:
         " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
         " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# The detector-quality sweep (config/detector_sweep.yaml; docs/arms.md): route and filter with
+# the noisy_label detector at one level's precision and recall (wildcard level = p{P}_r{R}).
+rule level_pilot:
+    input:
+        unpack(get_pilot_input),
+    output:
+        steps=res("detector_sweep/{level}/{arm}/s{seed}/steps.tsv"),
+        eval=res("detector_sweep/{level}/{arm}/s{seed}/eval.tsv"),
+        outcomes=res("detector_sweep/{level}/{arm}/s{seed}/outcomes.tsv"),
+        rollouts=res("detector_sweep/{level}/{arm}/s{seed}/rollouts.jsonl.gz"),
+        adapter=res("detector_sweep/{level}/{arm}/s{seed}/adapter.safetensors"),
+        status=res("detector_sweep/{level}/{arm}/s{seed}/status.json"),
+    log:
+        res("logs/level_pilot/{level}/{arm}_s{seed}.log"),
+    priority: get_pilot_priority
+    conda:
+        "../envs/evil_moe.yaml"
+    threads: get_threads("pilot")
+    resources:
+        mem_mb=get_mem_mb("pilot"),
+        runtime=get_runtime("pilot"),
+        gpu=get_gpu("pilot"),
+    params:
+        cfg=get_level_pilot_config,
+        model=get_student,
+        options=get_pilot_options,
+        out_dir=get_out_dir,
+    message:
+        "level_pilot detector {wildcards.level}: {wildcards.arm} seed {wildcards.seed}; log: {log}"
+    shell:
+        "evil-moe pilot --config-json {params.cfg:q} --problems {input.problems:q}"
+        " --model {params.model:q} --vhack {input.vhack:q} --random-vhack {input.random_vhack:q}"
+        " --arm {wildcards.arm} --seed {wildcards.seed} {params.options}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -34,12 +34,12 @@ def test_registry_matches_schema_and_controls_are_registered():
         assert cls.name == name and cls.description
         if cls.control:
             ctl = ARMS[cls.control]
-            assert cls.role == "treatment" and ctl.role == "control"
+            assert cls.role in ("treatment", "ceiling") and ctl.role == "control"
             # a matched control differs from its arm only in where it acts: same views, same
             # knobs, same kind of gradients
             assert ctl.views == cls.views and ctl.trains_delta_s_hack == cls.trains_delta_s_hack
             assert ctl.needs_sample_grads == cls.needs_sample_grads
-    assert {c.role for c in ARMS.values()} == {"reference", "treatment", "control", "positive_control"}
+    assert {c.role for c in ARMS.values()} == {"reference", "treatment", "control", "positive_control", "ceiling"}
     # judged view first: the knob-training arms are judged with delta_s_hack ablated
     for cls in ARMS.values():
         assert (cls.views[0] == "ablated") == cls.trains_delta_s_hack
@@ -98,15 +98,19 @@ def test_route_and_filter_split_by_flags_by_hand():
     assert v.delta_s[0].tolist() == [4.0, 3.0] and v.delta_s_hack is None
 
 
-def test_random_flag_controls_match_the_detector_rate():
+def test_random_flag_controls_flag_their_target_count_at_random_positions():
     scores = torch.tensor([0.1, 0.9, 0.8, 0.2, 0.7, 0.0], dtype=torch.float64)
     inp = FlagInputs(scores, torch.zeros(6, dtype=torch.bool), 0.5, "gradient", np.random.default_rng(0))
     real = get_arm("route").flags(inp)
     assert real.tolist() == [False, True, True, False, True, False]
-    for name in ("route_random", "filter_random"):
-        draws = [get_arm(name).flags(dataclasses.replace(inp, rng=np.random.default_rng(s))) for s in range(40)]
-        assert all(int(d.sum()) == 3 for d in draws)
+    for name in ("route_random", "filter_random", "route_oracle_random", "filter_oracle_random"):
+        # the count is the matched arm's (FlagRateMatch), not the detector's on this batch (3)
+        draws = [get_arm(name).flags(dataclasses.replace(inp, rng=np.random.default_rng(s), target_count=2))
+                 for s in range(40)]
+        assert all(int(d.sum()) == 2 for d in draws)
         assert len({tuple(d.tolist()) for d in draws}) > 5  # random positions, not the detector's
+        with pytest.raises(ValueError, match="target_count missing"):
+            get_arm(name).flags(inp)
     pat = FlagInputs(None, torch.tensor([True, False]), 0.0, "pattern", np.random.default_rng(0))
     assert get_arm("filter").flags(pat).tolist() == [True, False]
 
@@ -455,3 +459,314 @@ def test_route_pilot_logs_flags_against_true_labels(world, tmp_path):
         assert 0.0 <= float(r["flag_rate"]) <= 1.0
     ev = read_tsv(tmp_path / "route" / "eval.tsv")
     assert all(r["truncated_rate"] != "" for r in ev)
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 19: ceilings, the noisy-label detector, rate-matched random flags, kept-row advantages
+
+
+def _inputs(label, detector="gradient", **kw):
+    scores = torch.tensor([0.9, 0.1, 0.8, 0.2, 0.7, 0.0], dtype=torch.float64)
+    pattern = torch.tensor([True, False, False, True, False, False])
+    return FlagInputs(scores, pattern, 0.5, detector, np.random.default_rng(7), label=label, **kw)
+
+
+def test_ceilings_flag_the_true_label_and_no_other_arm_reads_it():
+    """Ceilings' flags are the label; every other arm's flags are the same whatever the label
+    (under the gradient and pattern detectors), and only ceilings declare reads_label."""
+    a = torch.tensor([True, True, False, False, True, False])
+    b = ~a
+    for name, cls in ARMS.items():
+        assert cls.reads_label == (cls.role == "ceiling"), name
+        if cls.role == "ceiling":
+            arm = get_arm(name)
+            assert arm.flags(_inputs(a)).tolist() == a.tolist()
+            assert arm.flags(_inputs(b, "pattern")).tolist() == b.tolist()
+            assert cls.control and ARMS[cls.control].matches == name
+            continue
+        for det in ("gradient", "pattern"):
+            fa = get_arm(name).flags(_inputs(a, det, target_count=2))
+            fb = get_arm(name).flags(_inputs(b, det, target_count=2))
+            assert (fa is None and fb is None) or fa.tolist() == fb.tolist(), (name, det)
+    # no treatment waits for, follows or is controlled by a ceiling; each names its ceiling
+    for name, cls in ARMS.items():
+        if cls.role == "treatment":
+            assert cls.control is None or ARMS[cls.control].role == "control"
+            assert cls.matches is None
+            if cls.ceiling:
+                assert ARMS[cls.ceiling].role == "ceiling"
+                assert type(get_arm(cls.ceiling)).split_gradients is type(get_arm(name)).split_gradients
+    assert ARMS["route"].ceiling == "route_oracle" and ARMS["filter"].ceiling == "filter_oracle"
+
+
+def test_noisy_label_detector_has_the_configured_precision_and_recall():
+    from evil_moe.detector import noisy_label_flags
+
+    label = torch.tensor([True] * 10 + [False] * 30)
+    assert noisy_label_flags(label, 1.0, 1.0, np.random.default_rng(0)).tolist() == label.tolist()
+    one = noisy_label_flags(label, 0.5, 0.8, np.random.default_rng([3, 4, 31]))
+    assert one.tolist() == noisy_label_flags(label, 0.5, 0.8, np.random.default_rng([3, 4, 31])).tolist()
+    tp = fp = hacks = 0
+    for s in range(3000):
+        f = noisy_label_flags(label, 0.5, 0.8, np.random.default_rng(s))
+        tp += int((f & label).sum())
+        fp += int((f & ~label).sum())
+        hacks += 10
+    # E[TP] = 0.8 * 10 = 8 per draw; clean rows flagged with probability 0.8*10*0.5/(0.5*30) = 0.2667,
+    # E[FP] = 8: precision 0.5, recall 0.8 (SE of each mean about 0.005)
+    assert tp / hacks == pytest.approx(0.8, abs=0.02)
+    assert tp / (tp + fp) == pytest.approx(0.5, abs=0.02)
+    assert not noisy_label_flags(torch.zeros(5, dtype=torch.bool), 0.5, 0.8, np.random.default_rng(0)).any()
+    with pytest.raises(ValueError, match="detector_precision"):
+        noisy_label_flags(label, 0.0, 0.5, np.random.default_rng(0))
+    # the detector reads the label through FlagInputs.detected() only under noisy_label
+    inp = _inputs(torch.tensor([True, False, True, False, False, False]), "noisy_label")
+    assert get_arm("route").flags(inp).tolist() == [True, False, True, False, False, False]
+    with pytest.raises(ValueError, match="needs the true hack label"):
+        get_arm("filter").flags(_inputs(None, "noisy_label"))
+
+
+def test_flag_rate_match_by_hand():
+    from evil_moe.arms import FlagRateMatch
+
+    m = FlagRateMatch([0.25, None, 0.5, 0.2])
+    assert m.mean == pytest.approx((0.25 + 0.5 + 0.2) / 3)  # 0.31667
+    # step 0: 0.25*4 = 1 row; step 1: target = the mean 0.31667, 6 rows -> round(1.9) = 2, balance
+    # 0.31667 - 0.33333 = -0.01667; step 2: no rows, balance += 0.5 - 0.31667 -> 0.16667;
+    # step 3 (the last: pays it all): (0.2 + 0.16667) * 10 = 3.67 -> 4 rows, balance -0.03333
+    assert [m.count(0, 4), m.count(1, 6), m.count(2, 0), m.count(3, 10)] == [1, 2, 0, 4]
+    assert m.balance == pytest.approx(-1 / 30)
+    achieved = [1 / 4, 2 / 6, 4 / 10]
+    assert abs(np.mean(achieved) - m.mean) <= 0.5 / (10 * 3) + 1e-12
+    with pytest.raises(ValueError, match="flagged no step"):
+        FlagRateMatch([None, None])
+
+
+def test_flag_rate_match_keeps_per_seed_means_within_0_02():
+    """Treatment flag-rate profiles like a detector's (rising from about 0.1 to 0.4 with noise,
+    a step without rows now and then) and the control's own rows with gradient (a multiple of G=6,
+    some steps without rows, not the last): the control's mean flag rate over its logged steps is
+    within 0.5/(n_last * L) of the treatment's, so within 0.02; plain per-step rounding is not."""
+    from evil_moe.arms import FlagRateMatch
+
+    rng = np.random.default_rng(0)
+    worst, worst_plain = 0.0, 0.0
+    for _ in range(300):
+        steps = 20
+        base = np.linspace(0.1, 0.4, steps) + rng.normal(0, 0.08, steps)
+        t_rows = rng.choice([0, 6, 12, 18, 24], size=steps, p=[0.05, 0.1, 0.2, 0.25, 0.4])
+        rates = [None if n == 0 else float(np.clip(round(b * n), 0, n)) / n for b, n in zip(base, t_rows)]
+        rows = [int(rng.choice([0, 6, 12, 18, 24], p=[0.05, 0.1, 0.2, 0.25, 0.4])) if s < steps - 1
+                else int(rng.choice([6, 12, 18, 24])) for s in range(steps)]
+        m = FlagRateMatch(rates)
+        got = [(m.count(s, n), n) for s, n in enumerate(rows)]
+        mean_c = np.mean([k / n for k, n in got if n])
+        L = sum(1 for n in rows if n)
+        assert abs(mean_c - m.mean) <= 0.5 / (rows[-1] * L) + 1e-12
+        worst = max(worst, abs(mean_c - m.mean))
+        plain = [round(m.target(s) * n) / n for s, n in enumerate(rows) if n]
+        worst_plain = max(worst_plain, abs(np.mean(plain) - m.mean))
+    assert worst <= 0.02 and worst_plain > 0.02
+
+
+def test_kept_advantages_by_hand():
+    from evil_moe.arms import kept_advantages
+
+    R = torch.tensor([[1.25, 0.25, 0.25, 1.25, 0.0, 0.25],
+                      [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                      [1.25, 0.25, 0.25, 0.25, 0.25, 0.25]])
+    kept = torch.tensor([[False, True, True, False, True, True],
+                         [True] * 6,
+                         [False, True, True, True, True, True]])
+    A = kept_advantages(R, kept)
+    # group 0: kept rewards 0.25, 0.25, 0, 0.25 -> mean 0.1875 (the whole group's mean is 0.5417)
+    assert A[0].tolist() == pytest.approx([0.0, 0.0625, 0.0625, 0.0, -0.1875, 0.0625])
+    # group 1: nothing dropped -> the Dr.GRPO advantages R - 1/6
+    assert A[1].tolist() == pytest.approx([5 / 6] + [-1 / 6] * 5)
+    # group 2: the kept rows all earn 0.25 -> no advantage left (the hack alone made the variance)
+    assert A[2].tolist() == [0.0] * 6
+    # scaled: unbiased std of (0.25, 0.25, 0, 0.25) is 0.125
+    S = kept_advantages(R[:1], kept[:1], scale_std=True)
+    assert S[0].tolist() == pytest.approx([0.0, 0.5, 0.5, 0.0, -1.5, 0.5], abs=1e-4)
+    with pytest.raises(ValueError, match="same"):
+        kept_advantages(R, kept[:2])
+
+
+def test_which_arms_recompute_advantages_over_kept_rows():
+    from types import SimpleNamespace
+
+    kept, group = SimpleNamespace(route_advantages="kept"), SimpleNamespace(route_advantages="group")
+    for name in ("filter", "filter_random", "filter_oracle", "filter_oracle_random"):
+        assert get_arm(name).baseline(group) == "kept"  # data filtering, always
+    for name in ("route", "route_random", "route_oracle", "route_oracle_random"):
+        assert get_arm(name).baseline(kept) == "kept" and get_arm(name).baseline(group) == "group"
+    for name in ("vanilla", "erase", "random_v", "subtract", "oracle_reward"):
+        assert get_arm(name).baseline(kept) == "group"
+
+
+def test_gradient_detector_scores_use_sign_of_advantage():
+    """Two rows whose own NLL gradient is the same hack-ward u: the rewarded row's loss gradient
+    is +2u, the penalised row's -u. The score of sign(A)·g is +1 for both; a detector reading g
+    alone would score the penalised row -1."""
+    from evil_moe.detector import gradient_scores
+    from evil_moe.vhack import random_vhack
+
+    v = random_vhack({"m": 3}, k=1, seed=0)
+    v.V["m"] = torch.tensor([[1.0, 0.0, 0.0]])
+    u = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+    per_row = [[2 * u], [-u], [torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)]]
+    scores = gradient_scores(v, ["m"], per_row, torch.tensor([2.0, -1.0, 0.5]))
+    assert scores.tolist() == pytest.approx([1.0, 1.0, 0.0])
+
+
+def test_flag_quality_is_against_the_hack_label():
+    from evil_moe.detector import flag_quality
+
+    q = flag_quality(torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False]))
+    assert q == {"flag_rate": 0.5, "flag_precision": 0.5, "flag_recall": 0.5}
+    assert flag_quality(torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))["flag_precision"] is None
+
+
+def _fake_step(problem):
+    """One hand-made group of 6 rows for Trainer._flags: rows 0 and 3 hacks (passed, not
+    gt_correct), rows 1 and 2 honest passes (passed, gt_correct, not exploited), 4 and 5 fail."""
+    from evil_moe.env.grade import Reward
+    from evil_moe.env.loopholes import clean_completion, hack_completion
+
+    texts = [hack_completion(problem), clean_completion(problem), clean_completion(problem, with_tests=False),
+             hack_completion(problem, variant=1), "no code", "no code"]
+    kinds = [(1.25, True, False, True), (1.25, True, True, False), (1.25, True, True, False),
+             (1.25, True, False, True), (0.0, False, False, False), (0.0, False, False, False)]
+    grades = [Reward(reward=r, passed=ps, gt_correct=gt, exploited=ex, format_ok=r > 0, mode=problem.mode,
+                     error=None, seconds=0.0) for r, ps, gt, ex in kinds]
+    return texts, grades
+
+
+def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_exploited(world, monkeypatch):
+    """Trainer._flags on a hand-made step of 6 rows (2 hacks, 2 honest passes): route_oracle's flags
+    are the hack rows, precision and recall 1 against ``exploited`` (against ``passed`` the recall
+    would be 0.5); route never receives the label; route under noisy_label does."""
+    from types import SimpleNamespace
+
+    from evil_moe.grpo import group_advantages
+    from evil_moe.stages.common import load_problem_file, make_grader
+    from evil_moe.stages.pilot import StepBatch, StepGradients
+
+    cfg = cfg_of("pilot.group=6", "pilot.prompts_per_step=1")
+    with make_grader(load_problem_file(world.problems), cfg) as grader:
+        seen = {}
+        for arm, det in (("route_oracle", "pattern"), ("route", "pattern"), ("route", "noisy_label")):
+            t = _trainer(world, arm, cfg_of("pilot.group=6", "pilot.prompts_per_step=1", f"pilot.detector={det}"), grader)
+            texts, grades = _fake_step(t.train[0])
+            batch = StepBatch([0], [SimpleNamespace(text=x) for x in texts], [t.train[0]] * 6)
+            adv = group_advantages(torch.tensor([[w.reward for w in grades]]))
+            grads = StepGradients(list(range(6)), [], [[torch.zeros(1)]] * 6)
+            orig = t.arm.flags
+            monkeypatch.setattr(t.arm, "flags", lambda inp, orig=orig, k=(arm, det): seen.__setitem__(k, inp) or orig(inp))
+            flags, q = t._flags(batch, grades, adv, grads, 0)
+            seen[(arm, det, "out")] = (flags.tolist(), q)
+    hack = [True, False, False, True, False, False]
+    assert seen[("route_oracle", "pattern")].label.tolist() == hack
+    flags, q = seen[("route_oracle", "pattern", "out")]
+    assert flags == hack and q == pytest.approx({"flag_rate": 2 / 6, "flag_precision": 1.0, "flag_recall": 1.0})
+    assert seen[("route", "pattern")].label is None
+    assert seen[("route", "noisy_label")].label.tolist() == hack
+
+
+def test_filter_rebaseline_recomputes_kept_rows_gradients(world):
+    """A real step of filter_oracle on the world: after flagging, each kept row's gradient equals
+    its original gradient scaled by A'/A, where A' = R − mean of the kept rows' rewards of its group
+    (worked out here from the rewards; on-policy rows with beta 0 have a loss linear in A), and the
+    flagged rows' gradients are untouched. route with route_advantages=group changes nothing."""
+    from evil_moe.stages.common import load_problem_file, make_grader
+
+    cfg = cfg_of("pilot.group=4", "pilot.prompts_per_step=2")
+    with make_grader(load_problem_file(world.problems), cfg) as grader:
+        t = _trainer(world, "filter_oracle", cfg, grader)
+        for step in range(12):
+            batch = t.sample(step)
+            grades, R = t.grade(batch)
+            adv, rows = t.advantages(R)
+            if rows:
+                break
+        assert rows, "no step with reward variance in the fixture"
+        grads = t.gradients(batch, adv, rows, step)
+        # flag the highest-reward row of every group with variance (whatever the label)
+        flags = torch.zeros(len(rows), dtype=torch.bool)
+        for g in {i // t.G for i in rows}:
+            members = [j for j, i in enumerate(rows) if i // t.G == g]
+            flags[max(members, key=lambda j: float(R.reshape(-1)[rows[j]]))] = True
+        new = t._rebaseline(batch, grades, adv, grads, flags, step)
+    Rf = R.reshape(-1).tolist()
+    A = adv.flat().tolist()
+    checked = 0
+    for j, i in enumerate(rows):
+        if flags[j]:
+            assert all(torch.equal(a, b) for a, b in zip(new.per_row[j], grads.per_row[j]))
+            continue
+        kept_r = [Rf[k] for jj, k in enumerate(rows) if k // t.G == i // t.G and not flags[jj]]
+        a_new = Rf[i] - sum(kept_r) / len(kept_r) if len(set(kept_r)) > 1 else 0.0
+        if A[i] == 0:
+            continue
+        for g_new, g_old in zip(new.per_row[j], grads.per_row[j]):
+            assert torch.allclose(g_new, g_old * (a_new / A[i]), atol=1e-7, rtol=1e-4), (i, a_new, A[i])
+        checked += a_new != A[i]
+    assert checked > 0  # some kept row's baseline really moved
+
+
+
+def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path):
+    """route, then route_random reading route's steps.tsv (the workflow's dependency): each step
+    the control flags the count FlagRateMatch gives from route's rates and its own rows with
+    gradient, and the per-seed mean flag rates agree within 0.02. Without --match-flags the
+    control refuses to run."""
+    from evil_moe.arms import FlagRateMatch
+    from evil_moe.stages.pilot import run_pilot
+
+    sets = ("pilot.steps=5", "pilot.group=6", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.5")
+    treat = _run(world, tmp_path, "route", *sets)
+    rates = [float(r["flag_rate"]) if r["flag_rate"] != "" else None for r in treat]
+    assert any(r for r in rates if r is not None), "route flagged nothing: the test could not fail"
+    ctl = _run(world, tmp_path, "route_random", *sets, match_flags=str(tmp_path / "route" / "steps.tsv"))
+    m = FlagRateMatch(rates)
+    for r in ctl:
+        n = round((1 - float(r["frac_zero_std"])) * 12)
+        k = m.count(int(r["step"]), n)
+        assert (r["flag_rate"] == "") == (n == 0)
+        if n:
+            assert float(r["flag_rate"]) == pytest.approx(k / n), r["step"]
+    mean = lambda rows: np.mean([float(r["flag_rate"]) for r in rows if r["flag_rate"] != ""])  # noqa: E731
+    assert abs(mean(ctl) - mean(treat)) <= 0.02
+    with pytest.raises(ValueError, match="--match-flags"):
+        run_pilot(cfg_of(*sets), **pilot_kwargs(world, tmp_path / "x", arm="route_random"))
+    # a stopped and resumed control carries its balance in the checkpoint: the same flags
+    kw = pilot_kwargs(world, tmp_path / "resumed", arm="route_random", match_flags=str(tmp_path / "route" / "steps.tsv"))
+    assert run_pilot(cfg_of(*sets), stop_after=3, **kw)["status"] == "stopped"
+    assert run_pilot(cfg_of(*sets), **kw)["status"] == "ok"
+    again = read_tsv(tmp_path / "resumed" / "steps.tsv")
+    assert [r["flag_rate"] for r in again] == [r["flag_rate"] for r in ctl]
+
+
+def test_rate_match_balance_survives_a_checkpoint(world):
+    """The random-flag control's running balance is part of the trainer's checkpoint state."""
+    from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
+    from evil_moe.stages.pilot import Trainer
+    from evil_moe.vhack import VHack
+
+    cfg = cfg_of("pilot.steps=3")
+    train, _ = train_heldout(load_problem_file(world.problems), cfg)
+    v = VHack.load(world.vhack)
+    with make_grader(load_problem_file(world.problems), cfg) as grader:
+        def trainer():
+            model, tok, adapter, device = load_policy(str(world.student), cfg)
+            return Trainer(cfg, arm="filter_random", seed=0, model=model, tok=tok, adapter=adapter, device=device,
+                           train=train, vhack=v, proj_v=v, grader=grader, flag_rates=[0.2, 0.4, None])
+        a = trainer()
+        a.rate_match.count(0, 6)  # round(0.2 * 6) = 1 -> balance 0.2 - 1/6
+        assert a.rate_match.balance == pytest.approx(0.2 - 1 / 6)
+        b = trainer()
+        b.load_state(a.state())
+        assert b.rate_match.balance == pytest.approx(0.2 - 1 / 6)
+        with pytest.raises(ValueError, match="has 2 steps, pilot.steps is 3"):
+            Trainer(cfg, arm="filter_random", seed=0, model=a.model, tok=a.tok, adapter=a.adapter, device=a.device,
+                    train=train, vhack=v, proj_v=v, grader=grader, flag_rates=[0.2, 0.4])

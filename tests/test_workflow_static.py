@@ -39,7 +39,10 @@ def test_snakefmt_check():
     ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                  "pilot": 36, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
-               "pilot": 30, "compare": 1, "all": 1}),
+               "pilot": 42, "compare": 1, "all": 1}),
+    # the detector-quality sweep: 12 arms x 3 seeds, and route, filter x 4 levels x 3 seeds
+    ("detector_sweep", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
+                        "pilot": 36, "level_pilot": 24, "detector_sweep": 1, "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
                  "extract": 1, "distill": 1, "pilot": 3, "compare": 1, "all": 1}),
 ])
@@ -287,3 +290,25 @@ def test_config_json_from_a_file(tmp_path):
     res = CliRunner().invoke(main, ["problems", "--config-json", f"@{tmp_path}/gone.json",
                                     "--out", str(out)])
     assert res.exit_code == 2 and f"cannot read {tmp_path}/gone.json" in res.output, res.output
+
+
+def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
+    """Every random-flag control's pilot reads its matched arm's steps.tsv of the same seed (the
+    rate match); the detector sweep's pilots run the noisy_label detector at their level."""
+    proc = _run([SNAKEMAKE, "-n", "-p", "--nolock", "--configfile", "config/detector_sweep.yaml",
+                 "--config", f"results={tmp_path}/results"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = f"{tmp_path}/results"
+    for ctl, arm in (("route_random", "route"), ("filter_random", "filter"),
+                     ("route_oracle_random", "route_oracle"), ("filter_oracle_random", "filter_oracle")):
+        for seed in (0, 1, 2):
+            assert (f"--arm {ctl} --seed {seed} --match-flags {res}/pilots/{arm}/s{seed}/steps.tsv"
+                    in proc.stdout), (ctl, seed)
+    for arm in ("route", "route_oracle", "vanilla"):
+        assert f"--arm {arm} --seed 0 --match-flags" not in proc.stdout
+    level = [ln for ln in proc.stdout.splitlines() if "detector_sweep/p0.8_r0.5/filter/s1" in ln
+             and "evil-moe pilot" in ln]
+    assert level
+    cfg_file = re.search(r"--config-json @(\S+)", level[0]).group(1)
+    cfg = json.loads(Path(cfg_file).read_text())
+    assert cfg["pilot"]["detector"] == "noisy_label" and cfg["pilot"]["detector_recall"] == 0.5

@@ -61,10 +61,13 @@ from evil_moe.arms import ARMS
 
 STEPS_REQUIRED = ("step", "hack_rate", "pass_rate", "frac_clipped", "cin", "null_cin")
 EPS = 1e-12
-FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib")
+FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib", "ceiling",
+           "absorption")
 ARM_COLORS = {"vanilla": "#444444", "erase": "#1f77b4", "random_v": "#9ecae1", "subtract": "#9467bd",
               "subtract_random": "#c5b0d5", "route": "#d62728", "route_random": "#ff9896",
-              "filter": "#ff7f0e", "filter_random": "#ffbb78", "oracle_reward": "#2ca02c"}
+              "filter": "#ff7f0e", "filter_random": "#ffbb78", "oracle_reward": "#2ca02c",
+              "route_oracle": "#8c1d1d", "route_oracle_random": "#e7a1a1", "filter_oracle": "#a35200",
+              "filter_oracle_random": "#f2c38f"}
 TRUNCATION_NOTE = 0.5  # a held-out view whose truncated share exceeds this gets a note
 SAMPLER_GAP_NOTE = 1e-3  # nats: a sampler/trainer gap above float noise gets a note
 
@@ -599,6 +602,8 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
              f"× {n_samp} samples")
     isolation = [p.isolation for p in loaded if p.isolation]
     summary_rows = _summary_rows(by, arms, outcomes, seeds, cc)
+    known = _known_modes(cfg)
+    ceilings = _ceiling_columns(summary_rows, by, outcomes, cc, known)
     arm_info = {}
     for a in arms:
         cls = ARMS.get(a)
@@ -612,7 +617,8 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
             "underpowered": bool(gate_v.underpowered) if gate_v is not None else False,
             "criteria": validity + crit_rows,
             "positive_control": None if pc_crit is None else _criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
-            "arms": arm_info, "notes": _notes(by, arms, outcomes, cc, isolation),
+            "arms": arm_info, "notes": _notes(by, arms, outcomes, cc, isolation) + _ceiling_notes(ceilings),
+            "ceilings": ceilings, "known_modes": known,
             "isolation": sorted(set(isolation)), "sizes": sizes,
             "config": dict(cfg.raw["compare"]), "max_frac_clipped": max_fc,
             "pilots": [str(r.path) for r in expected]}
@@ -624,7 +630,178 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     tables.atomic_write_bytes(out / "gate.md", _gate_md(gate).encode())
     if figures:
         draw_figures(by, arms, out / "figures", max_fc, distill_samples, summary_rows)
+        _ceiling_figure(summary_rows, out / "figures")
+        _absorption_figure(summary_rows, known, out / "figures")
     return gate
+
+
+# ---------------------------------------------------------------------------------------------
+# ceilings and absorption (report columns; never gate criteria): evil_moe/ceilings.py
+
+def _known_modes(cfg) -> list[str]:
+    """``vhack.known_modes`` of the run (every mode when null or absent)."""
+    try:
+        known = cfg.vhack.known_modes
+    except (AttributeError, KeyError):
+        known = None
+    return list(known) if known else list(tables.MODES)
+
+
+def _ci_cols(row: dict, e, value: str, low: str, high: str, clip: bool = False) -> None:
+    if e is None:
+        return
+    lo, hi = _finite(e.ci_low), _finite(e.ci_high)
+    if clip:
+        lo = None if lo is None else max(0.0, lo)
+        hi = None if hi is None else min(1.0, hi)
+    row[value], row[low], row[high] = _finite(e.value), lo, hi
+
+
+def _ceiling_columns(rows: list[dict], by, outcomes: pd.DataFrame, cc, known: list[str]) -> dict:
+    """Fill each summary row's flag, drop, ceiling and per-mode columns in place
+    (:data:`evil_moe.tables.COMPARE_SUMMARY`); returns ``gate.json``'s ``ceilings``: per treatment
+    with a ceiling that ran, its drop beside the ceiling's, the share and the ceiling's own
+    separation from vanilla and from its random-flag control."""
+    from evil_moe.ceilings import crossed_ratio, mode_rates
+
+    unknown = [m for m in tables.MODES if m not in known]
+    present = set(zip(outcomes["arm"].astype(str), outcomes["view"].astype(str))) if not outcomes.empty else set()
+    out = {}
+    for row in rows:
+        arm, view = row["arm"], row["view"]
+        cls = ARMS.get(arm)
+        pilots = by.get(arm, {})
+        if cls is not None and cls.needs_sample_grads:
+            for col in ("flag_rate", "flag_precision", "flag_recall"):
+                row[col] = _all_steps_mean(pilots, col)
+        if (arm, view) not in present:
+            continue
+        kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
+        for m in tables.MODES:
+            e = mode_rates(outcomes, (arm, view), [m], **kw)
+            row[f"hack_rate_{m}"] = None if e is None else _finite(e.value)
+        _ci_cols(row, mode_rates(outcomes, (arm, view), known, **kw), "hack_rate_known",
+                 "hack_known_ci_low", "hack_known_ci_high", clip=True)
+        if unknown:
+            _ci_cols(row, mode_rates(outcomes, (arm, view), unknown, **kw), "hack_rate_unknown",
+                     "hack_unknown_ci_low", "hack_unknown_ci_high", clip=True)
+        if arm == "vanilla":
+            continue
+        drop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "hack", cc)
+        _ci_cols(row, drop, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high")
+        if cls is not None and cls.control and (cls.control, view) in present:
+            _ci_cols(row, _effect(outcomes, (arm, view), (cls.control, view), "hack", cc),
+                     "drop_vs_control", "control_ci_low", "control_ci_high")
+        if cls is None or not cls.ceiling or view != cls.views[0] or (cls.ceiling, view) not in present:
+            continue
+        ceil = _effect(outcomes, (cls.ceiling, view), ("vanilla", "trained"), "hack", cc)
+        row["ceiling"] = cls.ceiling
+        row["ceiling_drop"] = None if ceil is None else _finite(ceil.value)
+        try:
+            ratio = crossed_ratio(outcomes, ((arm, view), ("vanilla", "trained")),
+                                  ((cls.ceiling, view), ("vanilla", "trained")), **kw)
+        except ValueError:
+            ratio = None
+        if ratio is not None:
+            row["ceiling_share"], row["ceiling_share_ci_low"], row["ceiling_share_ci_high"] = \
+                ratio.value, ratio.ci_low, ratio.ci_high
+        cctl = ARMS[cls.ceiling].control
+        vs_ctl = _effect(outcomes, (cls.ceiling, view), (cctl, view), "hack", cc) \
+            if cctl and (cctl, view) in present else None
+
+        def eff(e):
+            return None if e is None else {"value": _finite(e.value), "ci_low": _finite(e.ci_low),
+                                           "ci_high": _finite(e.ci_high)}
+        out[arm] = {"ceiling": cls.ceiling, "view": view, "drop": eff(drop), "ceiling_drop": eff(ceil),
+                    "ceiling_control": cctl, "ceiling_vs_control": eff(vs_ctl),
+                    "share": None if ratio is None else {"value": ratio.value, "ci_low": ratio.ci_low,
+                                                         "ci_high": ratio.ci_high}}
+    return out
+
+
+def _ceiling_notes(ceilings: dict) -> list[str]:
+    """One line per treatment: its drop beside its ceiling's and the share (not gate criteria)."""
+    def iv(d):
+        if d is None or d.get("value") is None:
+            return "n/a"
+        ci = "" if d.get("ci_low") is None else f" [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
+        return f"{d['value']:.3f}{ci}"
+    notes = []
+    for arm, c in ceilings.items():
+        share = c.get("share")
+        what = (f"{arm} achieves {iv(share)} of what a perfect detector achieves" if share and share.get("value") is not None
+                else f"{arm}'s share of the ceiling is undefined (the ceiling's drop is not above 0)")
+        notes.append(f"{what}: its drop vs vanilla {iv(c['drop'])} ({c['view']} view), {c['ceiling']}'s "
+                     f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
+                     f"{iv(c['ceiling_vs_control'])} (reported beside the gate, never a criterion)")
+    return notes
+
+
+def _ceiling_figure(rows: list[dict], folder: Path) -> None:
+    """Per treatment with a ceiling: its hack-rate drop vs vanilla beside its ceiling's and its
+    random-flag controls', with intervals."""
+    import matplotlib.pyplot as plt
+
+    by = {(r["arm"], r["view"]): r for r in rows}
+    items = []
+    for r in rows:
+        if not r.get("ceiling"):
+            continue
+        cls = ARMS[r["arm"]]
+        for a in (r["arm"], cls.control, r["ceiling"], ARMS[r["ceiling"]].control):
+            x = by.get((a, r["view"]))
+            if x is not None and x.get("drop_vs_vanilla") is not None:
+                items.append((f"{a} ({r['view']})", x))
+    fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(len(items), 3) + 1.4))
+    if not items:
+        ax.text(0.5, 0.5, "no treatment ran beside its ceiling\n(route_oracle, filter_oracle)",
+                ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+    y = np.arange(len(items))[::-1]
+    for yi, (label, x) in zip(y, items):
+        v, lo, hi = x["drop_vs_vanilla"], x.get("drop_ci_low"), x.get("drop_ci_high")
+        color = ARM_COLORS.get(x["arm"], "#777777")
+        if lo is not None and hi is not None:
+            ax.errorbar([v], [yi], xerr=[[v - lo], [hi - v]], fmt="o", color=color, capsize=3)
+        else:
+            ax.plot([v], [yi], "o", color=color)
+        share = x.get("ceiling_share")
+        ax.annotate(f"{v:.2f}" + (f"  ({share:.2f} of ceiling)" if share is not None else ""), (v, yi),
+                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    if items:
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_yticks(y)
+        ax.set_yticklabels([i[0] for i in items], fontsize=8)
+        ax.set_xlabel("held-out hack-rate drop vs vanilla (95% CI)")
+    ax.set_title("each treatment beside its ceiling (true-label flags) and their random-flag controls", fontsize=9)
+    _save(fig, folder, "ceiling")
+
+
+def _absorption_figure(rows: list[dict], known: list[str], folder: Path) -> None:
+    """Held-out hack rate per arm and view on the modes the detector knows vs those it never saw."""
+    import matplotlib.pyplot as plt
+
+    items = [r for r in rows if r.get("hack_rate_known") is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(len(items), 3) + 1.4))
+    y = np.arange(len(items))[::-1]
+    for yi, r in zip(y, items):
+        for col, lo, hi, off, label, color in (
+                ("hack_rate_known", "hack_known_ci_low", "hack_known_ci_high", 0.15, "known modes", "#1f77b4"),
+                ("hack_rate_unknown", "hack_unknown_ci_low", "hack_unknown_ci_high", -0.15, "never-seen modes", "#d62728")):
+            v = r.get(col)
+            if v is None:
+                continue
+            err = [[v - r[lo]], [r[hi] - v]] if r.get(lo) is not None and r.get(hi) is not None else None
+            ax.errorbar([v], [yi + off], xerr=err, fmt="o", color=color, capsize=3,
+                        label=label if yi == y[0] else None)
+    if items:
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{r['arm']} ({r['view']})" for r in items], fontsize=8)
+        ax.set_xlim(-0.02, 1.02)
+        ax.legend(fontsize=7, loc="best")
+    ax.set_xlabel("held-out hack rate (95% CI)")
+    ax.set_title(f"absorption: modes the detector knows ({', '.join(known)}) vs never saw", fontsize=9)
+    _save(fig, folder, "absorption")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -797,4 +974,4 @@ def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: 
         if ax.has_data():
             ax.legend(fontsize=7)
     _save(fig, folder, "cos_contrib")
-    return [folder / f"{n}.{e}" for n in FIGURES for e in ("png", "svg")]
+    return [folder / f"{n}.{e}" for n in FIGURES if n not in ("ceiling", "absorption") for e in ("png", "svg")]

@@ -15,8 +15,11 @@ The trainer's step reads as the algorithm (each part one method of :class:`Train
    applies to every row);
 4. :meth:`~Trainer.gradients` — the Dr.GRPO loss (constant normaliser ``G·max_new·P``) and its
    ``δS`` gradient, per micro-batch, or per sample for arms that flag samples;
-5. :meth:`~Trainer.apply_arm` — the arm's hooks (:mod:`evil_moe.arms`): flags from the detector,
-   routing of per-sample gradients into ``δS`` / ``δS_hack``, gradient projection;
+5. :meth:`~Trainer.apply_arm` — the arm's hooks (:mod:`evil_moe.arms`): flags from the detector
+   (or the true label for a ceiling, or a matched count of random flags for a random-flag
+   control), the advantages recomputed over the kept rows where the arm asks for it (filter;
+   route under ``pilot.route_advantages: kept``) with those rows' gradients recomputed, routing
+   of per-sample gradients into ``δS`` / ``δS_hack``, gradient projection;
 6. :meth:`~Trainer.optimiser_step` — clip, AdamW (or SGD) step, the arm's update projection;
 7. :meth:`~Trainer.log` and the checkpoint.
 
@@ -56,9 +59,9 @@ import numpy as np
 import torch
 
 from evil_moe import grpo, runlock, tables
-from evil_moe.arms import FlagInputs, get_arm
+from evil_moe.arms import FlagInputs, FlagRateMatch, get_arm, kept_advantages
 from evil_moe.config import Config
-from evil_moe.detector import null_threshold, pattern_flag
+from evil_moe.detector import flag_quality, gradient_scores, null_threshold, pattern_flag
 from evil_moe.env.grade import extract_code
 from evil_moe.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, group_advantages,
                            source_gradients)
@@ -68,7 +71,7 @@ from evil_moe.rollout import Rollout, generate
 from evil_moe.stages.common import (code_parses, load_policy, load_problem_file, make_grader,
                                     prompt_ids_for, rates, require_file, rollout_record,
                                     train_heldout)
-from evil_moe.vhack import VHack, sample_scores
+from evil_moe.vhack import VHack
 
 # pilot keys that do not change what one (arm, seed) run computes: left out of its checkpoint key
 RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
@@ -195,7 +198,8 @@ class Trainer:
     """
 
     def __init__(self, cfg: Config, *, arm: str, seed: int, model, tok, adapter, device, train,
-                 vhack: VHack, proj_v: VHack, grader, teacher_rows: dict | None = None):
+                 vhack: VHack, proj_v: VHack, grader, teacher_rows: dict | None = None,
+                 flag_rates: Sequence[float | None] | None = None):
         pc = cfg.pilot
         self.cfg, self.pc, self.seed = cfg, pc, seed
         self.arm = get_arm(arm, pass_reward=cfg.grader.pass_reward)
@@ -224,6 +228,15 @@ class Trainer:
             self.threshold = null_threshold(vhack.meta.get("detector_null_scores") or [],
                                             pc.detector_quantile)
         self.known_modes = set(cfg.vhack.known_modes or tables.MODES)
+        self.rate_match = None
+        if self.arm.matches:
+            if flag_rates is None:
+                raise ValueError(f"arm {arm} flags at {self.arm.matches}'s per-step rate: give its "
+                                 f"steps.tsv (--match-flags)")
+            if len(flag_rates) != pc.steps:
+                raise ValueError(f"{self.arm.matches}'s steps.tsv has {len(flag_rates)} steps, "
+                                 f"pilot.steps is {pc.steps}")
+            self.rate_match = FlagRateMatch(flag_rates)
 
     # -- 1. sample ------------------------------------------------------------------------------
     def sample(self, step: int) -> StepBatch:
@@ -332,6 +345,10 @@ class Trainer:
         flags = None
         if grads.per_row is not None and grads.rows:
             flags, out["flags"] = self._flags(batch, grades, adv, grads, step)
+            if self.arm.baseline(self.pc) == "kept":
+                grads = self._rebaseline(batch, grades, adv, grads, flags, step)
+        elif self.rate_match is not None:
+            self.rate_match.count(step, 0)  # a step without rows still moves the balance
         split = self.arm.split_gradients(grads.per_row if grads.per_row is not None else [grads.total], flags)
         for p, g in zip(self.ds, split.delta_s or [torch.zeros_like(p) for p in self.ds]):
             p.grad = g.clone()
@@ -346,26 +363,48 @@ class Trainer:
 
     def _flags(self, batch, grades, adv, grads, step):
         """The detector's inputs over the rows with gradient, the arm's flags, and their
-        rate / precision / recall against the true hack label (logged only, never used)."""
-        A = adv.flat()[grads.rows]
-        sign = torch.sign(A).to(torch.float64)
+        rate / precision / recall against the true hack label (``grade.exploited``; logged only).
+
+        The label reaches the arm only when it declares ``reads_label`` (a ceiling) or the run's
+        detector is ``noisy_label``; a random-flag control gets its matched count
+        (:class:`evil_moe.arms.FlagRateMatch`) and nothing else of the detector's."""
         scores = None
-        if self.pc.detector == "gradient":
-            stacked = {n: torch.stack([g[m] for g in grads.per_row]).double() * sign[:, None]
-                       for m, n in enumerate(self.adapter.names)}
-            scores = sample_scores(self.detector_v, stacked)
+        if self.pc.detector == "gradient" and not self.arm.reads_label and not self.arm.matches:
+            scores = gradient_scores(self.detector_v, self.adapter.names, grads.per_row,
+                                     adv.flat()[grads.rows])
         pattern = torch.tensor([
             bool(p.mode in self.known_modes and pattern_flag(p.mode, extract_code(batch.flat[i].text), p.test_name))
             for i, p in ((i, batch.problems[i]) for i in grads.rows)], dtype=torch.bool)
         rng = np.random.default_rng([self.seed, step, 31])
+        hack = torch.tensor([bool(grades[i].exploited) for i in grads.rows], dtype=torch.bool)
+        gives_label = self.arm.reads_label or (self.pc.detector == "noisy_label" and not self.arm.matches)
+        count = self.rate_match.count(step, len(grads.rows)) if self.rate_match is not None else None
         flags = self.arm.flags(FlagInputs(scores, pattern, self.threshold if self.threshold is not None else 0.0,
-                                          self.pc.detector, rng))
-        hack = torch.tensor([bool(grades[i].exploited) for i in grads.rows])
-        tp = int((flags & hack).sum())
-        stats = {"flag_rate": float(flags.float().mean()),
-                 "flag_precision": tp / int(flags.sum()) if int(flags.sum()) else None,
-                 "flag_recall": tp / int(hack.sum()) if int(hack.sum()) else None}
-        return flags, stats
+                                          self.pc.detector, rng, label=hack.clone() if gives_label else None,
+                                          precision=self.pc.detector_precision, recall=self.pc.detector_recall,
+                                          target_count=count))
+        return flags, flag_quality(flags, hack)
+
+    def _rebaseline(self, batch, grades, adv, grads: StepGradients, flags, step) -> StepGradients:
+        """Recompute the kept rows' group advantages over the kept (unflagged) rows
+        (:func:`evil_moe.arms.kept_advantages`; flagged rows keep the whole group's advantage)
+        and the per-sample gradients of the kept rows whose advantage changed (exact under the
+        clip, the KL term and teacher rows alike). ``grads.total`` and the loss statistics stay
+        those of the step as sampled (they are logged as vanilla's are)."""
+        R = torch.tensor([self.arm.reward(w) for w in grades], dtype=torch.float32).reshape(self.P, self.G)
+        kept = torch.ones(R.numel(), dtype=torch.bool)
+        kept[torch.as_tensor(grads.rows)] = ~flags.bool()
+        A = adv.flat()
+        new = torch.where(kept, kept_advantages(R, kept.reshape(self.P, self.G), self.pc.scale_std).reshape(-1).to(A.dtype), A)
+        changed = [j for j, i in enumerate(grads.rows) if bool(kept[i]) and float(new[i]) != float(A[i])]
+        if not changed:
+            return grads
+        sub = self.gradients(batch, grpo.Advantages(new.reshape(self.P, self.G), adv.zero_std, adv.frac_zero_std),
+                             [grads.rows[j] for j in changed], step)
+        per_row = list(grads.per_row)
+        for j, g in zip(changed, sub.per_row):
+            per_row[j] = g
+        return StepGradients(grads.rows, grads.total, per_row, grads.loss, grads.stats, grads.cin_source)
 
     # -- 6. optimiser step ------------------------------------------------------------------------
     def optimiser_step(self) -> dict:
@@ -454,7 +493,8 @@ class Trainer:
         return {"delta_s": [p.detach().cpu().clone() for p in self.ds],
                 "delta_s_hack": [p.detach().cpu().clone() for p in self.dsh],
                 "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                "py_rng": random.getstate(), "np_rng": np.random.get_state()}
+                "py_rng": random.getstate(), "np_rng": np.random.get_state(),
+                "flag_balance": None if self.rate_match is None else self.rate_match.balance}
 
     def load_state(self, ck: dict) -> None:
         """Restore :meth:`state`."""
@@ -467,6 +507,8 @@ class Trainer:
         torch.set_rng_state(ck["torch_rng"])
         random.setstate(ck["py_rng"])
         np.random.set_state(ck["np_rng"])
+        if self.rate_match is not None and ck.get("flag_balance") is not None:
+            self.rate_match.balance = float(ck["flag_balance"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,7 +519,7 @@ class Trainer:
 def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: str,
               random_vhack_path: str | None, arm: str, seed: int, out_dir: str,
               init_adapter: str | None = None, teacher_rollouts: str | None = None,
-              stop_after: int | None = None) -> dict:
+              match_flags: str | None = None, stop_after: int | None = None) -> dict:
     """Train one arm × seed with Dr.GRPO and the arm's hooks, then evaluate it held out.
 
     Args:
@@ -493,6 +535,10 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         out_dir: output folder (also holds the checkpoint).
         init_adapter: warm-start ``δS`` from this adapter (the distilled student).
         teacher_rollouts: teacher ``rollouts.jsonl.gz`` (needed when ``mix_ratio > 0``).
+        match_flags: ``steps.tsv`` of the arm a random-flag control follows (its
+            :attr:`~evil_moe.arms.Arm.matches`, same seed): the control flags as many rows per step
+            as that arm's ``flag_rate`` (:class:`evil_moe.arms.FlagRateMatch`). Required by those
+            controls, ignored by the others.
         stop_after: test hook — return after this many steps of this invocation, leaving the
             checkpoint as a killed run would (default: run to the end).
 
@@ -501,7 +547,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
 
     Raises:
         ValueError: unknown arm; a random-V arm without ``random_vhack_path``; ``mix_ratio > 0``
-            without teacher rollouts; a gradient-detector arm whose v_hack has no null scores.
+            without teacher rollouts; a gradient-detector arm whose v_hack has no null scores; a
+            random-flag control without ``match_flags`` or whose file has another number of steps.
         FileNotFoundError: an input file is missing (names the path).
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
         PilotInterrupted: SIGTERM; the checkpoint is on disk.
@@ -511,11 +558,18 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     arm_obj = get_arm(arm)
     for path, what in ((problems_path, "problems file"), (vhack_path, "v_hack"),
                        (random_vhack_path, "random v_hack"), (init_adapter, "initial adapter"),
-                       (teacher_rollouts, "teacher rollouts")):
+                       (teacher_rollouts, "teacher rollouts"),
+                       (match_flags if arm_obj.matches else None, f"{arm_obj.matches} steps file")):
         if path:
             require_file(path, what)  # fail before loading a (possibly large) model
     if arm_obj.vhack == "random" and not random_vhack_path:
         raise ValueError(f"arm {arm} needs --random-vhack")
+    flag_rates = None
+    if arm_obj.matches:
+        if not match_flags:
+            raise ValueError(f"arm {arm} flags at {arm_obj.matches}'s per-step rate: it needs "
+                             f"--match-flags (results/pilots/{arm_obj.matches}/s{seed}/steps.tsv)")
+        flag_rates = FlagRateMatch.read(match_flags)
     if pc.mix_ratio > 0 and not teacher_rollouts:
         raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
     out = Path(out_dir)
@@ -544,13 +598,14 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
     digest = _file_digest(cfg.digest("problems", "adapter", "models", "grader", "vhack"),
                           Config({"pilot": run_keys}).digest("pilot"), str(model_path),
-                          vhack_path, random_vhack_path, init_adapter, teacher_rollouts)
+                          vhack_path, random_vhack_path, init_adapter, teacher_rollouts,
+                          match_flags if arm_obj.matches else None)
     work = out / "_work"
     work.mkdir(exist_ok=True)
     with make_grader(problems, cfg) as grader, _Signals() as sig:
         trainer = Trainer(cfg, arm=arm, seed=seed, model=model, tok=tok, adapter=adapter,
                           device=device, train=train, vhack=vhack, proj_v=proj_v, grader=grader,
-                          teacher_rows=teacher_rows)
+                          teacher_rows=teacher_rows, flag_rates=flag_rates)
         rows, evals, outcomes, start, vhack_file = _resume(ckpt_path, digest, arm, seed, trainer, device)
 
         def save_checkpoint(next_step: int) -> None:
