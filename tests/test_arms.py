@@ -770,3 +770,33 @@ def test_rate_match_balance_survives_a_checkpoint(world):
         with pytest.raises(ValueError, match="has 2 steps, pilot.steps is 3"):
             Trainer(cfg, arm="filter_random", seed=0, model=a.model, tok=a.tok, adapter=a.adapter, device=a.device,
                     train=train, vhack=v, proj_v=v, grader=grader, flag_rates=[0.2, 0.4])
+
+
+def test_per_sample_gradients_from_one_backward_equal_the_serial_ones(world):
+    """route needs each row's gradient. With pilot.micro_batch 0 they come from ONE batched
+    backward (SVDAdapter.per_sample); with micro_batch 1 from one backward per row (the serial
+    reference, independent of the per-sample hook: a one-row batch's own gradient). They agree
+    to float tolerance, sum to the step's total, and the rows differ from each other."""
+    from evil_moe.stages.common import load_problem_file, make_grader
+
+    out = {}
+    for mb in (0, 1):
+        cfg = cfg_of("pilot.group=4", "pilot.prompts_per_step=2", f"pilot.micro_batch={mb}")
+        with make_grader(load_problem_file(world.problems), cfg) as grader:
+            t = _trainer(world, "route", cfg, grader)
+            for step in range(12):
+                batch = t.sample(step)
+                grades, R = t.grade(batch)
+                adv, rows = t.advantages(R)
+                if len(rows) >= 2:
+                    break
+            assert len(rows) >= 2, "no step with reward variance in the fixture"
+            out[mb] = t.gradients(batch, adv, rows, step)
+    batched, serial = out[0], out[1]
+    assert batched.rows == serial.rows and len(batched.per_row) == len(serial.rows)
+    for gb, gs in zip(batched.per_row, serial.per_row):
+        for a, b in zip(gb, gs):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    for m, tot in enumerate(batched.total):
+        torch.testing.assert_close(sum(g[m] for g in batched.per_row), tot, rtol=1e-5, atol=1e-8)
+    assert not torch.allclose(batched.per_row[0][0], batched.per_row[1][0])

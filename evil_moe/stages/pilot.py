@@ -270,9 +270,11 @@ class Trainer:
 
     # -- 4. gradients -----------------------------------------------------------------------------
     def gradients(self, batch: StepBatch, adv, rows: list[int], step: int) -> StepGradients:
-        """Loss and ``δS`` gradient of ``rows``: micro-batches (``pilot.micro_batch``), or one row
-        at a time for arms that need per-sample gradients. ``∂L/∂δS`` equals ``∂L/∂δS_hack``
-        (the forward sees their sum), so one gradient serves both knobs.
+        """Loss and ``δS`` gradient of ``rows``, per micro-batch (``pilot.micro_batch``; 0 = all
+        rows at once). Arms that need per-sample gradients get them from the same batched
+        backward (:meth:`evil_moe.model.adapter.SVDAdapter.per_sample`: the gradient with respect
+        to a per-row copy of each knob), never one backward per row. ``∂L/∂δS`` equals
+        ``∂L/∂δS_hack`` (the forward sees their sum), so one gradient serves both knobs.
 
         Raises:
             PilotInvalid: a non-finite loss (``status.json`` is the caller's).
@@ -283,39 +285,47 @@ class Trainer:
         rb = RolloutBatch.from_rollouts([batch.flat[i] for i in rows], adv.flat()[rows],
                                         self.tok.pad_token_id, device=self.device)
         per_sample = self.arm.needs_sample_grads
-        mb = 1 if per_sample else (self.pc.micro_batch or len(rows))
+        mb = self.pc.micro_batch or len(rows)
         total = [torch.zeros_like(p) for p in self.ds]
         per_row, parts, src = [], [], {}
         loss_sum = 0.0
         for lo in range(0, len(rows), mb):
             sel = list(range(lo, min(lo + mb, len(rows))))
             part = rb if len(sel) == len(rows) else rb.select(sel)
-            logp = token_logprobs(self.model, part.batch, temperature=self.pc.temperature)
-            ref = None
-            if self.pc.beta > 0:
-                with torch.no_grad(), self.adapter.zeroed():
-                    ref = token_logprobs(self.model, part.batch, temperature=self.pc.temperature)
-            beh = behaviour_logp(part, logp)
-            loss, st = grpo.dr_grpo_loss(logp, beh, part.advantages, part.batch.completion_mask,
-                                    self.normaliser, clip_eps=self.pc.clip_eps, ref_logp=ref,
-                                    beta=self.pc.beta)
-            if not torch.isfinite(loss):
-                raise PilotInvalid(f"non-finite loss ({float(loss.detach())}) at step {step}")
-            if self.n_teacher and len(set(part.sources)) > 1:
-                for s_, gs in source_gradients(st.row_loss, part.sources, self.ds).items():
-                    acc = src.setdefault(s_, [torch.zeros_like(p) for p in self.ds])
-                    for a, g in zip(acc, gs):
-                        a += g
-            grads = torch.autograd.grad(loss, self.ds, allow_unused=True)
-            grads = [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(self.ds, grads)]
+            knobs = self.adapter.per_sample(len(sel)) if per_sample else contextlib.nullcontext()
+            with knobs as es:
+                logp = token_logprobs(self.model, part.batch, temperature=self.pc.temperature)
+                ref = None
+                if self.pc.beta > 0:
+                    with torch.no_grad(), self.adapter.zeroed():
+                        ref = token_logprobs(self.model, part.batch, temperature=self.pc.temperature)
+                beh = behaviour_logp(part, logp)
+                loss, st = grpo.dr_grpo_loss(logp, beh, part.advantages, part.batch.completion_mask,
+                                             self.normaliser, clip_eps=self.pc.clip_eps, ref_logp=ref,
+                                             beta=self.pc.beta)
+                if not torch.isfinite(loss):
+                    raise PilotInvalid(f"non-finite loss ({float(loss.detach())}) at step {step}")
+                if per_sample:  # (b, r) per module: row b's share of the gradient
+                    ge = [g.detach() for g in torch.autograd.grad(loss, es)]
+                    rows_g = [[g[b] for g in ge] for b in range(len(sel))]
+                    grads = [g.sum(0) for g in ge]
+                else:
+                    if self.n_teacher and len(set(part.sources)) > 1:
+                        for s_, gs in source_gradients(st.row_loss, part.sources, self.ds).items():
+                            acc = src.setdefault(s_, [torch.zeros_like(p) for p in self.ds])
+                            for a, g in zip(acc, gs):
+                                a += g
+                    grads = torch.autograd.grad(loss, self.ds, allow_unused=True)
+                    grads = [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(self.ds, grads)]
             for t, g in zip(total, grads):
                 t += g
             if per_sample:
-                per_row.append(grads)
-                if self.n_teacher:  # one row per part: its gradient is its source's share
-                    acc = src.setdefault(part.sources[0], [torch.zeros_like(p) for p in self.ds])
-                    for a, g in zip(acc, grads):
-                        a += g
+                per_row += rows_g
+                if self.n_teacher:  # each row's gradient is its source's share
+                    for b, gs in enumerate(rows_g):
+                        acc = src.setdefault(part.sources[b], [torch.zeros_like(p) for p in self.ds])
+                        for a, g in zip(acc, gs):
+                            a += g
             mask = part.batch.completion_mask.bool()
             parts.append({"tokens": st.tokens, "frac_clipped": st.frac_clipped,
                           "ratios": torch.exp(logp.detach() - beh)[mask].cpu(),
