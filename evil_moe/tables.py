@@ -79,6 +79,12 @@ STEPS = _cols([
     ("delta_s_hack_norm", "L2", "norm of all delta_s_hack after the step (subtract and route grow it)"),
     ("tokens", "tokens", "completion tokens in the step"),
     ("seconds", "s", "wall-clock seconds of the step"),
+    ("seconds_sample", "s", "of which: sampling the step's rollouts (generate, adapter merged)"),
+    ("seconds_grade", "s", "of which: grading them in the sandbox"),
+    ("seconds_loss", "s", "of which: the loss's forward and backward (per-sample gradients included)"),
+    ("seconds_arm", "s", "of which: the arm's hooks (detector, flags, routing, projection; kept-row rebaselining)"),
+    ("seconds_optimiser", "s", "of which: gradient clip, optimiser step and the arm's update hook"),
+    ("seconds_eval", "s", "held-out evaluation run after this step (every view), else empty; not part of seconds"),
 ])
 
 # results/pilots/{arm}/s{seed}/eval.tsv — held-out evaluation after the last step (and every

@@ -184,10 +184,11 @@ def header(path) -> list[str]:
 
 
 def tsv_without(path, column: str = "seconds") -> list[list[str]]:
-    """TSV cells (header included) without one column: the resume comparison."""
+    """TSV cells (header included) without the wall-clock columns (``column`` and every
+    ``<column>_<phase>``): the resume comparison."""
     lines = [ln.split("\t") for ln in Path(path).read_text().splitlines()]
-    j = lines[0].index(column)
-    return [row[:j] + row[j + 1:] for row in lines]
+    keep = [j for j, c in enumerate(lines[0]) if c != column and not c.startswith(column + "_")]
+    return [[row[j] for j in keep] for row in lines]
 
 
 def pilot_kwargs(world: World, out: Path, arm: str = "erase", seed: int = 0, **kw) -> dict:

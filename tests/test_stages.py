@@ -428,6 +428,15 @@ def test_pilot_outputs(world, erase_run):
     assert any(float(r["grad_norm"]) > 0 for r in rows)  # the fixture gives reward variance
     assert all(float(r["frac_clipped"]) == 0.0 for r in rows)  # pure on-policy: ρ ≡ 1
     assert all(float(r["delta_s_hack_norm"]) == 0.0 for r in rows)
+    # per-phase seconds: each phase is part of the step's seconds; held-out evaluation only
+    # after the last step (it ran once, at the end), and not part of that step's seconds
+    phases = ("sample", "grade", "loss", "arm", "optimiser")
+    for r in rows:
+        parts = [float(r[f"seconds_{p}"]) for p in phases]
+        assert all(x >= 0 for x in parts) and parts[0] > 0
+        assert sum(parts) <= float(r["seconds"]) + 0.01
+    assert [r["seconds_eval"] == "" for r in rows] == [True] * (N_STEPS - 1) + [False]
+    assert float(rows[-1]["seconds_eval"]) > 0
     assert json.loads((erase_run / "status.json").read_text())["status"] == "ok"
     assert not (erase_run / "steps.partial.tsv").exists()
     assert (erase_run / "adapter.safetensors").is_file()

@@ -167,7 +167,7 @@ def _slurm(work, *extra, overlay=None):
 def _without_seconds(path):
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
-    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+    return [{k: v for k, v in row.items() if k != "seconds" and not k.startswith("seconds_")} for row in rows]
 
 
 def _mtimes(res, arms):

@@ -111,6 +111,21 @@ def _flat_norm(tensors) -> float:
     return float(torch.sqrt(sum((t.detach().float() ** 2).sum() for t in tensors))) if tensors else 0.0
 
 
+class _PhaseClock:
+    """Wall-clock seconds per named phase of a step (``steps.tsv`` ``seconds_<phase>``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
+
+
 class _Signals:
     """Record SIGTERM/SIGUSR1 so the loop can checkpoint at the end of the current step."""
 
@@ -439,18 +454,25 @@ class Trainer:
             PilotInvalid: non-finite loss, or ``frac_clipped`` above the bound (names the step).
         """
         t0 = time.time()
-        batch = self.sample(step)
-        grades, R = self.grade(batch)
-        adv, rows = self.advantages(R)
-        grads = self.gradients(batch, adv, rows, step)
-        arm_stats = self.apply_arm(batch, grades, adv, grads, step)
-        upd = self.optimiser_step()
+        clock = _PhaseClock()
+        with clock("sample"):
+            batch = self.sample(step)
+        with clock("grade"):
+            grades, R = self.grade(batch)
+            adv, rows = self.advantages(R)
+        with clock("loss"):
+            grads = self.gradients(batch, adv, rows, step)
+        with clock("arm"):
+            arm_stats = self.apply_arm(batch, grades, adv, grads, step)
+        with clock("optimiser"):
+            upd = self.optimiser_step()
         fc = grads.stats["frac_clipped"]
         if fc > self.pc.max_frac_clipped:
             raise PilotInvalid(f"frac_clipped {fc:.3f} > {self.pc.max_frac_clipped} at step {step}")
         stud = [(r, w, p) for r, w, p in zip(batch.flat, grades, batch.problems) if r.source == "student"]
         recs = [rollout_record(r, p, w, step=step, seed=self.seed, arm=self.arm.name) for r, w, p in stud]
         row = self.log(step, stud, recs, adv, grads, arm_stats, upd, t0)
+        row.update({f"seconds_{k}": round(v, 3) for k, v in clock.seconds.items()})
         return row, recs
 
     # -- 7. log -----------------------------------------------------------------------------------
@@ -638,7 +660,9 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
             print(_progress(row, pc.steps), flush=True)
             last = step + 1 == pc.steps
             if pc.eval_every and (step + 1) % pc.eval_every == 0 and not last:
+                t_eval = time.perf_counter()
                 e, o = evaluate(trainer, heldout, step, init_ds)
+                row["seconds_eval"] = round(time.perf_counter() - t_eval, 3)
                 evals += e
                 outcomes += o
             if pc.vhack_refresh_every and (step + 1) % pc.vhack_refresh_every == 0 and not last:
@@ -650,7 +674,10 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
                 raise PilotInterrupted(f"SIGTERM after step {step}; checkpoint written")
             if stop_after is not None and step + 1 - start >= stop_after and not last:
                 return {"status": "stopped", "step": step + 1}
+        t_eval = time.perf_counter()
         e, o = evaluate(trainer, heldout, pc.steps - 1, init_ds)
+        if rows and heldout:
+            rows[-1]["seconds_eval"] = round(time.perf_counter() - t_eval, 3)
         evals += e
         outcomes += o
         isolation = grader.isolation
