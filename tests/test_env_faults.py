@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -46,10 +45,6 @@ def g():
         yield gr
 
 
-def _sbx_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(os.environ.get("TMPDIR", "/tmp"), "evil_moe_sbx_*")))
-
-
 # Finds the job's nonce in the child's memory and writes `lines` (each prefixed by it) to every
 # descriptor: the result channel is one of them.
 FORGE = textwrap.dedent("""
@@ -79,19 +74,23 @@ HOSTILE = {
     "deep_tree_then_wrong": (DEEP_TREE + "class Solution:\n    def add(self, a, b):\n        return 0\n",
                              False, None),
     "wide_deep_tree": (WIDE_DEEP_TREE + ADD, True, None),
-    "forged_deep_nesting": (FORGE + "_forge(%r)\n" % (DEEP,) + ADD, True, "report"),
+    "forged_deep_nesting": (FORGE + "_forge(%r)\n" % (DEEP,) + ADD, False, "report"),
     "forged_hash_collisions": (FORGE + "_forge([%r])\n" % (COLLIDE,) + ADD, False, "report"),
 }
 
 
 @pytest.mark.parametrize("isolation", ["bwrap", "rlimit-only"])
-def test_grade_cli_one_row_each_and_nothing_left(tmp_path, isolation):
+def test_grade_cli_one_row_each_and_nothing_left(tmp_path, monkeypatch, isolation):
     """`evil-moe grade` on every hostile completion above, each followed by an innocent one:
     exit 0, one row per input in order, each hostile row labelled as listed, every innocent row
     correct, the hash-collision report judged in seconds (it took 38 s), and no
     sandbox folder left behind (deep trees used to raise RecursionError in the zygote's and the
     parent's cleanup: exit 1, no rows, the folder kept)."""
-    before = _sbx_dirs()
+    import tempfile
+
+    host_tmp = tmp_path / "host_tmp"   # this test's own: other graders on the machine use /tmp
+    host_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
     p = _base()
     rows = []
     for code, _, _ in HOSTILE.values():
@@ -111,7 +110,7 @@ def test_grade_cli_one_row_each_and_nothing_left(tmp_path, isolation):
         if name == "forged_hash_collisions":  # the parent's share: it took 38 s
             assert h["seconds"] < 10, h
         assert (ok["passed"], ok["gt_correct"], ok["error"]) == (True, True, None), (name, ok)
-    assert _sbx_dirs() - before == set()
+    assert os.listdir(host_tmp) == []
 
 
 def test_parent_decode_is_linear_and_bounded():

@@ -625,9 +625,9 @@ def judge(mode: str, tests: Sequence[OracleTest], reply: dict) -> Verdict:
     The reply's ``records`` come from the child and may be forged (their nonce can be read from
     the child's memory): the first record of each kind and of each test index counts, values are
     only ever compared with the expected values held here, and anything that cannot be decoded
-    or compared makes that test fail and the verdict's error ``"report"`` (never an exception),
-    as do records the zygote refused (no harness shape) and repeated records (the harness
-    writes each once). Decoding and comparing one reply is linear in its size and bounded by
+    or compared makes that test fail and the verdict's error ``"report"`` (never an exception).
+    Records the zygote refused (no harness shape) or repeated records (the harness writes each
+    once) are forgeries: the verdict is then never ``gt_correct`` and its error is ``"report"``. Decoding and comparing one reply is linear in its size and bounded by
     :data:`PARENT_SECONDS` (:class:`ReportTooCostly`).
 
     Args:
@@ -680,6 +680,11 @@ def judge(mode: str, tests: Sequence[OracleTest], reply: dict) -> Verdict:
                 bad = f"test {i}: {type(e).__name__}: {e}"[:300]
             if isinstance(e, ReportTooCostly):
                 break  # the rest of this report gets none of the parent's time
+    chan = reply.get("chan") if isinstance(reply.get("chan"), dict) else {}
+    if bad is None and repeated:  # a forged report is never trusted
+        bad = "repeated result records (the harness writes each once): forged"
+    if bad is None and chan.get("invalid"):
+        bad = f"{chan['invalid']} result records of no harness shape: forged"
     gt = bool(tests) and tp == len(tests) and bad is None
     error = status.get("error") if isinstance(status.get("error"), str) and \
         status["error"] in ERRORS else None
@@ -692,10 +697,9 @@ def judge(mode: str, tests: Sequence[OracleTest], reply: dict) -> Verdict:
         errs = {r[1] for r in results.values()
                 if isinstance(r, list) and len(r) == 2 and r[0] == "error" and isinstance(r[1], str)}
         error = next((e for e in ("memory", "exit", "recursion") if e in errs), None)
-    chan = reply.get("chan") if isinstance(reply.get("chan"), dict) else {}
     if error is None and len(results) < len(tests) and (chan.get("truncated") or chan.get("dropped")):
         error = "output"
-    if error is None and (bad is not None or chan.get("invalid") or repeated):
+    if error is None and bad is not None:
         error = "report"  # a value it cannot judge, or forged records (no harness shape, repeated)
     return Verdict(passed, gt, error, tp, bad)
 
