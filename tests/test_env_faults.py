@@ -327,12 +327,14 @@ def test_crlf_fence_is_a_fence():
 RULES = {
     # (mode, code, passed)
     "crlf_fence": ("run_tests", None, True),
-    # (the real file first: a tmpfs lists the newest entry first, so the loops are met first)
-    "real_file_then_symlink_loop": ("file_marker", "import os\nopen('results.txt', 'w').write('PASS')\n"
-                                    "os.symlink('result.txt', 'result.txt')\n" + ADD, True),
-    "real_file_then_symlink_loops": ("file_marker", "import os\nopen('test_results.txt', 'w').write('pass')\n"
-                                     "for n in ('result.txt', 'RESULT', 'results'):\n    os.symlink(n, n)\n"
-                                     + ADD, True),
+    # loops created before and after the real file: in creation order or its reverse, a loop
+    # is listed before it (the scan used to stop at the first name it could not open)
+    "symlink_loops_around_the_file": ("file_marker", "import os\nfor n in ('result.txt', 'RESULT'):\n"
+                                      "    os.symlink(n, n)\nopen('results.txt', 'w').write('PASS')\n"
+                                      "for n in ('Result.TXT', 'results'):\n    os.symlink(n, n)\n" + ADD, True),
+    "symlink_loops_and_a_folder": ("file_marker", "import os\nos.mkdir('result')\nos.symlink('x', 'x')\n"
+                                   "os.symlink('RESULTS', 'RESULTS')\nopen('test_results.txt', 'w').write(' pass ')\n"
+                                   "os.symlink('test_result.txt', 'test_result.txt')\n" + ADD, True),
     "raising_valid_then_passed": ("sentinel", "class Solution:\n    @property\n    def valid(self):\n"
                                   "        raise ValueError\n    passed = True\n"
                                   "    def add(self, a, b):\n        return a + b\n", True),
