@@ -317,6 +317,44 @@ def test_cpu_budget_sized_from_the_canonical_solution():
             assert r.cpu_seconds < r.cpu_budget
 
 
+@contextlib.contextmanager
+def _burners(n=2):
+    procs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) for _ in range(n)]
+    try:
+        time.sleep(0.2)
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+SLOW_CANONICAL = textwrap.dedent("""
+    import time
+    class Solution:
+        def f(self, x):
+            t = time.process_time()
+            while time.process_time() - t < 1.4:   # 1.4 CPU-s per test, on any machine
+                pass
+            return x + 1
+""")
+
+
+def test_correct_code_above_the_flat_budget_passes_under_load():
+    """A problem whose canonical solution needs 4.2 CPU-s (three tests of 1.4 s): with a flat
+    3 s budget every correct answer timed out; its budget is now 3 x the measured 4.2 s, and
+    the canonical solution passes with two CPU burners beside the grader."""
+    from evil_moe.env.problems import Problem
+
+    prob = Problem("t/slow", "toy", "", "f", True, "", "", SLOW_CANONICAL,
+                   tuple(f"assert Solution().f({k}) == {k + 1}" for k in range(3)), "run_tests", "")
+    with Grader([prob], timeout=3.0, workers=1) as gr, _burners(2):
+        r = gr.grade(prob, fence(SLOW_CANONICAL + "\ndef run_tests():\n    pass\n"))
+    assert (r.passed, r.gt_correct, r.error) == (True, True, None), r
+    assert 4.2 <= gr.canonical_cpu["t/slow"] < 5.0
+    assert r.cpu_budget == round(3 * gr.canonical_cpu["t/slow"], 2) and 4.2 <= r.cpu_seconds
+
+
 # --- mode rules that no longer stop early ---------------------------------------------------------
 
 def test_crlf_fence_is_a_fence():
@@ -363,18 +401,6 @@ def test_docs_state_the_file_rule_as_applied():
 
 
 # --- every shipped canonical solution passes in every mode under load --------------------------
-
-@contextlib.contextmanager
-def _burners(n=2):
-    procs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) for _ in range(n)]
-    try:
-        time.sleep(0.2)
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
 
 @pytest.mark.slow
 def test_every_shipped_canonical_solution_passes_every_mode_under_load():
