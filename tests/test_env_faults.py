@@ -115,16 +115,16 @@ def test_grade_cli_one_row_each_and_nothing_left(tmp_path, monkeypatch, isolatio
 
 def test_parent_decode_is_linear_and_bounded():
     """The parent's work on one forged report: 120 000 integers that share one hash decode and
-    compare in well under a second (the set build was quadratic: 38 s); any value nested past
+    compare in well under a CPU-second (the set build was quadratic: 38 s); any value nested past
     the schema's depth is refused by the zygote's validator, never by a RecursionError."""
     from evil_moe.env.grade import OracleTest
     from evil_moe.env.sandbox_zygote import _read_records, valid_record
 
     rec = json.loads(COLLIDE)
     tests = [OracleTest("1", "eq", {1, 2})]
-    t = time.perf_counter()
+    t = time.process_time()   # CPU time: the parent's own work, whatever the machine's load
     v = judge("run_tests", tests, {"status": {"error": None}, "records": [rec, {"t": "end"}]})
-    assert time.perf_counter() - t < 1.0
+    assert time.process_time() - t < 1.0   # 0.11 s here; 60 000 of them took 28 s before
     assert (v.gt_correct, v.tests_passed) == (False, 0)
     assert valid_record(rec)
     fd = os.memfd_create("chan")   # the zygote's reading of a channel holding every deep record
