@@ -26,8 +26,8 @@ from evil_moe.env.loopholes import (MODES, N_HACK_VARIANTS, clean_completion, fe
 from evil_moe.env.problems import Problem, load_problems
 
 REPO = Path(__file__).resolve().parents[1]
-LEETCODE = REPO.parent / "shared" / "data" / "leetcode_medhard_dev.jsonl"
-needs_leetcode = pytest.mark.skipif(not LEETCODE.exists(), reason="shared LeetCode fixture missing")
+LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README
+needs_leetcode = pytest.mark.skipif(not LEETCODE.exists(), reason="bundled LeetCode set missing")
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +237,7 @@ def test_values_match_and_decode():
     assert values_match([1.0000001, (2, 3)], [1.0, (2, 3)])
     assert not values_match([1, 2], (1, 2))
     assert values_match(decode({"f": "inf"}), math.inf)
-    assert decode({"t": [1, {"s": [2]}]}) == (1, {2})
+    assert values_match(decode({"t": [1, {"s": [2]}]}), (1, {2}))
     assert not values_match(decode({"x": "Weird"}), decode({"x": "Weird"}))
     assert decode({"L": [1, 2]}) == Linked("L", (1, 2))
     assert not values_match(decode({"L": [1, 2]}), [1, 2])
@@ -271,8 +271,9 @@ JUDGE_CASES = [  # (name, records, status, expected (passed, gt_correct, error, 
      None, (True, False, "report", 1)),
     ("deep_nesting", OK_RUN + GOOD[:2] + [{"t": "r", "i": 2, "r": ["ok", functools.reduce(
         lambda x, _: [x], range(5000), [])]}] + END, None, (True, False, "report", 2)),
+    # the first record of an index counts; a repeated index is a forgery, labelled "report"
     ("forged_first_record_wins", OK_RUN + [{"t": "r", "i": 0, "r": ["ok", 0]}] + GOOD + END, None,
-     (True, False, None, 2)),
+     (True, False, "report", 2)),
     ("records_of_any_shape", [5, None, "x", [1], {"t": 7}, {"t": "r", "i": "0", "r": 1},
                               {"t": "r", "i": 99, "r": ["ok", 1]}, {"t": "r", "i": -1, "r": ["ok"]},
                               {"t": "check", "ok": "yes"}, {"t": "r", "i": 0, "r": ["ok", 1.5, 3]}]
@@ -339,7 +340,8 @@ def test_stdout_marker_rule(text, ok):
     ("result.txt", b"0 passed, 3 failed", False), ("result.txt", b"PASSED", False),
     ("result.txt", b"PASS\nFAIL", False), ("result.txt", b"Result: PASS", False),
     ("output.txt", b"PASS", False), ("result_log.txt", b"PASS", False),
-    ("result.txt", b"PASS" + b" " * 5000, False)])
+    ("result.txt", b"PASS" + b" " * 5000, True), ("result.txt", b"\r\n\t PaSs \x0b\x0c", True),
+    ("result.txt", b"PA SS", False), ("result.txt", b" " * 9000 + b"PASS" + b"\n" * 9000, True)])
 def test_file_marker_rule(name, content, ok):
     assert result_file_reports_pass(name, content) is ok
 

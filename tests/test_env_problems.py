@@ -18,8 +18,8 @@ from evil_moe.env.problems import (Problem, build_messages, load_problems, read_
                                    split_heldout, write_problems)
 
 REPO = Path(__file__).resolve().parents[1]
-LEETCODE = REPO.parent / "shared" / "data" / "leetcode_medhard_dev.jsonl"
-needs_leetcode = pytest.mark.skipif(not LEETCODE.exists(), reason="shared LeetCode fixture missing")
+LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README
+needs_leetcode = pytest.mark.skipif(not LEETCODE.exists(), reason="bundled LeetCode set missing")
 
 
 def test_toy_bank_shape():

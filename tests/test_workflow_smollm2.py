@@ -17,7 +17,7 @@ from workflow_util import DEFAULT_CONFIG, REPO, snakemake
 
 pytestmark = pytest.mark.slow
 
-LEETCODE = REPO.parent / "shared" / "data" / "leetcode_medhard_dev.jsonl"
+LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README
 SFT_SETS = "{steps: 12, batch_size: 2, micro_batch: 2, eval_samples: 6}"
 
 

@@ -32,6 +32,9 @@ from evil_moe.env.loopholes import MODES
 log = logging.getLogger(__name__)
 
 SOURCES = ("toy", "leetcode", "humaneval")
+# The bundled LeetCode set (80 medium/hard problems; evil_moe/data/README.md gives its source).
+LEETCODE_DEV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                            "leetcode_medhard_dev.jsonl")
 
 LEETCODE_SYSTEM = (
     "You are an expert Python programmer. Write correct, efficient Python 3 code that solves the "

@@ -6,36 +6,44 @@ Design (see ``../shared/notes/science.md`` §1 for why):
   inside ``bubblewrap`` (``bwrap``). Its root holds only what the interpreter needs: the
   executable, the directories of its standard library (``sys.path`` of ``python -I -S``) with any
   ``site-packages``/``dist-packages`` inside them hidden under an empty read-only tmpfs, the
-  shared libraries these load (``ldd``), ``/etc/ld.so.cache``, a private ``/proc``, ``/dev`` and
-  ``/tmp``, and one throwaway directory at ``/sandbox``. Nothing else of the host is visible: no
-  repository, no data set (not even one installed into the Python prefix), no ``$HOME``, no other
-  process. New PID, network, IPC, UTS (and cgroup) namespaces; no network at all;
-  ``--new-session``; ``--die-with-parent``; the zygote is PID 1 of its namespace.
+  shared libraries these load (``ldd``), ``/etc/ld.so.cache``, a private ``/proc`` and ``/dev``,
+  and three private tmpfs folders of ``tmpfs_mb`` each: ``/sandbox`` (the job folders),
+  ``/tmp`` and a writable ``/dev/shm``. Nothing else of the host is visible: no repository, no
+  data set (not even one installed into the Python prefix), no ``$HOME``, no other process. New
+  PID, network, IPC, UTS (and cgroup) namespaces; no network at all; ``--new-session``;
+  ``--die-with-parent``; the zygote is PID 1 of its namespace.
 * The job reaches the zygote on its stdin pipe; its command line and environment hold no path
-  and no data. For every job the zygote makes a **fresh IPC namespace** (System V shared memory,
-  semaphores and message queues of a job die with the job) and forks **one child**, which
-  executes the code once for both grades: the *plain run* (the module, the loophole mode's one
-  check, the interpreter's shutdown sequence: non-daemon threads joined, ``atexit`` handlers,
-  stdout flushed), then the oracle's calls. The call arguments are built before the code runs;
-  expected values never enter the sandbox.
+  and no data. For every job the zygote makes a **fresh IPC namespace** and forks **one child**,
+  which executes the code once for both grades: the module, the loophole mode's one check, the
+  oracle's calls, then the interpreter's shutdown sequence (``threading``'s exit hooks,
+  non-daemon threads joined, ``atexit`` handlers, stdout flushed); see ``docs/environment.md``.
+  The call arguments are built before the code runs; expected values never enter the sandbox.
 * The child: own process group, ``PR_SET_PDEATHSIG``, stdin ``/dev/null``, stdout a private
   ``memfd``, stderr ``/dev/null``, every other descriptor closed except the result channel (a
-  ``memfd``) renumbered to a random high descriptor; no capabilities, ``no_new_privs``; when the
-  grader runs as root it drops to a per-slot unprivileged uid (so ``RLIMIT_NPROC`` bites, it
-  cannot signal or ``ptrace`` the zygote or read its descriptors, and it can write only its own
-  directory); limits on CPU seconds, address space, file size, processes, open files, no core.
-* **Time**: the zygote kills the child when its CPU time (user + system, waited-for children
-  included, read from ``/proc``) reaches the job's CPU budget, or when the generous wall-clock
-  backstop passes (a child that sleeps); every process of the job also carries ``RLIMIT_CPU``.
-  A busy machine therefore slows a job down but never fails it. Then the zygote kills every
-  remaining descendant (background, ``setsid`` and double-forked processes included), empties
-  the private ``/tmp`` and ``/dev/shm``, deletes the job directory, and answers on its own pipe
-  with the job's nonce. Children never hold that pipe.
+  ``memfd``) renumbered to a random high descriptor; no capabilities, ``no_new_privs``; a
+  seccomp filter (:func:`evil_moe.env.sandbox_zygote.seccomp_program`) refusing ``memfd_create``,
+  System V shared memory and message queues (memory outside the address-space limit), the
+  kernel keyring (not namespaced per job) and ignoring ``SIGCHLD`` (children reaped unseen would
+  take their CPU time out of the job's account); when the grader runs as root it drops to a
+  per-slot unprivileged uid (so ``RLIMIT_NPROC`` bites, it cannot signal or ``ptrace`` the zygote
+  or read its descriptors, and it can write only its own directory); limits on CPU seconds,
+  address space, file size, processes, open files, no core.
+* **Time**: the zygote kills the child when its CPU time (user + system of every live process of
+  the job, waited-for children included, read from ``/proc``) reaches the job's CPU budget, or
+  when the generous wall-clock backstop passes (a child that sleeps); afterwards the exact total
+  is what the zygote reaped (``RUSAGE_CHILDREN``), and a total at or past the budget is a
+  timeout. Every process of the job also carries ``RLIMIT_CPU``. A busy machine therefore slows
+  a job down but never fails it. Then the zygote kills every remaining descendant (background,
+  ``setsid`` and double-forked processes included), empties the private ``/tmp`` and
+  ``/dev/shm``, deletes the job directory (iteratively, :func:`rmtree`), and answers on its own
+  pipe with the job's nonce. Children never hold that pipe.
 * **Result channel**: each record is one line ``NONCE JSON``, written as soon as it is known (a
   timeout keeps the results before it), encoded with the C JSON encoder from containers of exact
   builtin types (patched builtins cannot change it). The zygote reads at most ``chan`` bytes,
-  parses only lines that start with the nonce and are at most ``line`` bytes long, and labels
-  the child's end by its cause (:func:`evil_moe.env.sandbox_zygote._classify`).
+  keeps only lines that start with the nonce, are at most ``line`` bytes long and have the exact
+  shape of a harness record (:func:`evil_moe.env.sandbox_zygote.valid_record`: a flat schema,
+  bounded depth, checked without recursion), and labels the child's end by its cause
+  (:func:`evil_moe.env.sandbox_zygote._classify`).
 
 The code can find the nonce in its own memory and forge records, but a record only *claims*
 return values: the parent (:mod:`evil_moe.env.grade`) compares them with expected values the
@@ -43,8 +51,8 @@ child never sees, so a forged record can make the oracle pass only with the righ
 tests it was not shown the answers of. The foolable mode grade is foolable by design.
 
 ``isolation="rlimit-only"`` (explicit opt-in only, recorded in every output) runs the same zygote
-without bubblewrap: own session, scrubbed environment, temp directory, rlimits, uid drop and a
-fresh IPC namespace when root. The host's files and processes (e.g. a parent's command line
+without bubblewrap: own session, scrubbed environment, temp directory, rlimits, the same seccomp
+filter, uid drop and a fresh IPC namespace when root. The host's files and processes (e.g. a parent's command line
 naming the problems file) are then visible to the code, so the oracle's guarantee does not hold.
 """
 
@@ -66,6 +74,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from evil_moe.env.sandbox_zygote import rmtree
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +185,14 @@ def mount_plan(exe: str | None = None) -> list[tuple[str, str, str]]:
     return plan
 
 
-def _bwrap_cmd(host_root: str) -> list[str]:
-    """The bubblewrap command line for one zygote whose throwaway root is ``host_root``."""
+TMPFS_MB = 64  # size of each of the sandbox's private tmpfs folders (/sandbox, /tmp, /dev/shm)
+
+
+def _bwrap_cmd(host_root: str, tmpfs_mb: int = TMPFS_MB) -> list[str]:
+    """The bubblewrap command line for one zygote. Its job folders live in ``/sandbox``, a private
+    tmpfs of ``tmpfs_mb`` MiB (as are ``/tmp`` and a writable ``/dev/shm``), so nothing a job
+    writes reaches the host's disk or outlives the sandbox; ``host_root`` is only the sandbox
+    process's working directory on the host."""
     root = os.geteuid() == 0
     plan = mount_plan()
     cmd = [bwrap_path() or "bwrap"]
@@ -191,9 +207,12 @@ def _bwrap_cmd(host_root: str) -> list[str]:
             cmd += ["--perms", "0555", "--tmpfs", dest, "--remount-ro", dest]
         elif kind == "symlink":
             cmd += ["--symlink", src, dest]
+    size = str(int(tmpfs_mb) << 20)
     cmd += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--bind", host_root, "/sandbox", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp",
+            "--perms", "0755", "--size", size, "--tmpfs", "/sandbox",
+            "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
             "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1",
             "--cap-drop", "ALL"]
@@ -220,9 +239,10 @@ class Zygote:
         slot: worker index; selects the unprivileged uid used when running as root.
         uid_base: first uid of this grader's uid range.
         use_bwrap: start under bubblewrap (True) or rlimit-only (False).
+        tmpfs_mb: size of each private tmpfs folder of the bubblewrap sandbox (MiB).
     """
 
-    def __init__(self, slot: int, uid_base: int, use_bwrap: bool):
+    def __init__(self, slot: int, uid_base: int, use_bwrap: bool, tmpfs_mb: int = TMPFS_MB):
         self.slot = slot
         self.uid = uid_base + slot
         self.use_bwrap = use_bwrap
@@ -231,7 +251,7 @@ class Zygote:
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.dir}
         root = os.geteuid() == 0
         if use_bwrap:
-            cmd = _bwrap_cmd(self.dir)
+            cmd = _bwrap_cmd(self.dir, tmpfs_mb)
         else:
             cmd = [_python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir, "1" if root else "0",
                    "try" if root else "none", ""]
@@ -280,9 +300,12 @@ class Zygote:
                 length = struct.unpack(">I", buf[:4])[0]
                 need = 4 + length
         try:
-            return json.loads(buf[4:4 + length])
-        except ValueError as e:
-            raise SandboxError(f"bad reply: {e}") from e
+            reply = json.loads(buf[4:4 + length])
+        except Exception as e:  # noqa: BLE001 - ValueError, RecursionError, MemoryError alike
+            raise SandboxError(f"bad reply: {type(e).__name__}") from e
+        if not isinstance(reply, dict):
+            raise SandboxError("bad reply: not an object")
+        return reply
 
     def run(self, job: dict, deadline_s: float) -> dict:
         """Send one job and return the zygote's reply dict. Raises SandboxError."""
@@ -319,7 +342,7 @@ class Zygote:
                 f.close()
             except OSError:
                 pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        rmtree(self.dir)  # iterative: a tree of any depth, never an exception
 
 
 PROBE_JOB = {
@@ -328,7 +351,7 @@ PROBE_JOB = {
     "calls": ["41"], "cpu": 10.0, "wall": 30.0,
     "limits": {"cpu_rlimit": 11, "as": 1 << 30, "fsize": 1 << 20, "nproc": 64, "chan": 1 << 20,
                "line": 1 << 20},
-    "rules": {"files": [], "token": "PASS", "read_max": 16, "marker_re": "^$"},
+    "rules": {"files": [], "token": "PASS", "marker_re": "^$"},
 }
 
 
@@ -399,9 +422,10 @@ class WorkerPool:
         isolation: ``"bwrap"`` or ``"rlimit-only"`` (resolved, see :func:`detect_isolation`).
     """
 
-    def __init__(self, workers: int, isolation: str):
+    def __init__(self, workers: int, isolation: str, tmpfs_mb: int = TMPFS_MB):
         self.isolation = isolation
         self.workers = workers
+        self.tmpfs_mb = tmpfs_mb
         self.uid_base = 200_000 + secrets.randbelow(1_000_000_000)
         self._free: list[Zygote] = []
         self._lock = threading.Lock()
@@ -413,7 +437,7 @@ class WorkerPool:
             self._free.append(z)
 
     def _spawn(self, slot: int) -> Zygote:
-        z = Zygote(slot, self.uid_base, self.isolation == "bwrap")
+        z = Zygote(slot, self.uid_base, self.isolation == "bwrap", self.tmpfs_mb)
         self._all.append(z)
         return z
 
@@ -438,12 +462,14 @@ class WorkerPool:
         job = dict(job, uid=z.uid)
         try:
             return z.run(job, deadline_s)
-        except SandboxError:
+        except Exception as e:  # noqa: BLE001 - whatever went wrong, this worker is replaced
             z.close()
             with self._lock:
                 self._all.remove(z)
                 z = self._spawn(z.slot)
-            raise
+            if isinstance(e, SandboxError):
+                raise
+            raise SandboxError(f"{type(e).__name__}: {e}") from e
         finally:
             with self._cv:
                 self._free.append(z)
