@@ -1,6 +1,6 @@
 """Every TSV column the pipeline writes, with unit and meaning — the one place they are defined.
 
-The README's column tables are generated from this module (``python -m evil_moe.tables``) and a
+The column tables of docs/outputs.md are generated from this module (``python -m evil_moe.tables``) and a
 test checks they agree. Writers use :func:`write_tsv` (atomic: a partial file never looks
 complete) and :func:`append_tsv_row` (one row per step, header first).
 
@@ -388,14 +388,14 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 
 def markdown(columns: Sequence[Column]) -> str:
-    """A markdown table of the columns (for the README)."""
+    """A markdown table of the columns (for docs/outputs.md)."""
     lines = ["| column | unit | meaning |", "|---|---|---|"]
     lines += [f"| `{c.name}` | {c.unit} | {c.meaning} |" for c in columns]
     return "\n".join(lines)
 
 
 def readme_section() -> str:
-    """The README's "Output columns" section, generated from :data:`TABLES`."""
+    """The "Output columns" page's tables (docs/outputs.md), generated from :data:`TABLES`."""
     parts = []
     for path, cols in TABLES.items():
         parts.append(f"#### `results/{path}`\n\n{markdown(cols)}\n")
@@ -406,7 +406,7 @@ START, END = "<!-- columns:start -->", "<!-- columns:end -->"
 
 
 def update_readme(path: str | Path) -> bool:
-    """Rewrite the README's generated column section (between the ``columns`` markers).
+    """Rewrite the generated column section of a page (docs/outputs.md; between the ``columns`` markers).
 
     Returns True when the file changed. Raises ValueError when the markers are missing.
     """

@@ -1,4 +1,4 @@
-"""The column table is defined once (evil_moe/tables.py) and the README shows exactly it."""
+"""The column table is defined once (evil_moe/tables.py) and docs/outputs.md shows exactly it."""
 
 import re
 from pathlib import Path
@@ -10,11 +10,11 @@ from evil_moe import tables
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_readme_columns_match_tables():
-    text = (REPO / "README.md").read_text()
+def test_docs_columns_match_tables():
+    text = (REPO / "docs" / "outputs.md").read_text()
     section = text.split(tables.START, 1)[1].split(tables.END, 1)[0]
     assert section.strip() == tables.readme_section().strip(), \
-        "README columns are stale: run python -m evil_moe.tables --update README.md"
+        "docs/outputs.md columns are stale: run python -m evil_moe.tables --update docs/outputs.md"
 
 
 def test_column_names_are_unique_snake_case():
