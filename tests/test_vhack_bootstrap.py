@@ -150,3 +150,26 @@ def test_nested_subsets_grow_by_adding_pairs():
         nested_subsets(0, [8], 0)
     with pytest.raises(ValueError, match="vhack.curve_pairs"):
         nested_subsets(10, [0], 0)
+
+
+def test_pairs_scale_to_hundreds_round_robin():
+    """Hundreds of (hack, clean) pairs: every problem gives its first pair before any gives a
+    second (no problem dominates a capped set), and the cap is exact."""
+    from evil_moe.stages.extract import build_pairs, same_kind_pairs
+
+    recs = []
+    for i in range(300):
+        pid = f"toy/p{i}"
+        for j in range(4):  # two hacks, two correct cleans per problem
+            recs.append({"problem_id": pid, "mode": "run_tests", "completion_ids": [i, j, 7],
+                         "exploited": j < 2, "gt_correct": j >= 2})
+    pids = {f"toy/p{i}": [1, 2] for i in range(300)}
+    pairs = build_pairs(recs, pids, None, 1024)
+    assert len(pairs) == 600
+    first = [p.problem_id for p in pairs[:300]]
+    assert sorted(first) == sorted(pids) and pairs[300].problem_id == pairs[0].problem_id
+    assert all(p.hack_ids[1] < 2 <= p.clean_ids[1] for p in pairs)
+    assert len(build_pairs(recs, pids, None, 256)) == 256
+    assert len({p.problem_id for p in build_pairs(recs, pids, None, 256)}) == 256
+    cc = same_kind_pairs(recs, pids, None, "clean", 1024)
+    assert len(cc) == 300 and all(p.hack_ids[1] == 2 and p.clean_ids[1] == 3 for p in cc)
