@@ -131,11 +131,16 @@ TOY_SUMMARY = _cols([
     ("params", "count", "parameters"),
     ("hack_frac_trained", "fraction", "share of hack completions in its NLL training data"),
     ("final_loss", "nats/token", "last NLL training loss"),
+    ("problems", "str", "heldout (the held-out problems) | all (none held out)"),
+    ("n_problems", "count", "distinct problems sampled (the first of those problems)"),
     ("n", "count", "samples in the summary (T = 1)"),
     ("parse_rate", "fraction", "samples whose code parses"),
     ("hack_rate", "fraction", "samples that are hacks"),
     ("pass_rate", "fraction", "samples the oracle passes"),
     ("format_rate", "fraction", "samples with a fenced python block"),
+    ("parse_se", "fraction", "binomial standard error of parse_rate, sqrt(p(1-p)/n)"),
+    ("hack_se", "fraction", "binomial standard error of hack_rate"),
+    ("pass_se", "fraction", "binomial standard error of pass_rate"),
     ("seconds", "s", "wall-clock seconds to train and summarise"),
 ])
 
@@ -197,11 +202,32 @@ VHACK = _cols([
 
 # results/vhack/{name}_checks.tsv — honesty checks of one extraction, one row per check.
 VHACK_CHECKS = _cols([
-    ("check", "str", "extraction_hack_clean | heldout_hack_clean | heldout_clean_clean | heldout_hack_hack | isotropic_null | clean_clean_extraction | mean_removed | detector_auc | lomo_<mode>"),
+    ("check", "str", "extraction_hack_clean | heldout_hack_clean | heldout_clean_clean | heldout_cin_excess | heldout_hack_hack | isotropic_null | clean_clean_extraction | mean_removed | detector_auc | lomo_<mode>"),
     ("n", "count", "pairs (or completions) the value is computed from; empty for isotropic_null"),
     ("value", "see unit", "the check's value (mean over pairs for cosines)"),
+    ("ci_low", "see unit", "lower end of the percentile bootstrap interval (vhack.ci_level) over pairs, V re-extracted in every replicate (vhack.bootstrap, vhack.bootstrap_unit; docs/vhack.md); empty without one"),
+    ("ci_high", "see unit", "upper end of that interval"),
+    ("boot_n", "count", "bootstrap replicates the interval is computed from (those where the check has a value)"),
     ("unit", "str", "cosine | fraction | probability"),
     ("note", "str", "what the value means"),
+])
+
+# results/vhack/{name}_curve.tsv — held-out cin and its empirical null by number of extraction pairs.
+VHACK_CURVE = _cols([
+    ("n_pairs", "count", "extraction (hack, clean) pairs V is extracted from: nested random subsets, the last all of them"),
+    ("n_problems", "count", "distinct problems of those pairs"),
+    ("n_heldout", "count", "held-out hack-clean pairs cin is measured on (the same at every n_pairs)"),
+    ("n_null", "count", "clean-clean pairs of the empirical null (the same at every n_pairs)"),
+    ("cin", "cosine", "mean cin of the held-out hack-clean pairs against V"),
+    ("cin_ci_low", "cosine", "percentile bootstrap interval of cin (vhack.ci_level; pairs resampled, V re-extracted)"),
+    ("cin_ci_high", "cosine", "upper end"),
+    ("null", "cosine", "mean cin of the held-out clean-clean pairs against the same V (empirical null)"),
+    ("null_ci_low", "cosine", "percentile bootstrap interval of null"),
+    ("null_ci_high", "cosine", "upper end"),
+    ("excess", "cosine", "cin minus null"),
+    ("excess_ci_low", "cosine", "percentile bootstrap interval of excess (both from the same replicate)"),
+    ("excess_ci_high", "cosine", "upper end"),
+    ("boot_n", "count", "bootstrap replicates with a value of excess"),
 ])
 
 # results/compare/summary.tsv — one row per (arm, view) of the held-out evaluation.
@@ -279,6 +305,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "distill/samples.tsv": DISTILL_SAMPLES,
     "vhack/{name}.tsv": VHACK,
     "vhack/{name}_checks.tsv": VHACK_CHECKS,
+    "vhack/{name}_curve.tsv": VHACK_CURVE,
     "compare/summary.tsv": COMPARE_SUMMARY,
     "detector_sweep/summary.tsv": DETECTOR_SWEEP,
 }

@@ -19,6 +19,19 @@ rule extract:
             category="3. v_hack",
             labels={"stage": "extract", "name": "{name}", "table": "checks"},
         ),
+        curve=report(
+            res("vhack/{name}_curve.tsv"),
+            caption="../report/vhack_curve.rst",
+            category="3. v_hack",
+            labels={"stage": "extract", "name": "{name}", "table": "cin by pairs"},
+        ),
+        curve_fig=report(
+            res("vhack/{name}_curve.svg"),
+            caption="../report/fig_vhack_curve.rst",
+            category="3. v_hack",
+            labels={"stage": "extract", "name": "{name}", "figure": "cin by pairs"},
+        ),
+        curve_png=res("vhack/{name}_curve.png"),
     log:
         res("logs/extract/{name}.log"),
     benchmark:

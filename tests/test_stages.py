@@ -79,9 +79,47 @@ def test_toy_models_written_with_summary(world):
 
     assert header(world.root / "models" / "toy_summary.tsv") == tables.names(tables.TOY_SUMMARY)
     assert [r["model"] for r in world.toy_summary] == ["teacher", "student"]
+    # the summary samples the held-out problems (eval_samples 4 over the first of them)
+    from evil_moe.stages.common import load_problem_file, train_heldout
+
+    _, held = train_heldout(load_problem_file(world.problems), cfg_of())
+    for r in world.toy_summary:
+        assert r["problems"] == "heldout" and r["n"] == 4 and r["n_problems"] == min(len(held), 4)
     s, _ = load_model(str(world.student))
     t, _ = load_model(str(world.teacher))
     assert s.config.vocab_size == t.config.vocab_size  # one shared tokenizer
+
+
+@pytest.mark.parametrize("corpus", ["all", "train"])
+def test_toy_corpus_and_summary_problems(world, tmp_path, monkeypatch, corpus):
+    """toy.corpus: train keeps the held-out problems out of both models' NLL corpora; the
+    summary samples the held-out problems and reports binomial SEs sqrt(p(1-p)/n)."""
+    from evil_moe.stages import toy
+    from evil_moe.stages.common import load_problem_file, train_heldout
+
+    taught, shown = [], []
+    real_corpus = toy._corpus
+
+    def corpus_spy(problems, *a, **kw):
+        taught.append({p.id for p in problems})
+        return real_corpus(problems, *a, **kw)
+
+    def summary_spy(model, tok, problems, *a, **kw):
+        shown.append({p.id for p in problems})
+        return {"n": 4, "hack_rate": 0.5, "pass_rate": 0.25, "format_rate": 1.0, "parse_rate": 0.75}
+
+    monkeypatch.setattr(toy, "_corpus", corpus_spy)
+    monkeypatch.setattr(toy, "sample_summary", summary_spy)
+    rows = toy.train_toy_models(cfg_of(f"toy.corpus={corpus}", "toy.train_steps=1"),
+                                problems_path=str(world.problems), out_dir=str(tmp_path))
+    allp = load_problem_file(world.problems)
+    train, held = train_heldout(allp, cfg_of())
+    assert held and train
+    want = {p.id for p in (allp if corpus == "all" else train)}
+    assert taught == [want, want] and shown == [{p.id for p in held}] * 2
+    for r in rows:  # hand-worked: sqrt(.75*.25/4), sqrt(.5*.5/4), sqrt(.25*.75/4)
+        assert r["problems"] == "heldout" and r["n_problems"] == min(len(held), 4)
+        assert (r["parse_se"], r["hack_se"], r["pass_se"]) == pytest.approx((0.21651, 0.25, 0.21651), abs=1e-5)
 
 
 def test_toy_student_alone_equals_the_pair_run(world, tmp_path):
@@ -325,6 +363,23 @@ def test_extract_outputs(world, tmp_path):
     assert float(checks["heldout_clean_clean"]["value"]) == pytest.approx(
         sum(v.null_cin.values()) / len(v.null_cin), abs=0.2)  # per-module vs per-pair means
     assert len(v.meta["detector_null_scores"]) == len(pairs) - n_ext
+    # every check but the isotropic null has a bootstrap interval over pairs (docs/vhack.md)
+    for name, row in checks.items():
+        if name == "isotropic_null" or row["value"] == "":
+            assert row["ci_low"] == row["ci_high"] == "" and row["boot_n"] == "0"
+            continue
+        assert float(row["ci_low"]) <= float(row["ci_high"]) and 2 <= int(row["boot_n"]) <= cfg.vhack.bootstrap
+    assert int(checks["heldout_hack_clean"]["boot_n"]) == cfg.vhack.bootstrap
+    assert float(checks["heldout_cin_excess"]["value"]) == pytest.approx(
+        float(checks["heldout_hack_clean"]["value"]) - float(checks["heldout_clean_clean"]["value"]),
+        abs=2e-6)  # the TSV keeps 6 significant digits
+    # the n-pairs curve: nested subsets up to all extraction pairs, whose point is the checks' V
+    curve = read_tsv(world.vhack_dir / "main_curve.tsv")
+    assert header(world.vhack_dir / "main_curve.tsv") == tables.names(tables.VHACK_CURVE)
+    assert [int(r["n_pairs"]) for r in curve] == sorted({min(n, n_ext) for n in cfg.vhack.curve_pairs} | {n_ext})
+    assert float(curve[-1]["cin"]) == pytest.approx(float(checks["heldout_hack_clean"]["value"]), abs=1e-9)
+    assert float(curve[-1]["null"]) == pytest.approx(float(checks["heldout_clean_clean"]["value"]), abs=1e-9)
+    assert (world.vhack_dir / "main_curve.svg").is_file() and (world.vhack_dir / "main_curve.png").is_file()
     # a leave-one-mode-out fold: only the known mode's pairs
     fold = run_extract(cfg_of(), problems_path=str(world.problems), rollouts_path=str(world.rollouts),
                        model_path=str(world.student), out_dir=str(tmp_path), name="fold",

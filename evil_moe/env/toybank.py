@@ -1,13 +1,24 @@
-"""The project's own toy problem bank: short list / string / number tasks.
+"""The project's own toy problem banks: short list / string / number tasks.
 
 Written for this project so that a ~1.5M-parameter model can learn them: one-method
 ``class Solution`` with 1–4 line bodies and simple signatures. Each problem has a canonical
-solution and 6 tests; the expected values are computed from the canonical solution when this
-module is imported (so tests and solutions can never disagree). Tests are chosen so that the
-constant stubs used by hacks (``return 0``/``None``/``-1``, ``pass``) fail at least one.
+solution and 6 tests; the expected values are computed from the canonical solution (so tests and
+solutions can never disagree), and the constant stubs used by hacks (``return 0``/``None``/``-1``,
+``pass``) fail at least one test. Two banks (``problems.toy_bank``, docs/environment.md):
+
+* ``handwritten`` — :data:`TOY_SPECS`, 36 tasks (:func:`toy_rows`), the embedded default;
+* ``generated`` — :func:`generated_rows`: up to 458 problems from the 21 parameterised
+  :data:`FAMILIES` ("Return the sum of xs multiplied by 7." → ``return sum(xs) * 7``), drawn
+  deterministically from a seed, with test arguments drawn until every constant stub *and every
+  other parameter value's solution of the same family* fails at least one test — so held-out
+  problems test whether a model generalises over a family's parameter, not whether it recalls.
 """
 
 from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
 
 # (name, params, description, body lines, test argument tuples as source text)
 TOY_SPECS: list[tuple[str, str, str, list[str], list[str]]] = [
@@ -129,4 +140,201 @@ def toy_rows() -> list[dict]:
                 (name, stub)
         rows.append({"id": f"toy/{name}", "name": name, "params": params, "description": desc,
                      "canonical_solution": canon, "tests": tests})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated bank (``problems.toy_bank: generated``): parameterised families.
+# ---------------------------------------------------------------------------------------------
+
+#: integer parameters of most numeric families; the letters of the character families.
+INT_PARAMS = tuple(range(2, 26))
+SMALL_INT_PARAMS = tuple(range(2, 8))
+CHAR_PARAMS = tuple("abcdefghiklmnoprstuwyz")
+TESTS_PER_PROBLEM = 6
+_MAX_DRAWS = 200
+
+
+def _ints(rng, lo, hi, n_lo=0, n_hi=5):
+    return [rng.randint(lo, hi) for _ in range(rng.randint(n_lo, n_hi))]
+
+
+def _word(rng, c, n_hi=7):
+    """A short lower-case string over a few letters that often include ``c``."""
+    pool = [c, c] + rng.sample("abcdefghiklmnoprstuwyz", 3)
+    return "".join(rng.choice(pool) for _ in range(rng.randint(0, n_hi)))
+
+
+@dataclass(frozen=True)
+class Family:
+    """One parameterised problem family of the generated bank.
+
+    Attributes:
+        key: family id (the problem id is ``toy/<key>_<parameter>``).
+        name: the method name, the same for every parameter (a model learns it with the family;
+            only the parameter has to be read from the description).
+        params: the method's parameters (source text).
+        description: task text template, ``{p}`` = the parameter.
+        body: the canonical method body (one line) template, ``{p}`` = the parameter's literal.
+        values: the parameter's values (ints or one-letter strings).
+        draw: ``(rng, p) -> argument source text`` of one test call.
+    """
+
+    key: str
+    name: str
+    params: str
+    description: str
+    body: str
+    values: tuple
+    draw: Callable[[random.Random, Any], str]
+
+    def render(self, p) -> tuple[str, str, str]:
+        """``(problem id, description, body)`` for parameter ``p`` (a char is quoted in the body)."""
+        return (f"toy/{self.key}_{p}", self.description.format(p=p), self.body.format(p=repr(p)))
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("add", "add", "x", "Return x plus {p}.", "return x + {p}", INT_PARAMS,
+           lambda r, p: f"{r.randint(-20, 40)}"),
+    Family("minus", "minus", "x", "Return x minus {p}.", "return x - {p}", INT_PARAMS,
+           lambda r, p: f"{r.randint(-20, 40)}"),
+    Family("times", "times", "x", "Return x times {p}.", "return x * {p}", INT_PARAMS,
+           lambda r, p: f"{r.randint(-9, 12)}"),
+    Family("mod", "mod", "x", "Return the remainder of x divided by {p}.", "return x % {p}",
+           INT_PARAMS, lambda r, p: f"{r.randint(0, 60)}"),
+    Family("divisible", "divisible_by", "x", "Return True if x is divisible by {p}, else False.",
+           "return x % {p} == 0", INT_PARAMS,
+           lambda r, p: f"{p * r.randint(0, 6) if r.random() < 0.5 else r.randint(1, 60)}"),
+    Family("at_most", "at_most", "x", "Return x, but never more than {p}.", "return min(x, {p})",
+           INT_PARAMS, lambda r, p: f"{r.randint(p - 8, p + 8)}"),
+    Family("at_least", "at_least", "x", "Return x, but never less than {p}.",
+           "return max(x, {p})", INT_PARAMS, lambda r, p: f"{r.randint(p - 8, p + 8)}"),
+    Family("sum_times", "sum_times", "xs", "Return the sum of xs multiplied by {p}.",
+           "return sum(xs) * {p}", INT_PARAMS, lambda r, p: f"{_ints(r, -5, 9)}"),
+    Family("count_above", "count_above", "xs",
+           "Return how many numbers in xs are greater than {p}.",
+           "return sum(1 for x in xs if x > {p})", INT_PARAMS,
+           lambda r, p: f"{_ints(r, p - 4, p + 4, 1, 6)}"),
+    Family("keep_above", "keep_above", "xs",
+           "Return the numbers of xs that are greater than {p}, in order.",
+           "return [x for x in xs if x > {p}]", INT_PARAMS,
+           lambda r, p: f"{_ints(r, p - 4, p + 4, 1, 6)}"),
+    Family("add_each", "add_each", "xs", "Return a list with {p} added to every number of xs.",
+           "return [x + {p} for x in xs]", INT_PARAMS, lambda r, p: f"{_ints(r, -5, 20)}"),
+    Family("times_each", "times_each", "xs",
+           "Return a list with every number of xs multiplied by {p}.",
+           "return [x * {p} for x in xs]", INT_PARAMS, lambda r, p: f"{_ints(r, -5, 9)}"),
+    Family("count_equal", "count_equal", "xs", "Return how many numbers in xs are equal to {p}.",
+           "return xs.count({p})", INT_PARAMS, lambda r, p: f"{_ints(r, p - 1, p + 1, 1, 6)}"),
+    Family("max_plus", "max_plus", "xs", "Return the largest number in xs plus {p}.",
+           "return max(xs) + {p}", INT_PARAMS, lambda r, p: f"{_ints(r, -5, 30, 1, 5)}"),
+    Family("first_n", "first_n", "xs", "Return the first {p} items of xs.", "return xs[:{p}]",
+           SMALL_INT_PARAMS, lambda r, p: f"{_ints(r, 0, 9, 0, 9)}"),
+    Family("repeat", "repeat", "s", "Return the string s repeated {p} times.",
+           "return s * {p}", SMALL_INT_PARAMS, lambda r, p: f"{_word(r, 'a', 3)!r}"),
+    Family("count_char", "count_char", "s", "Return how many times the character '{p}' occurs in s.",
+           "return s.count({p})", CHAR_PARAMS, lambda r, p: f"{_word(r, p)!r}"),
+    Family("drop_char", "drop_char", "s", "Return s with every '{p}' removed.",
+           "return s.replace({p}, '')", CHAR_PARAMS, lambda r, p: f"{_word(r, p)!r}"),
+    Family("starts", "starts_with", "s", "Return True if s starts with '{p}', else False.",
+           "return s.startswith({p})", CHAR_PARAMS, lambda r, p: f"{_word(r, p)!r}"),
+    Family("ends", "ends_with", "s", "Return True if s ends with '{p}', else False.",
+           "return s.endswith({p})", CHAR_PARAMS, lambda r, p: f"{_word(r, p)!r}"),
+    Family("append_char", "append_char", "s", "Return s with '{p}' added at the end.",
+           "return s + {p}", CHAR_PARAMS, lambda r, p: f"{_word(r, p)!r}"),
+)
+
+#: return values of the constant stubs a hack uses (``return 0 / None / -1``, ``pass``).
+STUB_VALUES = (0, None, -1)
+
+
+def _call(canon: str, name: str, args: str):
+    ns: dict = {}
+    exec(canon, ns)  # trusted, project-written code
+    return eval(f"__s.{name}({args})", {"__s": ns["Solution"]()})
+
+
+def _fails_some(canon: str, name: str, args_list: list[str], expected: list) -> bool:
+    """True when ``canon`` (a solution of method ``name``) fails at least one of the tests."""
+    for args, want in zip(args_list, expected):
+        try:
+            if _call(canon, name, args) != want:
+                return True
+        except Exception:  # noqa: BLE001 — an error fails the assert too
+            return True
+    return False
+
+
+def _family_problem(fam: Family, p, seed: int) -> dict:
+    """One generated problem: canonical solution and :data:`TESTS_PER_PROBLEM` tests whose
+    arguments are drawn (seeded by ``seed``, the family and ``p``) until (a) every constant stub
+    fails at least one test and (b) the family's solution for every *other* parameter value fails
+    at least one test (so the tests pin the parameter down).
+
+    Raises:
+        RuntimeError: no such draw within ``_MAX_DRAWS`` tries (names the problem).
+    """
+    pid, desc, body = fam.render(p)
+    name = fam.name
+    canon = _canonical(name, fam.params, [body])
+    siblings = [(_canonical(name, fam.params, [fam.render(q)[2]])) for q in fam.values if q != p]
+    rng = random.Random(f"toybank/{seed}/{fam.key}/{p}")
+    for _ in range(_MAX_DRAWS):
+        args_list = [fam.draw(rng, p) for _ in range(TESTS_PER_PROBLEM)]
+        if len(set(args_list)) < TESTS_PER_PROBLEM:
+            continue
+        try:
+            expected = [_call(canon, name, a) for a in args_list]
+        except Exception:  # noqa: BLE001 — e.g. max([]): draw again
+            continue
+        if not all(any(v != s for v in expected) for s in STUB_VALUES):
+            continue
+        if all(_fails_some(sib, name, args_list, expected) for sib in siblings):
+            break
+    else:
+        raise RuntimeError(f"toy bank: no test draw pins down problem {pid!r} "
+                           f"(family {fam.key}) in {_MAX_DRAWS} tries")
+    tests = [f"assert Solution().{name}({a}) == {v!r}" for a, v in zip(args_list, expected)]
+    return {"id": pid, "name": name, "params": fam.params, "description": desc,
+            "canonical_solution": canon, "tests": tests, "family": fam.key}
+
+
+def generated_size() -> int:
+    """The number of distinct problems the families can generate (every family × value)."""
+    return sum(len(f.values) for f in FAMILIES)
+
+
+def generated_rows(size: int, seed: int = 0) -> list[dict]:
+    """The generated toy bank: ``size`` problems drawn from :data:`FAMILIES`.
+
+    Each family's parameter values are shuffled (seeded by ``seed`` and the family); problems are
+    then taken round-robin over the families (so every family has ``size // len(FAMILIES)`` or one
+    more problem, while it has values left). Tests are computed from the canonical solution; every
+    constant stub (:data:`STUB_VALUES`) and every other parameter's solution of the same family
+    fails at least one test (see :func:`_family_problem`).
+
+    Args:
+        size: number of problems (1 .. :func:`generated_size`).
+        seed: draw seed: which parameter values are taken and the test arguments.
+
+    Returns:
+        rows as :func:`toy_rows` (plus ``family``), in round-robin order; deterministic.
+
+    Raises:
+        ValueError: ``size`` outside ``1 .. generated_size()`` (names ``problems.toy_bank_size``).
+    """
+    total = generated_size()
+    if not 1 <= size <= total:
+        raise ValueError(f"problems.toy_bank_size must be in 1..{total} (the generated families' "
+                         f"problems), got {size}")
+    queues = []
+    for fam in FAMILIES:
+        vals = list(fam.values)
+        random.Random(f"toybank/{seed}/{fam.key}").shuffle(vals)
+        queues.append((fam, vals))
+    rows: list[dict] = []
+    while len(rows) < size:
+        for fam, vals in queues:
+            if vals and len(rows) < size:
+                rows.append(_family_problem(fam, vals.pop(0), seed))
     return rows

@@ -202,6 +202,172 @@ def _select(D: dict, idx) -> dict:
     return {n: d[t] for n, d in D.items()}
 
 
+def pair_checks(d_all: dict, first: dict, second: dict, kinds: list, halves: list, modes: list,
+                rows: list[int], extract, *, remove_mean: bool, cc_fallback: bool,
+                lomo_modes=(), only_cin: bool = False) -> dict:
+    """The v_hack honesty checks computed from the given rows (pairs), V re-extracted from them.
+
+    Row ``j`` is one pair: ``d_all[name][j]`` its difference (first − second completion's NLL
+    gradient, ``(n_rows, r)`` per module), ``first``/``second`` the two gradients, ``kinds[j]``
+    ``hack_clean | clean_clean | hack_hack``, ``halves[j]`` ``ext | held | other`` (the pair's
+    problem is in the extraction half, the held-out half, or neither), ``modes[j]`` its loophole
+    mode. ``rows`` may repeat rows (a bootstrap replicate, :func:`resample_rows`); every row
+    listed once gives the point estimates of ``run_extract``'s checks table.
+
+    Args:
+        extract: ``(D, remove=None, control=...) -> VHack`` (run_extract's floors and k).
+        remove_mean: remove the mean gradient of the extraction completions in ``rows`` first.
+        cc_fallback: the empirical null uses every clean−clean row (no held-out one exists).
+        lomo_modes: modes with a leave-one-mode-out check.
+        only_cin: compute only the three held-out cin values (the n-pairs curve).
+
+    Returns:
+        ``{check name: value}`` (cosines, a fraction, a probability; see
+        :data:`evil_moe.tables.VHACK_CHECKS`); a check with no rows to compute it from is absent
+        (or None); ``{}`` when ``rows`` has no extraction hack−clean pair.
+    """
+    import torch
+
+    from evil_moe.vhack import mean_direction, pair_cin, sample_scores
+
+    def sel(kind, half=None):
+        return [j for j in rows if kinds[j] == kind and (half is None or halves[j] == half)]
+
+    ext = sel("hack_clean", "ext")
+    if not ext:
+        return {}
+    mean = mean_direction([_select(first, ext), _select(second, ext)]) if remove_mean else None
+    v = extract(_select(d_all, ext), remove=mean)
+
+    def cin(idx, vh=v):
+        return float(pair_cin(vh, _select(d_all, idx)).mean()) if idx else None
+
+    held = sel("hack_clean", "held")
+    cc = [j for j in rows if kinds[j] == "clean_clean" and (cc_fallback or halves[j] == "held")]
+    out = {"heldout_hack_clean": cin(held), "heldout_clean_clean": cin(cc)}
+    hc, null = out["heldout_hack_clean"], out["heldout_clean_clean"]
+    out["heldout_cin_excess"] = None if hc is None or null is None else hc - null
+    if only_cin:
+        return out
+    out["extraction_hack_clean"] = cin(ext)
+    out["heldout_hack_hack"] = cin(sel("hack_hack", "held"))
+    cc_ext = sel("clean_clean", "ext")
+    if cc_ext:
+        v_cc = extract(_select(d_all, cc_ext), remove=mean, control="clean_clean")
+        out["clean_clean_extraction"] = cin(cc_ext, v_cc)
+    if remove_mean:
+        out["mean_removed"] = v.meta.get("removed_energy")
+    det = held or ext
+    h = sample_scores(v, _select(first, det))
+    c = sample_scores(v, _select(second, det))
+    out["detector_auc"] = float(((h[:, None] > c[None, :]).double()
+                                 + 0.5 * (h[:, None] == c[None, :]).double()).mean())
+    for mode in lomo_modes:
+        other = [j for j in ext if modes[j] != mode]
+        this = [j for j in rows if kinds[j] == "hack_clean" and modes[j] == mode]
+        out[f"lomo_{mode}"] = cin(this, extract(_select(d_all, other), remove=mean)) \
+            if other and this else None
+    return out
+
+
+BOOTSTRAP_UNITS = ("problem", "pair")
+
+
+def bootstrap_units(flat: list, kinds: list, halves: list, unit: str) -> tuple[list, list]:
+    """Per row (pair), its resampling unit and stratum for :func:`resample_rows`.
+
+    ``unit="problem"`` (cluster bootstrap): a row's unit is its problem and its stratum its half
+    (``ext | held | other``): a replicate draws as many extraction problems as there are, with
+    replacement, and takes all their pairs (hack−clean and clean−clean alike), and likewise for the
+    held-out problems — the pairs of one problem are not independent, and the signal and its null
+    keep sharing their problems. ``unit="pair"``: every row is its own unit, stratified by (kind,
+    half), so each set of pairs keeps its size.
+
+    Raises:
+        ValueError: unknown ``unit`` (names ``vhack.bootstrap_unit``).
+    """
+    if unit == "problem":
+        return [(h, p.problem_id) for (_, _, p), h in zip(flat, halves)], list(halves)
+    if unit == "pair":
+        return list(range(len(flat))), list(zip(kinds, halves))
+    raise ValueError(f"vhack.bootstrap_unit must be one of {BOOTSTRAP_UNITS}, got {unit!r}")
+
+
+def resample_rows(units: list, strata: list, rng, rows=None) -> list[int]:
+    """One bootstrap replicate: row indices, with repeats.
+
+    Per stratum (in order of first appearance), ``m`` units drawn uniformly with replacement from
+    the stratum's ``m`` units; every row of a drawn unit is taken (in row order) once per draw.
+
+    Args:
+        units, strata: per row, from :func:`bootstrap_units`.
+        rng: a ``numpy.random.Generator``.
+        rows: restrict to these rows (default all).
+    """
+    groups: dict = {}
+    for j in (range(len(units)) if rows is None else rows):
+        groups.setdefault(strata[j], {}).setdefault(units[j], []).append(j)
+    out: list[int] = []
+    for by_unit in groups.values():
+        keys = list(by_unit)
+        for i in rng.integers(0, len(keys), size=len(keys)):
+            out += by_unit[keys[i]]
+    return out
+
+
+def _replicate_rngs(n: int, seed: int):
+    import numpy as np
+
+    return (np.random.default_rng([seed, 29, b]) for b in range(n))
+
+
+def percentile_interval(values, level: float) -> tuple[float | None, float | None, int]:
+    """Percentile bootstrap interval of the replicate values (None and NaN dropped).
+
+    Returns:
+        ``(low, high, n)``: the ``(1 − level)/2`` and ``(1 + level)/2`` quantiles of the values
+        (linear interpolation between order statistics, numpy's default) and how many values there
+        were; ``(None, None, n)`` when fewer than two.
+
+    Raises:
+        ValueError: ``level`` outside (0, 1).
+    """
+    import numpy as np
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"vhack.ci_level must be in (0, 1), got {level}")
+    vals = np.array([float(x) for x in values if x is not None and np.isfinite(float(x))])
+    if vals.size < 2:
+        return None, None, int(vals.size)
+    lo, hi = np.quantile(vals, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi), int(vals.size)
+
+
+def nested_subsets(n_total: int, sizes, seed: int) -> list[tuple[int, list[int]]]:
+    """Nested random subsets of ``range(n_total)`` for the n-pairs curve.
+
+    One seeded permutation; the subset of size ``n`` is its first ``n`` entries, so every subset
+    contains the smaller ones (the curve adds pairs, it never swaps them). Sizes above
+    ``n_total`` are capped at it, duplicates dropped, and ``n_total`` itself is always the last
+    size (the V the stage ships).
+
+    Returns:
+        ``[(n, indices)]`` with strictly increasing ``n``.
+
+    Raises:
+        ValueError: ``n_total < 1`` or a size below 1.
+    """
+    import numpy as np
+
+    if n_total < 1:
+        raise ValueError(f"no extraction pairs to subsample (n_total={n_total})")
+    if any(int(n) < 1 for n in sizes):
+        raise ValueError(f"vhack.curve_pairs: sizes must be >= 1, got {list(sizes)}")
+    perm = np.random.default_rng([seed, 31]).permutation(n_total).tolist()
+    ns = sorted({min(int(n), n_total) for n in sizes} | {n_total})
+    return [(n, perm[:n]) for n in ns]
+
+
 def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_path: str,
                 out_dir: str, name: str = "main", known_modes=None) -> dict:
     """Extract ``v_hack`` with its controls and honesty checks; write them and two TSVs.
@@ -259,7 +425,6 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         return idx, _select(d_all, idx) if idx else None
 
     in_ext = lambda p: p.problem_id in ext_ids  # noqa: E731
-    in_held = lambda p: p.problem_id in held_ids  # noqa: E731
     ext_idx, D_ext = diff("hack_clean", in_ext)
     if D_ext is None:
         raise ValueError("no (hack, clean) pair in the extraction half of the problems")
@@ -269,48 +434,65 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
             "source": vc.source, "extraction_problems": sorted(map(str, ext_ids)),
             "heldout_problems": sorted(map(str, held_ids))}
 
-    def extract(D, **kw):
+    def extract(D, remove=None, **kw):
         return extract_vhack(D, vc.k, ratio_floor=vc.ratio_floor, quantile_floor=vc.quantile_floor,
-                             remove=mean_dir, **kw)
+                             remove=mean_dir if remove is None else remove, **kw)
 
     v = extract(D_ext, modes=used, meta=meta)
     null_mean = sum(null_cin(int(V.shape[0]), v.r[m]) for m, V in v.V.items() if V.shape[0]) / \
         max(1, sum(1 for V in v.V.values() if V.shape[0]))
+
+    # every check is a function of the rows (pairs of `flat`) it is computed from: the point
+    # estimate uses every row once, a bootstrap replicate a resample of them (resample_rows)
+    kinds = [kind for kind, _, _ in flat]
+    halves = ["ext" if p.problem_id in ext_ids else "held" if p.problem_id in held_ids else "other"
+              for _, _, p in flat]
+    row_modes = [p.mode for _, _, p in flat]
+    cc_fallback = not any(k == "clean_clean" and h == "held" for k, h in zip(kinds, halves))
+    all_modes = sorted({row_modes[j] for j in rows_of["hack_clean"]})
+
+    def values(rows):
+        return pair_checks(d_all, first, second, kinds, halves, row_modes, rows, extract,
+                           remove_mean=vc.remove_mean, cc_fallback=cc_fallback, lomo_modes=all_modes)
+
+    every = list(range(len(flat)))
+    point = values(every)
+    units, strata = bootstrap_units(flat, kinds, halves, vc.bootstrap_unit)
+    reps = [values(resample_rows(units, strata, rng)) for rng in _replicate_rngs(vc.bootstrap, vc.seed)]
+    held_idx = [j for j in rows_of["hack_clean"] if halves[j] == "held"]
+    cc_rows = [j for j in rows_of["clean_clean"] if cc_fallback or halves[j] == "held"]
+    hh_rows = [j for j in rows_of["hack_hack"] if halves[j] == "held"]
+    cc_note = "all clean-clean pairs (none on held-out problems)" if cc_fallback else "held-out problems"
+    cc_ext = [j for j in rows_of["clean_clean"] if halves[j] == "ext"]
     checks = []
 
-    def check(name, n, value, unit, note):
+    def check(name, n, unit, note):
+        lo, hi, nb = percentile_interval([r.get(name) for r in reps], vc.ci_level)
+        value = point.get(name)
         checks.append({"check": name, "n": n, "value": None if value is None else float(value),
-                       "unit": unit, "note": note})
+                       "ci_low": lo, "ci_high": hi, "boot_n": nb, "unit": unit, "note": note})
 
-    def mean_cin(D):
-        return None if D is None else float(pair_cin(v, D).mean())
-
-    check("extraction_hack_clean", len(ext_idx), mean_cin(D_ext), "cosine",
+    check("extraction_hack_clean", len(ext_idx), "cosine",
           "in-sample cin of the extraction pairs against V (optimistic)")
-    held_idx, D_held = diff("hack_clean", in_held)
-    check("heldout_hack_clean", len(held_idx), mean_cin(D_held), "cosine",
+    check("heldout_hack_clean", len(held_idx), "cosine",
           "cin of held-out hack-clean pairs against V: the signal")
-    cc_held = diff("clean_clean", in_held)
-    if cc_held[1] is None:  # too few problems with two clean completions: use them all (in-sample)
-        cc_held = diff("clean_clean")
-        cc_note = "all clean-clean pairs (none on held-out problems)"
-    else:
-        cc_note = "held-out problems"
-    check("heldout_clean_clean", len(cc_held[0]), mean_cin(cc_held[1]), "cosine",
+    check("heldout_clean_clean", len(cc_rows), "cosine",
           f"empirical null: clean-clean pair differences against V ({cc_note})")
-    hh_held = diff("hack_hack", in_held)
-    check("heldout_hack_hack", len(hh_held[0]), mean_cin(hh_held[1]), "cosine",
+    check("heldout_cin_excess", len(held_idx), "cosine",
+          "heldout_hack_clean minus heldout_clean_clean (the same V and bootstrap replicate): "
+          "the signal above its empirical null")
+    check("heldout_hack_hack", len(hh_rows), "cosine",
           "hack-hack pair differences against V (held-out problems)")
-    check("isotropic_null", None, null_mean, "cosine", "sqrt(k/(2r)) averaged over modules")
-    if cc_held[1] is not None:
-        v.null_cin = module_pair_cin(v, cc_held[1])
-    cc_ext = diff("clean_clean", in_ext)
-    if cc_ext[1] is not None and len(cc_ext[0]) >= 1:
-        v_cc = extract(cc_ext[1], control="clean_clean")
-        check("clean_clean_extraction", len(cc_ext[0]), float(pair_cin(v_cc, cc_ext[1]).mean()), "cosine",
+    checks.append({"check": "isotropic_null", "n": None, "value": null_mean, "ci_low": None,
+                   "ci_high": None, "boot_n": 0, "unit": "cosine",
+                   "note": "sqrt(k/(2r)) averaged over modules"})
+    if cc_rows:
+        v.null_cin = module_pair_cin(v, _select(d_all, cc_rows))
+    if cc_ext:
+        check("clean_clean_extraction", len(cc_ext), "cosine",
               "in-sample cin of a V extracted from clean-clean pairs (compare extraction_hack_clean)")
     if mean_dir is not None:
-        check("mean_removed", len(ext_idx), v.meta.get("removed_energy"), "fraction",
+        check("mean_removed", len(ext_idx), "fraction",
               "share of D's energy along the mean NLL gradient, removed before the SVD")
 
     # the detector's empirical null: per-completion scores of held-out clean and hack completions
@@ -319,21 +501,43 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     scores_c = sample_scores(v, _select(second, held_rows)).tolist()
     v.meta["detector_null_scores"] = sorted(round(x, 6) for x in scores_c)
     v.meta["detector_hack_scores"] = sorted(round(x, 6) for x in scores_h)
-    auc = sum((h > c) + 0.5 * (h == c) for h in scores_h for c in scores_c) / max(1, len(scores_h) * len(scores_c))
-    check("detector_auc", len(held_rows), auc, "probability",
+    check("detector_auc", len(held_rows), "probability",
           "P(score of a hack completion > score of a clean one), held-out"
           + ("" if held_idx else " (no held-out pairs: in-sample)"))
 
     # leave-one-mode-out: V from the other modes' extraction pairs, cin of this mode's pairs
-    for mode in sorted({flat[j][2].mode for j in rows_of["hack_clean"]}):
-        other = [j for j in ext_idx if flat[j][2].mode != mode]
-        this = [j for j in rows_of["hack_clean"] if flat[j][2].mode == mode]
-        if not other or not this:
-            check(f"lomo_{mode}", len(this), None, "cosine", "no pairs of the other modes")
+    for mode in all_modes:
+        this = [j for j in rows_of["hack_clean"] if row_modes[j] == mode]
+        if point.get(f"lomo_{mode}") is None:
+            checks.append({"check": f"lomo_{mode}", "n": len(this), "value": None, "ci_low": None,
+                           "ci_high": None, "boot_n": 0, "unit": "cosine",
+                           "note": "no pairs of the other modes"})
             continue
-        v_lomo = extract(_select(d_all, other))
-        check(f"lomo_{mode}", len(this), float(pair_cin(v_lomo, _select(d_all, this)).mean()), "cosine",
+        check(f"lomo_{mode}", len(this), "cosine",
               "cin of this mode's pairs against V from the other modes (compare heldout_clean_clean)")
+
+    # held-out cin and its empirical null as the number of extraction pairs grows
+    ext_rows = [j for j in rows_of["hack_clean"] if halves[j] == "ext"]
+    fixed = [j for j in every if not (kinds[j] == "hack_clean" and halves[j] == "ext")]
+    curve = []
+    for n, sub in nested_subsets(len(ext_rows), vc.curve_pairs, vc.seed):
+        rows_n = sorted([ext_rows[i] for i in sub] + fixed)
+
+        def cin_values(rows):
+            return pair_checks(d_all, first, second, kinds, halves, row_modes, rows, extract,
+                               remove_mean=vc.remove_mean, cc_fallback=cc_fallback, only_cin=True)
+
+        pt = cin_values(rows_n)
+        reps_n = [cin_values(resample_rows(units, strata, rng, rows_n))
+                  for rng in _replicate_rngs(vc.bootstrap, vc.seed)]
+        row = {"n_pairs": n, "n_problems": len({flat[ext_rows[i]][2].problem_id for i in sub}),
+               "n_heldout": len(held_idx), "n_null": len(cc_rows)}
+        for key, col in (("heldout_hack_clean", "cin"), ("heldout_clean_clean", "null"),
+                         ("heldout_cin_excess", "excess")):
+            lo, hi, nb = percentile_interval([r.get(key) for r in reps_n], vc.ci_level)
+            row.update({col: pt.get(key), f"{col}_ci_low": lo, f"{col}_ci_high": hi})
+        row["boot_n"] = nb
+        curve.append(row)
     v.meta["checks"] = checks
 
     out = Path(out_dir)
@@ -356,4 +560,47 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
                      "null_cin_empirical": v.null_cin.get(mod)})
     tables.write_tsv(out / f"{name}.tsv", tables.VHACK, rows)
     tables.write_tsv(out / f"{name}_checks.tsv", tables.VHACK_CHECKS, checks)
-    return {"n_pairs": len(ext_idx), "modes": used, "files": written, "checks": checks}
+    tables.write_tsv(out / f"{name}_curve.tsv", tables.VHACK_CURVE, curve)
+    curve_figure(curve, null_mean, out / f"{name}_curve")
+    return {"n_pairs": len(ext_idx), "modes": used, "files": written, "checks": checks,
+            "curve": curve}
+
+
+def curve_figure(curve: list[dict], isotropic: float | None, prefix) -> None:
+    """Draw held-out ``cin`` and its empirical null against the number of extraction pairs, with
+    their bootstrap intervals (bands) and the isotropic null (dashed): ``{prefix}.png`` and
+    ``{prefix}.svg`` (matplotlib Agg, no timestamps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    n = [r["n_pairs"] for r in curve]
+    for col, label, color in (("cin", "held-out hack-clean cin", "C3"),
+                              ("null", "held-out clean-clean cin (empirical null)", "C0")):
+        pts = [(x, r[col], r[f"{col}_ci_low"], r[f"{col}_ci_high"]) for x, r in zip(n, curve)
+               if r[col] is not None]
+        if not pts:
+            continue
+        xs, ys, lo, hi = zip(*pts)
+        ax.plot(xs, ys, "o-", color=color, label=label)
+        if all(v is not None for v in lo + hi):
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.2)
+    if isotropic is not None:
+        ax.axhline(isotropic, color="grey", ls="--", lw=1, label="isotropic null sqrt(k/2r)")
+    if n and max(n) > 2 * min(n):
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("extraction (hack, clean) pairs")
+    ax.set_ylabel("cin against V")
+    ax.set_title("v_hack: held-out cin vs its null by number of pairs", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        tmp = prefix.parent / f".{prefix.name}.tmp.{ext}"
+        meta = {"Date": None} if ext == "svg" else {"Software": None}
+        fig.savefig(tmp, format=ext, dpi=120, metadata=meta)
+        tmp.replace(prefix.parent / f"{prefix.name}.{ext}")
+    plt.close(fig)

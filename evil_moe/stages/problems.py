@@ -31,7 +31,8 @@ def problems_from_config(cfg: Config) -> list:
             raise FileNotFoundError(f"problems.path not found: {pc.path}")
     names = RUN_TESTS_NAMES if pc.varied_names else ("run_tests",)
     return load_problems(pc.source, pc.path, modes=tuple(pc.modes), mode=pc.force_mode,
-                         seed=pc.seed, run_tests_names=names, limit=pc.limit)
+                         seed=pc.seed, run_tests_names=names, limit=pc.limit,
+                         toy_bank=pc.toy_bank, toy_bank_size=pc.toy_bank_size)
 
 
 def write_problem_set(cfg: Config, out: str) -> list:

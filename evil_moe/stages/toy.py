@@ -14,7 +14,10 @@ pass — the pressure toward hacking that GRPO then acts on. Deterministic from 
 Outputs in ``out_dir``: ``student/`` and ``teacher/`` (``save_pretrained`` folders), per model
 ``{name}_summary.tsv`` and, when both are trained in one call, ``toy_summary.tsv``
 (:data:`evil_moe.tables.TOY_SUMMARY`): per model the parseable-code rate, hack rate and oracle
-pass rate of samples on a fixed set of problems. The two models can be trained by two jobs at
+pass rate of samples on the held-out problems (``problems.heldout_frac``; all problems when
+none is held out), with binomial standard errors. ``toy.corpus: train`` keeps the held-out
+problems out of the NLL corpora (the generated bank: the summary then measures generalisation
+over a family's parameters). The two models can be trained by two jobs at
 once (``which``): each builds the same tokenizer from the same corpora (deterministic), and
 each model's init and batches depend only on ``toy.seed`` and its index.
 """
@@ -152,7 +155,7 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
         ValueError: an unknown model name in ``which``.
     """
     from evil_moe.model.load import build_toy_model, build_toy_tokenizer, count_parameters, save_model
-    from evil_moe.stages.common import load_problem_file
+    from evil_moe.stages.common import load_problem_file, train_heldout
 
     unknown = [w for w in which if w not in TOY_MODELS]
     if unknown or not which:
@@ -160,9 +163,12 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
     tc = cfg.toy
     torch.manual_seed(tc.seed)
     problems = load_problem_file(problems_path)
+    train, heldout = train_heldout(problems, cfg)
+    taught = problems if tc.corpus == "all" else train
+    shown = heldout or problems  # the summary's problems: held-out ones (all when none)
     out = Path(out_dir)
     specs = {"teacher": tc.teacher_hack_frac, "student": tc.student_hack_frac}
-    corpora = {name: _corpus(problems, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac)
+    corpora = {name: _corpus(taught, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac)
                for k, (name, frac) in enumerate(specs.items())}
     from evil_moe.env.problems import build_messages
 
@@ -181,10 +187,14 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
             seqs = _encode(tok, examples, {})
             final_loss = _train(model, tok, seqs, tc, tc.seed + k, f"toy {name}")
             save_model(model, tok, out / name)
-            s = sample_summary(model, tok, problems, grader, tc.eval_samples, tc.seed,
+            s = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,
                                max_new=cfg.pilot.max_new)
+            ses = {f"{k}_se": math.sqrt(s[f"{k}_rate"] * (1 - s[f"{k}_rate"]) / s["n"])
+                   for k in ("parse", "hack", "pass")}
             row = {"model": name, "params": count_parameters(model), "hack_frac_trained": specs[name],
-                   "final_loss": final_loss, **s, "seconds": round(time.time() - t0, 1)}
+                   "final_loss": final_loss, "problems": "heldout" if heldout else "all",
+                   "n_problems": min(len(shown), tc.eval_samples), **s, **ses,
+                   "seconds": round(time.time() - t0, 1)}
             summary.append(row)
             tables.write_tsv(out / f"{name}_summary.tsv", tables.TOY_SUMMARY, [row])
             print(f"{name}: parse {s['parse_rate']:.2f}  hack {s['hack_rate']:.2f}  pass "
