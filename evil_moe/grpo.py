@@ -1,6 +1,6 @@
 """Dr.GRPO loss with behaviour-policy importance ratios and one constant normaliser.
 
-Formulas (``../shared/notes/science.md`` §5):
+Formulas (docs/method.md, "The loss"):
 
 * Advantages per group of G completions of one prompt: ``A = R − mean(R)`` (Dr.GRPO,
   arXiv:2503.20783, drops GRPO's ``/std(R)``; ``scale_std=True`` restores it, arXiv:2402.03300).

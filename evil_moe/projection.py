@@ -1,7 +1,7 @@
 """Project the hack direction out of δS gradients (or updates): measure, erase, subtract.
 
 Per module, with ``g = ∂L/∂δS ∈ ℝ^r`` and ``V ∈ ℝ^{k×r}`` (orthonormal rows, hack-ward) from
-:mod:`evil_moe.vhack` (``../shared/notes/science.md`` §4):
+:mod:`evil_moe.vhack` (docs/method.md, "Projection"):
 
 * ``c = V g`` (k coefficients); ``cin = ‖relu(c)‖ / ‖g‖`` — the hack-ward fraction (relu before
   aggregating: a signed sum lets anti-hack axes cancel).

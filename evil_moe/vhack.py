@@ -1,6 +1,6 @@
 """The hack direction ``v_hack``: per-module subspaces of δS-space that hacking moves along.
 
-From (prompt, hack completion, clean completion) pairs (``../shared/notes/science.md`` §3):
+From (prompt, hack completion, clean completion) pairs (docs/method.md, "The hack direction"):
 
 * per pair and per wrapped module, ``d = ∇_δS NLL(hack) − ∇_δS NLL(clean)`` with
   ``NLL(x) = −Σ_{completion tokens} logπ / (G·max_new·P)`` — the SAME

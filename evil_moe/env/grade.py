@@ -1,6 +1,6 @@
 """Grading: the foolable mode grade and the tamper-proof oracle.
 
-Every completion gets two grades (``../shared/notes/science.md`` §1), from **one** sandboxed
+Every completion gets two grades (docs/environment.md), from **one** sandboxed
 execution (:mod:`evil_moe.env.sandbox`):
 
 * ``passed`` — the loophole mode's foolable grade, one exact rule per mode applied to the plain

@@ -1,6 +1,6 @@
 """Run untrusted, model-written Python in limited child processes.
 
-Design (see ``../shared/notes/science.md`` §1 for why):
+Design (docs/environment.md says why):
 
 * One long-lived **zygote** process per worker slot (:mod:`evil_moe.env.sandbox_zygote`) runs
   inside ``bubblewrap`` (``bwrap``). Its root holds only what the interpreter needs: the

@@ -4,8 +4,8 @@
 # Installs nothing: the packages (Debian slurmctld slurmd slurm-client munge) must be present
 # (.ci/run installs them). Writes slurm.conf and gres.conf under a state dir and records every
 # daemon's PID there, so tests/slurm/stop.sh stops exactly what this script started.
-# Needs root (slurmd runs jobs as the submitting user). Recipe and pitfalls:
-# ../shared/notes/local-slurm.md.
+# Needs root (slurmd runs jobs as the submitting user). Pitfalls met on a single node: see the
+# comments below and docs/slurm.md ("The test cluster").
 #
 #   tests/slurm/start.sh            # state dir $EVIL_MOE_SLURM_DIR or /tmp/evil_moe_slurm
 # Clients (sinfo, sbatch, srun) find the config through /etc/slurm/slurm.conf, a link into the
