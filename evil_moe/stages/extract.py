@@ -567,9 +567,11 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
 
 
 def curve_figure(curve: list[dict], isotropic: float | None, prefix) -> None:
-    """Draw held-out ``cin`` and its empirical null against the number of extraction pairs, with
-    their bootstrap intervals (bands) and the isotropic null (dashed): ``{prefix}.png`` and
-    ``{prefix}.svg`` (matplotlib Agg, no timestamps)."""
+    """Draw the n-pairs curve: left, held-out ``cin`` and its empirical null against the number
+    of extraction pairs, with their bootstrap intervals (bands) and the isotropic null (dashed);
+    right, their difference ``excess`` with its interval and 0. Writes ``{prefix}.png`` and
+    ``{prefix}.svg`` (matplotlib Agg, no timestamps). ``curve``: rows of
+    :data:`evil_moe.tables.VHACK_CURVE`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -577,26 +579,34 @@ def curve_figure(curve: list[dict], isotropic: float | None, prefix) -> None:
 
     prefix = Path(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10.0, 4.0))
     n = [r["n_pairs"] for r in curve]
-    for col, label, color in (("cin", "held-out hack-clean cin", "C3"),
-                              ("null", "held-out clean-clean cin (empirical null)", "C0")):
+
+    def band(axis, col, label, color):
         pts = [(x, r[col], r[f"{col}_ci_low"], r[f"{col}_ci_high"]) for x, r in zip(n, curve)
                if r[col] is not None]
         if not pts:
-            continue
+            return
         xs, ys, lo, hi = zip(*pts)
-        ax.plot(xs, ys, "o-", color=color, label=label)
+        axis.plot(xs, ys, "o-", color=color, label=label)
         if all(v is not None for v in lo + hi):
-            ax.fill_between(xs, lo, hi, color=color, alpha=0.2)
+            axis.fill_between(xs, lo, hi, color=color, alpha=0.2)
+
+    band(ax, "cin", "held-out hack-clean cin", "C3")
+    band(ax, "null", "held-out clean-clean cin (empirical null)", "C0")
     if isotropic is not None:
         ax.axhline(isotropic, color="grey", ls="--", lw=1, label="isotropic null sqrt(k/2r)")
-    if n and max(n) > 2 * min(n):
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel("extraction (hack, clean) pairs")
+    band(ax2, "excess", "cin minus null", "C2")
+    ax2.axhline(0.0, color="grey", ls="--", lw=1)
+    for axis in (ax, ax2):
+        if n and max(n) > 2 * min(n):
+            axis.set_xscale("log", base=2)
+        axis.set_xlabel("extraction (hack, clean) pairs")
+        axis.legend(fontsize=8)
     ax.set_ylabel("cin against V")
-    ax.set_title("v_hack: held-out cin vs its null by number of pairs", fontsize=10)
-    ax.legend(fontsize=8)
+    ax2.set_ylabel("held-out cin above its null")
+    ax.set_title("v_hack: held-out cin and its null", fontsize=10)
+    ax2.set_title("the signal above the null (bootstrap interval)", fontsize=10)
     fig.tight_layout()
     for ext in ("png", "svg"):
         tmp = prefix.parent / f".{prefix.name}.tmp.{ext}"
