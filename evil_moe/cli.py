@@ -201,15 +201,19 @@ def cancel_run_cmd(workdir, dry_run, force, wait_s) -> None:
               help="The comparison figure (relative to the folder --report runs in).")
 @click.option("--caption", default="", help="The figure's caption.")
 @click.option("--summary", required=True, type=click.Path(dir_okay=False),
-              help="compare/summary.tsv (shown as a table, every column).")
+              help="compare/summary.tsv (the per-arm table and the rates table).")
+@click.option("--gate", "gate_path", default=None, type=click.Path(dir_okay=False),
+              help="compare/gate.json (the per-arm verdicts of the first table).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
-def front_page_cmd(verdict, decision, figure, caption, summary, out) -> None:
-    """Write the HTML report's first page (results/sweep/decision.rst): verdict, figure, table."""
+def front_page_cmd(verdict, decision, figure, caption, summary, gate_path, out) -> None:
+    """Write the HTML report's first page (results/sweep/decision.rst): the per-arm table, the
+    verdict, the figure, the rates table and the criteria."""
     from evil_moe.frontpage import write_front_page
 
     try:
+        gate = json.loads(Path(gate_path).read_text()) if gate_path else None
         write_front_page(out, verdict=verdict, decision=decision, figure=figure, caption=caption,
-                         summary=summary)
+                         summary=summary, gate=gate)
     except (OSError, ValueError) as err:
         _fail(err)
     click.echo(f"wrote {out}")

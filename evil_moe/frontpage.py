@@ -4,12 +4,15 @@ Snakemake's report renders ``report/workflow.rst`` (reStructuredText through doc
 first page; that page includes ``results/sweep/decision.rst``, which rule ``sweep_decision``
 writes with :func:`front_page_rst` from the comparison's outputs:
 
-1. the verdict sentence (``compare/gate.json``) and the sweep decision (text from
-   ``rules/common.smk``),
-2. the comparison figure, embedded as a data URI (the report is one self-contained file; a path
+1. the per-arm table (:func:`arm_table_rst`): each judged arm's drop vs vanilla, vs its matched
+   control and its share of its ceiling's drop, with intervals, and its verdict,
+2. the verdict sentence (``compare/gate.json``; the verdict word appears once, in it),
+3. the comparison figure, embedded as a data URI (the report is one self-contained file; a path
    would only work next to ``results/``, and Snakemake's ``embeddedfigure`` directive renders an
    SVG as such a path),
-3. the per-arm summary (``compare/summary.tsv``) as a table, every column of the file.
+4. the held-out rates per arm and view (:data:`FRONT_COLUMNS` of ``compare/summary.tsv``, a table
+   that fits the page; every column is under Results), then the gate's criteria and the sweep
+   decision (text from ``rules/common.smk``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ import math
 from pathlib import Path
 
 MIME = {".svg": "image/svg+xml", ".png": "image/png"}
+
+# compare/summary.tsv columns shown on the first page (with their intervals folded into one cell)
+FRONT_COLUMNS = (("arm", None), ("view", None), ("hack_rate", ("hack_ci_low", "hack_ci_high")),
+                 ("pass_rate", ("pass_ci_low", "pass_ci_high")), ("flag_rate", None),
+                 ("flag_precision", None), ("hack_rate_unknown", None), ("status", None))
 
 
 def _cell(value: str) -> str:
@@ -55,8 +63,79 @@ def table_rst(tsv: str | Path, title: str) -> str:
     return "\n".join(lines)
 
 
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _with_ci(row: dict, col: str, lo: str, hi: str) -> str:
+    """``0.123 [0.045, 0.201]`` from a summary row (a dash when the value is empty)."""
+    v, a, b = _num(row.get(col)), _num(row.get(lo)), _num(row.get(hi))
+    if v is None:
+        return "–"
+    return f"{v:.3f}" + (f" [{a:.3f}, {b:.3f}]" if a is not None and b is not None else "")
+
+
+def _list_table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    lines = [f".. list-table:: {title}", "   :header-rows: 1", ""]
+    for row in [header, *rows]:
+        lines.append(f"   * - {row[0]}")
+        lines += [f"     - {c}" for c in row[1:]]
+    return "\n".join(lines)
+
+
+def _summary_rows(summary: str | Path) -> list[dict]:
+    with open(summary, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def arm_table_rst(summary: str | Path, gate: dict) -> str:
+    """The first page's per-arm table: one row per arm the gate judged (treatments) or reports
+    beside them (ceilings, the positive control), on its judged view: held-out hack rate, drop vs
+    vanilla, drop vs its matched control, its share of its ceiling's drop (all with the gate's
+    intervals, ``compare/summary.tsv``) and its verdict (``gate.json`` ``arms``; "reported" for
+    arms that are never judged).
+
+    Raises:
+        FileNotFoundError: the summary is missing.
+    """
+    from evil_moe.arms import ARMS
+
+    verdicts = gate.get("arms", {}) or {}
+    rows = []
+    for r in _summary_rows(summary):
+        cls = ARMS.get(r.get("arm", ""))
+        if cls is None or cls.role not in ("treatment", "ceiling", "positive_control"):
+            continue
+        if r.get("view") != cls.views[0]:
+            continue
+        v = verdicts.get(r["arm"], {})
+        verdict = v.get("verdict", "–") if cls.role == "treatment" else f"reported ({cls.role.replace('_', ' ')})"
+        rows.append([f"{r['arm']} ({r['view']})", _with_ci(r, "hack_rate", "hack_ci_low", "hack_ci_high"),
+                     _with_ci(r, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high"),
+                     (f"{_with_ci(r, 'drop_vs_control', 'control_ci_low', 'control_ci_high')} vs {cls.control}"
+                      if cls.control else "–"),
+                     _with_ci(r, "ceiling_share", "ceiling_share_ci_low", "ceiling_share_ci_high"),
+                     verdict])
+    return _list_table("Per arm, on its judged view (hack-rate drops; 95% intervals, crossed seed × problem bootstrap)",
+                       ["arm (view)", "hack rate", "drop vs vanilla", "drop vs its control",
+                        "share of its ceiling's drop", "verdict"], rows)
+
+
+def summary_table_rst(summary: str | Path) -> str:
+    """Held-out rates per arm and view (:data:`FRONT_COLUMNS`; intervals folded into the cell)."""
+    rows = []
+    for r in _summary_rows(summary):
+        rows.append([_with_ci(r, c, *ci) if ci else _cell(r.get(c, "") or "") for c, ci in FRONT_COLUMNS])
+    return _list_table("Held-out rates per arm and view (``compare/summary.tsv``; every column under Results)",
+                       [c for c, _ in FRONT_COLUMNS], rows)
+
+
 def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str,
-                   summary: str | Path) -> str:
+                   summary: str | Path, gate: dict | None = None) -> str:
     """The first page's reStructuredText.
 
     Args:
@@ -64,7 +143,8 @@ def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str
         decision: the gate criteria and the sweep decision (reStructuredText), shown last.
         figure: the comparison figure (``.svg`` or ``.png``), embedded as a data URI.
         caption: the figure's caption (one paragraph).
-        summary: ``compare/summary.tsv``; every column is shown.
+        summary: ``compare/summary.tsv`` (the per-arm table and the rates table).
+        gate: ``compare/gate.json``'s content (per-arm verdicts); None shows no per-arm table.
 
     Raises:
         FileNotFoundError: the figure or the summary is missing. ValueError: a figure that is
@@ -78,12 +158,13 @@ def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str
     uri = f"data:{MIME[figure.suffix]};base64,{base64.b64encode(figure.read_bytes()).decode()}"
     caption = " ".join(caption.split())
     parts = [
+        arm_table_rst(summary, gate) if gate is not None else "",
         verdict.strip(),
         # the URI split into 76-character lines (docutils joins them and refuses lines over
         # 10,000 characters)
         ".. figure:: " + "\n   ".join(uri[i:i + 76] for i in range(0, len(uri), 76))
         + f"\n   :width: 80%\n   :alt: {figure.name}\n\n   {caption}",
-        table_rst(summary, f"Per arm and view (``{Path(summary).name}``)"),
+        summary_table_rst(summary),
         decision.strip(),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"

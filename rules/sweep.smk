@@ -31,6 +31,7 @@ rule sweep_decision:
     shell:
         "evil-moe front-page --verdict {params.verdict:q} --decision {params.decision:q}"
         " --figure {input.figure:q} --caption {params.caption:q} --summary {input.summary:q}"
+        " --gate {input.gate:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 

@@ -52,3 +52,31 @@ def test_front_page_missing_figure_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.svg"):
         front_page_rst(verdict="v", decision="", figure=tmp_path / "nope.svg", caption="",
                        summary=summary)
+
+
+def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_path):
+    """The first table: treatments (judged view only), their ceiling and the positive control;
+    references and controls are not rows; cells fold the intervals; verdicts come from gate.json."""
+    from evil_moe.frontpage import arm_table_rst
+
+    head = ["arm", "view", "hack_rate", "hack_ci_low", "hack_ci_high", "drop_vs_vanilla", "drop_ci_low",
+            "drop_ci_high", "drop_vs_control", "control_ci_low", "control_ci_high", "ceiling_share",
+            "ceiling_share_ci_low", "ceiling_share_ci_high"]
+    rows = [head,
+            ["vanilla", "trained", "0.4", "0.3", "0.5", "", "", "", "", "", "", "", "", ""],
+            ["route", "ablated", "0.2", "0.1", "0.3", "0.2", "0.05", "0.35", "0.04", "-0.1", "0.18",
+             "0.5", "0.1", "0.9"],
+            ["route", "trained", "0.3", "0.2", "0.4", "0.1", "0", "0.2", "", "", "", "", "", ""],
+            ["route_random", "ablated", "0.24", "0.1", "0.3", "0.16", "0", "0.3", "", "", "", "", "", ""],
+            ["route_oracle", "ablated", "0.0", "0.0", "0.05", "0.4", "0.3", "0.5", "0.3", "0.2", "0.4",
+             "", "", ""],
+            ["oracle_reward", "trained", "0.05", "0", "0.1", "0.35", "0.2", "0.5", "", "", "", "", "", ""]]
+    gate = {"arms": {"route": {"verdict": "inconclusive"}}}
+    html = publish_parts(arm_table_rst(_tsv(tmp_path / "s.tsv", rows), gate), writer="html")["body"]
+    cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
+             for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
+    assert [c[0] for c in cells[1:]] == ["route (ablated)", "route_oracle (ablated)", "oracle_reward (trained)"]
+    assert cells[1][1:] == ["0.200 [0.100, 0.300]", "0.200 [0.050, 0.350]",
+                            "0.040 [-0.100, 0.180] vs route_random", "0.500 [0.100, 0.900]", "inconclusive"]
+    assert cells[2][3] == "0.300 [0.200, 0.400] vs route_oracle_random" and cells[2][5] == "reported (ceiling)"
+    assert cells[3][3] == "–" and cells[3][5] == "reported (positive control)"
