@@ -34,12 +34,13 @@ def test_registry_matches_schema_and_controls_are_registered():
         assert cls.name == name and cls.description
         if cls.control:
             ctl = ARMS[cls.control]
-            assert cls.role == "treatment" and ctl.role == "control"
+            assert cls.role in ("treatment", "ceiling") and ctl.role == "control"
             # a matched control differs from its arm only in where it acts: same views, same
             # knobs, same kind of gradients
             assert ctl.views == cls.views and ctl.trains_delta_s_hack == cls.trains_delta_s_hack
             assert ctl.needs_sample_grads == cls.needs_sample_grads
-    assert {c.role for c in ARMS.values()} == {"reference", "treatment", "control", "positive_control"}
+    assert {c.role for c in ARMS.values()} == {"reference", "treatment", "control", "positive_control",
+                                             "ceiling"}
     # judged view first: the knob-training arms are judged with delta_s_hack ablated
     for cls in ARMS.values():
         assert (cls.views[0] == "ablated") == cls.trains_delta_s_hack

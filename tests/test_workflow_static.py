@@ -38,6 +38,8 @@ def test_snakefmt_check():
                  "pilot": 36, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
                "pilot": 30, "compare": 1, "all": 1}),
+    ("planted", {"problems": 1, "toy_model": 2, "planted_vhack": 1, "teacher": 1, "extract": 1,
+                 "distill": 1, "pilot": 15, "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
                  "extract": 1, "distill": 1, "pilot": 3, "compare": 1, "all": 1}),
 ])

@@ -473,10 +473,31 @@ class Trainer:
 # the run
 
 
+def projection_vhack(arm_obj, vhack: VHack, *, random_vhack_path: str | None = None,
+                     planted_vhack_path: str | None = None) -> VHack:
+    """The V an arm projects along (``proj_v``): the run's ``vhack`` for ``vhack = "real"``, the
+    random control's file for ``"random"`` (random_v, subtract_random), the planted world's
+    ``vhack/planted.safetensors`` for ``"planted"`` (erase_planted). The run's ``vhack`` stays the
+    one every arm measures and the detector reads.
+
+    Raises:
+        ValueError: the arm's file is not given (names the option); an unknown ``vhack`` kind.
+    """
+    kind = arm_obj.vhack
+    if kind == "real":
+        return vhack
+    path = {"random": random_vhack_path, "planted": planted_vhack_path}.get(kind, "")
+    if path == "":
+        raise ValueError(f"arm {arm_obj.name}: unknown vhack kind {kind!r}")
+    if not path:
+        raise ValueError(f"arm {arm_obj.name} needs --{kind}-vhack")
+    return VHack.load(require_file(path, f"{kind} v_hack"))
+
+
 def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: str,
               random_vhack_path: str | None, arm: str, seed: int, out_dir: str,
               init_adapter: str | None = None, teacher_rollouts: str | None = None,
-              stop_after: int | None = None) -> dict:
+              stop_after: int | None = None, planted_vhack_path: str | None = None) -> dict:
     """Train one arm × seed with Dr.GRPO and the arm's hooks, then evaluate it held out.
 
     Args:
@@ -487,6 +508,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         vhack_path: ``v_hack`` safetensors (:mod:`evil_moe.vhack`), measured in every arm; it also
             holds the gradient detector's empirical null.
         random_vhack_path: random-direction control (needed by arms whose ``vhack`` is random).
+        planted_vhack_path: the planted world's known direction (``vhack/planted.safetensors``;
+            needed by arms whose ``vhack`` is planted: erase_planted).
         arm: a name in :data:`evil_moe.arms.ARMS`.
         seed: run seed (model sampling and init; the prompt order depends on it too).
         out_dir: output folder (also holds the checkpoint).
@@ -499,7 +522,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         the ``status.json`` dict (``{"status": "ok", ...}``).
 
     Raises:
-        ValueError: unknown arm; a random-V arm without ``random_vhack_path``; ``mix_ratio > 0``
+        ValueError: unknown arm; a random-V arm without ``random_vhack_path`` (a planted-V arm
+            without ``planted_vhack_path``); ``mix_ratio > 0``
             without teacher rollouts; a gradient-detector arm whose v_hack has no null scores.
         FileNotFoundError: an input file is missing (names the path).
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
@@ -508,12 +532,15 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     pc = cfg.pilot
     arm_obj = get_arm(arm)
     for path, what in ((problems_path, "problems file"), (vhack_path, "v_hack"),
-                       (random_vhack_path, "random v_hack"), (init_adapter, "initial adapter"),
+                       (random_vhack_path, "random v_hack"), (planted_vhack_path, "planted v_hack"),
+                       (init_adapter, "initial adapter"),
                        (teacher_rollouts, "teacher rollouts")):
         if path:
             require_file(path, what)  # fail before loading a (possibly large) model
     if arm_obj.vhack == "random" and not random_vhack_path:
         raise ValueError(f"arm {arm} needs --random-vhack")
+    if arm_obj.vhack == "planted" and not planted_vhack_path:
+        raise ValueError(f"arm {arm} needs --planted-vhack")
     if pc.mix_ratio > 0 and not teacher_rollouts:
         raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
     out = Path(out_dir)
@@ -534,15 +561,16 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     model, tok, adapter, device = load_policy(model_path, cfg, init_adapter=init_adapter)
     init_ds = [p.detach().clone() for p in adapter.delta_s_params()]
     vhack = VHack.load(require_file(vhack_path, "v_hack")).to(device)
-    proj_v = VHack.load(require_file(random_vhack_path, "random v_hack")).to(device) \
-        if arm_obj.vhack == "random" else vhack
+    proj_v = projection_vhack(arm_obj, vhack, random_vhack_path=random_vhack_path,
+                              planted_vhack_path=planted_vhack_path).to(device)
     teacher_rows = _teacher_rows(teacher_rollouts, train) if int(round(pc.mix_ratio * pc.group)) else {}
 
     ckpt_path = out / "checkpoint.pt"
     run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
     digest = _file_digest(cfg.digest("problems", "adapter", "models", "grader", "vhack"),
                           Config({"pilot": run_keys}).digest("pilot"), str(model_path),
-                          vhack_path, random_vhack_path, init_adapter, teacher_rollouts)
+                          vhack_path, random_vhack_path, init_adapter, teacher_rollouts,
+                          planted_vhack_path)
     work = out / "_work"
     work.mkdir(exist_ok=True)
     with make_grader(problems, cfg) as grader, _Signals() as sig:
@@ -829,5 +857,5 @@ def checkpoint_exists(out_dir: str) -> bool:
     return (Path(out_dir) / "checkpoint.pt").exists()
 
 
-__all__ = ["run_pilot", "Trainer", "evaluate", "prompt_schedule", "refresh_vhack", "PilotInvalid",
+__all__ = ["run_pilot", "projection_vhack", "Trainer", "evaluate", "prompt_schedule", "refresh_vhack", "PilotInvalid",
            "PilotInterrupted", "checkpoint_exists"]
