@@ -336,3 +336,51 @@ def test_a_planted_arm_without_a_plant_is_refused(tmp_path):
     proc = snakemake(tmp_path, "-n", configfiles=(DEFAULT_CONFIG, bad))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "toy.plant.enabled is false" in out, out
+
+
+# ---------------------------------------------------------------------------------------------
+# the toy stage: a tiny planted student
+
+
+def test_tiny_planted_student_switch_lives_in_the_pilot_adapter(tmp_path):
+    """train_toy_models with toy.plant at tiny sizes: the switch weights stay exactly at their
+    initialisation (so the pilot's SVD is the plant's), the plant file is oriented hack-ward
+    (V = -u), and in a fresh process's adapter the switch raises hack-vs-clean log-likelihood
+    while the same switch in delta_s_hack leaves the deploy view untouched."""
+    from stage_fixtures import cfg_of
+
+    from evil_moe.model.load import build_toy_model, load_model
+    from evil_moe.stages.extract import run_planted_vhack
+    from evil_moe.stages.problems import write_problem_set
+    from evil_moe.stages.toy import PLANT_FILE, train_toy_models
+
+    cfg = cfg_of("toy.plant.enabled=true", "toy.plant.modules=[model.layers.1.mlp.down_proj]",
+                 "toy.plant.scale=6.0", "toy.plant.frac=0.6", "toy.train_steps=60",
+                 "adapter.target_modules=[model.layers.1.mlp.down_proj, o_proj]")
+    problems = tmp_path / "problems.jsonl"
+    write_problem_set(cfg, str(problems))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows = train_toy_models(cfg, problems_path=str(problems), out_dir=str(tmp_path / "models"),
+                                which=("student",))
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["model"] for r in rows] == ["student", "student_switch_on"]
+    student = tmp_path / "models" / "student"
+    plant = VHack.load(student / PLANT_FILE)
+    name = "model.layers.1.mlp.down_proj"
+    assert list(plant.V) == [name] and plant.control == "planted"
+    assert torch.allclose(plant.V[name][0], -planted_direction(0, name, 64))
+    trained, tok = load_model(str(student))
+    init = build_toy_model(tok, hidden=64, layers=2, intermediate=128, heads=4, kv_heads=2,
+                           seed=1)  # the student is model 1 (toy.seed + 1)
+    assert torch.equal(trained.get_submodule(name).weight, init.get_submodule(name).weight)
+    assert not torch.equal(trained.get_submodule("model.layers.1.mlp.up_proj").weight,
+                           init.get_submodule("model.layers.1.mlp.up_proj").weight)
+    res = run_planted_vhack(cfg, model_path=str(student), out_path=str(tmp_path / "planted.safetensors"),
+                            problems_path=str(problems), n_pairs=8)
+    pv = VHack.load(tmp_path / "planted.safetensors")
+    assert pv.k_per_module[name] == 1 and all(k == 0 for n, k in pv.k_per_module.items() if n != name)
+    assert res["shift_on"] > 0.5 and res["shift_deploy"] == 0.0
+    assert pv.meta["plant"]["shift_on"] == pytest.approx(res["shift_on"])
