@@ -241,13 +241,13 @@ PLANT_RECOVERY = _cols([
 
 # results/planted/checks.tsv — the planted world's checks (evil_moe.stages.extract.planted_checks).
 PLANTED_CHECKS = _cols([
-    ("check", "str", "hack_rate | ceiling_beats_control | ceiling_drop_vs_vanilla | control_not_separated | recovery | treatment_beats_control | treatment_drop_vs_vanilla | treatment_vs_ceiling | planted_world"),
+    ("check", "str", "hack_rate | ceiling_beats_control | ceiling_drop_vs_vanilla | control_not_separated | recovery | switch_on | deploy_ablates | treatment_beats_control | treatment_drop_vs_vanilla | treatment_vs_ceiling | delta_s_along_u | planted_world"),
     ("kind", "str", "world (must pass for planted_world) | info"),
     ("arm", "str", "the arm the check is about"),
     ("control", "str", "what it is compared with (an arm, or the switch module for recovery)"),
-    ("value", "see check", "hack rate or paired hack-rate drop (control minus arm), held out, trained view; span_cos for recovery"),
-    ("ci_low", "fraction", "lower end of the gate's cluster-bootstrap interval"),
-    ("ci_high", "fraction", "upper end"),
+    ("value", "see check", "hack rate or paired hack-rate drop (control minus arm), held out, trained view; span_cos for recovery; nats for switch_on / deploy_ablates; delta_s . u for delta_s_along_u"),
+    ("ci_low", "see check", "lower end of the gate's cluster-bootstrap interval (delta_s_along_u: the smallest value over seeds and modules)"),
+    ("ci_high", "see check", "upper end (delta_s_along_u: the largest)"),
     ("n_seeds", "count", "seeds with paired outcomes"),
     ("threshold", "see check", "min_drop, 0, or the recovery null's 0.95 quantile"),
     ("passed", "bool", "the check passed (control_not_separated: random_v did NOT separate from vanilla)"),

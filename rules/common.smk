@@ -298,13 +298,14 @@ def get_plant_input(wildcards):
 
 def get_planted_checks_input(wildcards):
     """The planted checks read the plant, the extracted v_hack and its controls, and every
-    pilot's held-out outcomes."""
+    pilot's held-out outcomes and final adapter."""
     return {
         "planted": res("vhack/planted.safetensors"),
         "hack": res("vhack/main_hack.safetensors"),
         "random": res("vhack/main_random.safetensors"),
         "shuffled": res("vhack/main_shuffled.safetensors"),
         "outcomes": [f"{d}/outcomes.tsv" for d in _pilot_dirs("pilots", SEEDS)],
+        "adapters": [f"{d}/adapter.safetensors" for d in _pilot_dirs("pilots", SEEDS)],
     }
 
 

@@ -384,3 +384,27 @@ def test_tiny_planted_student_switch_lives_in_the_pilot_adapter(tmp_path):
     assert pv.k_per_module[name] == 1 and all(k == 0 for n, k in pv.k_per_module.items() if n != name)
     assert res["shift_on"] > 0.5 and res["shift_deploy"] == 0.0
     assert pv.meta["plant"]["shift_on"] == pytest.approx(res["shift_on"])
+
+
+def test_delta_s_along_u_reads_each_pilots_final_adapter(tmp_path):
+    from safetensors.torch import save_file
+
+    from evil_moe.stages.extract import along_switch_rows
+
+    plant = _plant(r=64)
+    u = -plant.V[SWITCH][0]
+    w = random_vhack({SWITCH: 64}, k=1, seed=2).V[SWITCH][0]
+    w = (w - (w @ u) * u) / (w - (w @ u) * u).norm()
+    dirs = []
+    for arm, seed, ds in (("vanilla", 0, 3 * u + 4 * w), ("vanilla", 1, 1 * u), ("erase_planted", 0, -0.5 * u)):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        save_file({f"{SWITCH}.delta_s": ds.contiguous(), f"{SWITCH}.delta_s_hack": torch.zeros(64)},
+                  str(d / "adapter.safetensors"))
+        dirs.append(str(d))
+    rows = {r["arm"]: r for r in along_switch_rows(plant, dirs + [str(tmp_path / "random_v" / "s0")])}
+    assert set(rows) == {"vanilla", "erase_planted"}
+    assert rows["vanilla"]["value"] == pytest.approx(2.0, abs=1e-5)  # (3 + 1) / 2
+    assert (rows["vanilla"]["ci_low"], rows["vanilla"]["ci_high"]) == pytest.approx((1.0, 3.0), abs=1e-5)
+    assert "along u 0.680" in rows["vanilla"]["note"]  # (9/25 + 1) / 2
+    assert rows["erase_planted"]["value"] == pytest.approx(-0.5, abs=1e-5)

@@ -39,6 +39,7 @@ pair at random), ``{name}.tsv`` (:data:`evil_moe.tables.VHACK`, per module) and
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from evil_moe import tables
@@ -528,6 +529,42 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
     return rows
 
 
+def along_switch_rows(plant, pilots: list[str]) -> list[dict]:
+    """Per arm, how far its final δS moved along the switch: ``info`` rows ``delta_s_along_u``
+    (:data:`evil_moe.tables.PLANTED_CHECKS`) with ``value`` = the mean over seeds and switch
+    modules of ``δS · u`` (``u = −plant row``: > 0 toward hacking; the switch is fully on at
+    ``toy.plant.scale``) and, in the note, the share of ``‖δS‖²`` along u (a random direction's
+    share is 1/r). Pilots without ``adapter.safetensors`` are skipped.
+    """
+    from safetensors.torch import load_file
+
+    from evil_moe.stages.compare import pilot_from_path
+
+    per_arm: dict[str, list[tuple[float, float]]] = {}
+    for d in pilots:
+        path = Path(d) / "adapter.safetensors"
+        if not path.is_file():
+            continue
+        run = pilot_from_path(d)
+        t = load_file(str(path))
+        for name, V in plant.V.items():
+            ds = t[f"{name}.delta_s"].double()
+            along = float(ds @ (-V[0].double()))
+            per_arm.setdefault(run.arm, []).append((along, along ** 2 / max(float(ds @ ds), 1e-30)))
+    rows = []
+    for arm in sorted(per_arm, key=lambda a: (a != "vanilla", a)):
+        vals = per_arm[arm]
+        mean = sum(a for a, _ in vals) / len(vals)
+        share = sum(s_ for _, s_ in vals) / len(vals)
+        rows.append({"check": "delta_s_along_u", "kind": "info", "arm": arm, "control": "",
+                     "value": mean, "ci_low": min(a for a, _ in vals), "ci_high": max(a for a, _ in vals),
+                     "n_seeds": len(vals) // max(1, len(plant.V)), "threshold": math.nan,
+                     "passed": True, "note": f"final delta_s . u, mean over seeds and switch modules "
+                                             f"(ci columns: min and max); share of ||delta_s||^2 "
+                                             f"along u {share:.3f}"})
+    return rows
+
+
 def run_planted_checks(cfg: Config, *, planted_path: str, vhack_paths: dict[str, str],
                        pilots: list[str], out_dir: str) -> dict:
     """The planted world's scorecard: extraction recovery and the behavioural checks.
@@ -567,6 +604,7 @@ def run_planted_checks(cfg: Config, *, planted_path: str, vhack_paths: dict[str,
         loaded.append(load_pilot(run, cfg.pilot.max_frac_clipped))
     outcomes = last_step_outcomes(loaded)
     checks = planted_checks(outcomes, recovery, cfg, plant_meta=plant_meta)
+    checks[-1:-1] = along_switch_rows(plant, pilots)
     out = Path(out_dir)
     tables.write_tsv(out / "recovery.tsv", tables.PLANT_RECOVERY, recovery)
     tables.write_tsv(out / "checks.tsv", tables.PLANTED_CHECKS, checks)
