@@ -293,7 +293,10 @@ if not PLANTED and any(ARM_REGISTRY[a].vhack == "planted" for a in ARMS):
 
 def get_plant_input(wildcards):
     """The toy student's planted direction (written beside the model by rule toy_model)."""
-    return {"model": res("models/student/config.json"), "problems": res("problems.jsonl")}
+    return {
+        "model": res("models/student/config.json"),
+        "problems": res("problems.jsonl"),
+    }
 
 
 def get_planted_checks_input(wildcards):
