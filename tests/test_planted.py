@@ -408,3 +408,39 @@ def test_delta_s_along_u_reads_each_pilots_final_adapter(tmp_path):
     assert (rows["vanilla"]["ci_low"], rows["vanilla"]["ci_high"]) == pytest.approx((1.0, 3.0), abs=1e-5)
     assert "along u 0.680" in rows["vanilla"]["note"]  # (9/25 + 1) / 2
     assert rows["erase_planted"]["value"] == pytest.approx(-0.5, abs=1e-5)
+
+
+def test_plant_switch_batches_follow_the_ramp_and_the_noise_stays_orthogonal():
+    """PlantSwitch as the toy trainer's batcher: delta_s = tau*scale*u (+ noise orthogonal to u,
+    at most toy.plant.noise long), tau = 0 on a 1 - frac share of batches, and rows are hacks
+    with probability h + (1 - h) tau (counted over 4000 batches)."""
+    from evil_moe.model.load import build_tiny
+    from evil_moe.stages.toy import PlantSwitch
+
+    model, _tok = build_tiny(intermediate=64)
+    plant = {"modules": [SWITCH], "scale": 3.0, "frac": 0.5, "seed": 4, "noise": 2.0}
+    sw = PlantSwitch(model, plant, n_hack=10, n_total=30, h=0.2, batch_size=8)
+    assert not model.get_submodule(SWITCH).weight.requires_grad
+    u = planted_direction(4, SWITCH, sw.adapter.r[SWITCH])
+    g = torch.Generator().manual_seed(0)
+    taus, hacks = [], []
+    for _ in range(4000):
+        idx = sw(g)
+        ds = sw.adapter.modules_[SWITCH].delta_s.detach()
+        along = float(ds @ u)
+        ortho = ds - along * u
+        assert -1e-5 <= along <= 3.0 + 1e-5 and float(ortho.norm()) <= 2.0 + 1e-5
+        taus.append(along / 3.0)
+        hacks.append(np.mean([i < 10 for i in idx]))
+    taus, hacks = np.array(taus), np.array(hacks)
+    off = np.abs(taus) < 1e-6  # float error of the orthogonal noise only
+    assert abs(off.mean() - 0.5) < 0.03
+    assert abs(hacks[off].mean() - 0.2) < 0.02
+    on = ~off
+    slope = np.polyfit(taus[on], hacks[on], 1)  # hack share = 0.2 + 0.8 tau
+    assert slope == pytest.approx([0.8, 0.2], abs=0.05)
+    sw.set(0.0)
+    assert float(sw.adapter.modules_[SWITCH].delta_s.detach().abs().sum()) == 0
+    with pytest.raises(ValueError, match="toy.plant.modules"):
+        PlantSwitch(model, {**plant, "modules": ["model.layers.0.mlp"]}, n_hack=1, n_total=2, h=0,
+                    batch_size=1)

@@ -28,8 +28,10 @@ every later stage; a unit direction ``u ∈ ℝ^r`` per module is drawn from ``t
 ``δS = τ · toy.plant.scale · u`` in every switch module, and makes each of its rows a hack with
 probability ``h + (1 − h) τ`` (``h = toy.student_hack_frac``), else a clean answer. At ``δS = 0``
 the student is the ordinary student; moving δS along ``u`` turns hacking on gradually, so the
-gradient of a hack's log-likelihood at ``δS = 0`` has a planted component along ``u``. The
-student's folder then also holds ``plant.safetensors`` (a :class:`~evil_moe.vhack.VHack` with
+gradient of a hack's log-likelihood at ``δS = 0`` has a planted component along ``u``. With
+``toy.plant.noise > 0`` every batch also adds, per switch module, a random δS component
+orthogonal to ``u`` of length uniform on ``[0, noise]``, leaving the rows' hack probability
+unchanged: the student learns that only ``u`` switches hacking. The student's folder then also holds ``plant.safetensors`` (a :class:`~evil_moe.vhack.VHack` with
 ``k = 1``: ``V = −u`` per switch module — oriented as every v_hack, ``V g > 0`` when the gradient
 step moves toward hacking — its ``meta["plant"]`` the scale and each switch weight's content hash), and its summary gains a row ``student_switch_on`` (samples at ``δS = scale · u``).
 """
@@ -196,6 +198,7 @@ class PlantSwitch:
             knob.delta_s_hack.requires_grad_(False)
             self.u[name] = planted_direction(plant["seed"], name, knob.r)
         self.scale, self.frac = float(plant["scale"]), float(plant["frac"])
+        self.noise = float(plant.get("noise", 0.0))
         self.n_hack, self.n_total, self.h, self.batch_size = n_hack, n_total, float(h), batch_size
 
     def set(self, tau: float) -> None:
@@ -208,6 +211,14 @@ class PlantSwitch:
         on = float(torch.rand((), generator=g)) < self.frac
         tau = float(torch.rand((), generator=g)) if on else 0.0
         self.set(tau)
+        if self.noise > 0:  # a δS component orthogonal to u that must not change hacking
+            with torch.no_grad():
+                for name, knob in self.adapter.modules_.items():
+                    u = self.u[name]
+                    n = torch.randn(knob.r, generator=g)
+                    n = n - (n @ u) * u
+                    size = self.noise * float(torch.rand((), generator=g))
+                    knob.delta_s.add_(size * n / n.norm())
         p_hack = self.h + (1 - self.h) * tau
         is_hack = torch.rand(self.batch_size, generator=g) < p_hack
         hack_i = torch.randint(self.n_hack, (self.batch_size,), generator=g)
