@@ -457,8 +457,6 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
     Raises:
         ValueError: the outcomes hold no vanilla, random_v or erase_planted rows (names it).
     """
-    import math
-
     from evil_moe import stats
 
     cc = cfg.compare
