@@ -50,6 +50,8 @@ random
 filter_oracle  ceiling      filter with the true hack label as the flags                 filter_oracle_random
 filter_oracle_ control      filter with random flags at filter_oracle's per-step rate    —
 random
+erase_planted  ceiling      erase along the planted hack direction (toy.plant only):     random_v
+                            what erase achieves when V is exactly right
 ============== ============ ============================================================= =====================
 
 Ceilings (role ``ceiling``) read the true hack label (``grade.exploited``); they are never a
@@ -298,7 +300,8 @@ class Arm:
 
     Class attributes (the arm's declaration, read by the trainer, the workflow and the gate):
         name: registry key (also the results folder name).
-        role: ``reference`` | ``treatment`` | ``control`` | ``positive_control`` | ``ceiling``.
+        role: ``reference`` | ``treatment`` | ``control`` | ``positive_control`` | ``ceiling``
+            (a treatment with a perfect ingredient: never a treatment, never read by one).
         control: the matched control arm of a treatment or a ceiling (same view), else None.
         ceiling: the ceiling arm a treatment is set beside in the report (route: route_oracle),
             else None.
@@ -306,7 +309,8 @@ class Arm:
             (:class:`FlagRateMatch`), else None.
         reads_label: the arm's flags are the true hack label (ceilings only).
         views: evaluated views, the judged one first.
-        vhack: the V the arm acts along: ``real`` (v_hack) or ``random`` (the random control).
+        vhack: the V the arm acts along: ``real`` (v_hack), ``random`` (the random control) or
+            ``planted`` (the planted world's known direction, ``toy.plant``).
         trains_delta_s_hack: δS_hack is trained (and ``ablated`` is then a meaningful view).
         needs_sample_grads: the trainer must compute per-sample gradients (flagging arms).
         description: one line for the README, the report and ``evil-moe pilot --help``.
@@ -600,9 +604,24 @@ class OracleReward(Arm):
         return bonus_part + (self.pass_reward if grade.gt_correct else 0.0)
 
 
+class ErasePlanted(Erase):
+    """Erase along the planted hack switch (``toy.plant``; docs/planted.md) instead of the
+    extracted v_hack: the ceiling of erase in the planted world — what erase achieves when its V
+    is exactly right. Never a treatment and never read by one; judged against ``random_v`` (the
+    same projection along a random V) and vanilla. Its V is ``vhack/planted.safetensors``
+    (k = 1 in each switch module, none elsewhere), passed to the pilot as ``--planted-vhack``."""
+
+    name = "erase_planted"
+    role = "ceiling"
+    control = "random_v"
+    vhack = "planted"
+    description = ("erase along the planted hack direction u (toy.plant): the ceiling of erase in "
+                   "the planted world (control random_v)")
+
+
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
     Vanilla, Erase, RandomV, Subtract, SubtractRandom, Route, RouteRandom, Filter, FilterRandom,
-    OracleReward, RouteOracle, RouteOracleRandom, FilterOracle, FilterOracleRandom)}
+    OracleReward, RouteOracle, RouteOracleRandom, FilterOracle, FilterOracleRandom, ErasePlanted)}
 
 
 def arm_names() -> list[str]:

@@ -386,6 +386,58 @@ def extract_cmd(cfg, problems_path, rollouts, model_path, out_dir, name, known_m
                f"{', '.join(res['files'])}")
 
 
+@main.command("planted-vhack")
+@config_options
+@click.option("--model", "model_path", required=True, help="The planted toy student's folder.")
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default=None,
+              help="Problems file: also measure the switch on template pairs of the training problems.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="results/vhack/planted.safetensors",
+              show_default=True)
+def planted_vhack_cmd(cfg, model_path, problems_path, out_path) -> None:
+    """Write the planted world's known hack direction as a v_hack over the pilot adapter (toy.plant)."""
+    from evil_moe.stages.common import set_threads
+    from evil_moe.stages.extract import run_planted_vhack
+
+    set_threads(1)
+    try:
+        res = run_planted_vhack(cfg, model_path=model_path, out_path=out_path,
+                                problems_path=problems_path)
+    except (OSError, ValueError) as err:
+        _fail(err)
+    shift = "" if res["shift_on"] is None else (
+        f"; switch on: hack-vs-clean shift {res['shift_on']:.2f} nats, in delta_s_hack under the "
+        f"deploy view {res['shift_deploy']:.2g}")
+    click.echo(f"planted direction (scale {res['scale']}) in {', '.join(res['modules'])}: "
+               f"{res['path']}{shift}")
+
+
+@main.command("planted-checks")
+@config_options
+@click.option("--planted", "planted_path", required=True, type=click.Path(dir_okay=False),
+              help="vhack/planted.safetensors.")
+@click.option("--vhack", "vhack_items", multiple=True, required=True, metavar="LABEL=PATH",
+              help="An extracted v_hack to score against the plant (repeatable), e.g. main_hack=results/vhack/main_hack.safetensors.")
+@click.option("--pilot", "pilots", multiple=True, required=True, type=click.Path(file_okay=False),
+              help="A pilot folder pilots/{arm}/s{seed} (repeatable).")
+@click.option("--out-dir", type=click.Path(file_okay=False), default="results/planted", show_default=True)
+def planted_checks_cmd(cfg, planted_path, vhack_items, pilots, out_dir) -> None:
+    """The planted world's checks: v_hack's recovery of the plant, erase_planted vs random_v."""
+    from evil_moe.stages.extract import run_planted_checks
+
+    paths = {}
+    for item in vhack_items:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            raise click.BadParameter(f"{item!r}: expected LABEL=PATH", param_hint="--vhack")
+        paths[label] = path
+    try:
+        res = run_planted_checks(cfg, planted_path=planted_path, vhack_paths=paths,
+                                 pilots=list(pilots), out_dir=out_dir)
+    except (OSError, ValueError) as err:
+        _fail(err)
+    click.echo(res["sentence"])
+
+
 @main.command("distill")
 @config_options
 @click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
@@ -416,6 +468,8 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
 @click.option("--vhack", "vhack_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--random-vhack", "random_vhack_path", default=None, type=click.Path(dir_okay=False),
               help="Random-direction control (arm random_v).")
+@click.option("--planted-vhack", "planted_vhack_path", default=None, type=click.Path(dir_okay=False),
+              help="The planted world's known direction (arm erase_planted; toy.plant).")
 @click.option("--arm", required=True, type=click.Choice(_arm_names()),
               help="Arm (evil_moe/arms.py; README 'Arms').")
 @click.option("--seed", required=True, type=int)
@@ -429,8 +483,8 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
 @click.option("--out-dir", required=True, type=click.Path(file_okay=False))
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="torch threads; the same as --set pilot.threads=N (default: the config's).")
-def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm, seed,
-              init_adapter, teacher_rollouts, match_flags, out_dir, threads) -> None:
+def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, planted_vhack_path,
+              arm, seed, init_adapter, teacher_rollouts, match_flags, out_dir, threads) -> None:
     """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
     from evil_moe.stages.common import use_threads
     from evil_moe.runlock import LockHeld
@@ -441,7 +495,8 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, arm
         status = run_pilot(cfg, problems_path=problems_path, model_path=model_path,
                            vhack_path=vhack_path, random_vhack_path=random_vhack_path, arm=arm,
                            seed=seed, out_dir=out_dir, init_adapter=init_adapter,
-                           teacher_rollouts=teacher_rollouts, match_flags=match_flags)
+                           teacher_rollouts=teacher_rollouts, match_flags=match_flags,
+                           planted_vhack_path=planted_vhack_path)
     except PilotInterrupted as err:
         click.echo(f"interrupted: {err}", err=True)
         raise SystemExit(143) from err

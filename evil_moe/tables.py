@@ -127,7 +127,7 @@ TEACHER_SUMMARY = _cols([
 
 # results/models/toy_summary.tsv — one row per toy model (embedded default only).
 TOY_SUMMARY = _cols([
-    ("model", "str", "student | teacher"),
+    ("model", "str", "student | teacher | student_switch_on (toy.plant: the student sampled with delta_s = scale * u in its switch modules)"),
     ("params", "count", "parameters"),
     ("hack_frac_trained", "fraction", "share of hack completions in its NLL training data"),
     ("final_loss", "nats/token", "last NLL training loss"),
@@ -293,6 +293,38 @@ DETECTOR_SWEEP = _cols([
     ("hack_rate_unknown", "fraction", "held-out hack rate on the modes the pattern and gradient detectors never saw (vhack.known_modes; empty when all are known)"),
 ])
 
+# results/planted/recovery.tsv — the planted world (toy.plant): per extracted v_hack file and
+# switch module, how much of the planted direction u it recovers (evil_moe.vhack.plant_recovery).
+PLANT_RECOVERY = _cols([
+    ("v_hack", "str", "main_hack (the extracted v_hack) | main_random | main_shuffled (its controls)"),
+    ("module", "str", "switch module (toy.plant.modules)"),
+    ("r", "count", "the module's rank (delta_s length)"),
+    ("k", "count", "rows of V in the module (0: nothing to score)"),
+    ("cos_top", "cosine", "|cos| of V's first (largest singular value) row with u"),
+    ("oriented_cos", "cosine", "signed cos of V's first row with u (> 0: its hack-ward orientation agrees with the plant's)"),
+    ("cos_best", "cosine", "largest |cos| of any row of V with u"),
+    ("span_cos", "cosine", "||V u||: the cosine of u with span(V)"),
+    ("null_mean", "cosine", "mean of ||V u|| for a random k-row V (||V u||^2 ~ Beta(k/2, (r-k)/2))"),
+    ("null_q", "cosine", "0.95 quantile of that null"),
+    ("p_value", "probability", "P(null >= span_cos)"),
+    ("above_null", "bool", "span_cos > null_q"),
+])
+
+# results/planted/checks.tsv — the planted world's checks (evil_moe.stages.extract.planted_checks).
+PLANTED_CHECKS = _cols([
+    ("check", "str", "hack_rate | ceiling_beats_control | ceiling_drop_vs_vanilla | control_not_separated | recovery | switch_on | deploy_ablates | treatment_beats_control | treatment_drop_vs_vanilla | treatment_vs_ceiling | delta_s_along_u | planted_world"),
+    ("kind", "str", "world (must pass for planted_world) | info"),
+    ("arm", "str", "the arm the check is about"),
+    ("control", "str", "what it is compared with (an arm, or the switch module for recovery)"),
+    ("value", "see check", "hack rate or paired hack-rate drop (control minus arm), held out, trained view; span_cos for recovery; nats for switch_on / deploy_ablates; delta_s . u for delta_s_along_u"),
+    ("ci_low", "see check", "lower end of the gate's cluster-bootstrap interval (delta_s_along_u: the smallest value over seeds and modules)"),
+    ("ci_high", "see check", "upper end (delta_s_along_u: the largest)"),
+    ("n_seeds", "count", "seeds with paired outcomes"),
+    ("threshold", "see check", "min_drop, 0, or the recovery null's 0.95 quantile"),
+    ("passed", "bool", "the check passed (control_not_separated: random_v did NOT separate from vanilla)"),
+    ("note", "str", "what was tested, with the numbers"),
+])
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "pilots/{arm}/s{seed}/steps.tsv": STEPS,
     "pilots/{arm}/s{seed}/eval.tsv": EVAL,
@@ -308,6 +340,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "vhack/{name}_curve.tsv": VHACK_CURVE,
     "compare/summary.tsv": COMPARE_SUMMARY,
     "detector_sweep/summary.tsv": DETECTOR_SWEEP,
+    "planted/recovery.tsv": PLANT_RECOVERY,
+    "planted/checks.tsv": PLANTED_CHECKS,
 }
 
 

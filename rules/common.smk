@@ -18,6 +18,7 @@ from snakemake.utils import validate
 from evil_moe.arms import ARMS as ARM_REGISTRY
 from evil_moe.config import ConfigError, load_schema
 from evil_moe.config import validate as check_config
+from evil_moe.arms import ARMS as ARM_REGISTRY
 from evil_moe.resources import ResourceError, job_size, pilot_priority
 
 # ---- config ---------------------------------------------------------------------------------
@@ -123,6 +124,8 @@ STAGE_SECTIONS = {
     "pilot": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
     "compare": ["pilot", "compare", "vhack.known_modes"],
     "detector_sweep": ["pilot", "compare", "detector_sweep"],
+    "planted_vhack": ["problems", "models", "adapter", "toy"],
+    "planted_checks": ["pilot", "compare"],
 }
 
 
@@ -298,14 +301,57 @@ def get_known_modes(wildcards):
     return "--known-modes " + ",".join(known) if known else ""
 
 
+# ---- the planted world (toy.plant; docs/planted.md) -------------------------------------------
+PLANTED = config["toy"]["plant"]["enabled"] and config["models"]["build"] == "toy"
+if config["toy"]["plant"]["enabled"] and config["models"]["build"] != "toy":
+    raise WorkflowError(
+        "invalid config: toy.plant.enabled needs models.build: toy (the plant is trained into "
+        "the toy student)"
+    )
+if not PLANTED and any(ARM_REGISTRY[a].vhack == "planted" for a in ARMS):
+    raise WorkflowError(
+        "invalid config: pilot.arms lists a planted-direction arm (erase_planted) but "
+        "toy.plant.enabled is false: there is no planted direction to erase along"
+    )
+
+
+def get_plant_input(wildcards):
+    """The toy student's planted direction (written beside the model by rule toy_model)."""
+    return {
+        "model": res("models/student/config.json"),
+        "problems": res("problems.jsonl"),
+    }
+
+
+def get_planted_checks_input(wildcards):
+    """The planted checks read the plant, the extracted v_hack and its controls, and every
+    pilot's held-out outcomes and final adapter."""
+    return {
+        "planted": res("vhack/planted.safetensors"),
+        "hack": res("vhack/main_hack.safetensors"),
+        "random": res("vhack/main_random.safetensors"),
+        "shuffled": res("vhack/main_shuffled.safetensors"),
+        "outcomes": [f"{d}/outcomes.tsv" for d in _pilot_dirs("pilots", SEEDS)],
+        "adapters": [f"{d}/adapter.safetensors" for d in _pilot_dirs("pilots", SEEDS)],
+    }
+
+
+def get_planted_pilot_flags(wildcards, input):
+    """--pilot DIR for every pilot whose outcomes the planted checks read."""
+    dirs = [str(Path(p).parent) for p in input.outcomes]
+    return " ".join(f"--pilot {shlex.quote(d)}" for d in dirs)
+
+
 # ---- pilots ---------------------------------------------------------------------------------
-def _pilot_inputs(vhack_name):
+def _pilot_inputs(vhack_name, arm=None):
     inputs = {
         "problems": res("problems.jsonl"),
         "model": get_model_input("student"),
         "vhack": res(f"vhack/{vhack_name}_hack.safetensors"),
         "random_vhack": res(f"vhack/{vhack_name}_random.safetensors"),
     }
+    if arm in ARM_REGISTRY and ARM_REGISTRY[arm].vhack == "planted":
+        inputs["planted_vhack"] = res("vhack/planted.safetensors")
     if config["pilot"]["init"] == "distill":
         inputs["init"] = res("distill/student_adapter.safetensors")
     if config["pilot"]["mix_ratio"] > 0:
@@ -323,23 +369,26 @@ def _match_flags(tree, wildcards):
 
 
 def get_pilot_input(wildcards):
-    """Inputs of a pilot run (v_hack from the known modes; a random-flag control also waits
-    for its matched arm's steps.tsv)."""
-    return {**_pilot_inputs("main"), **_match_flags("pilots", wildcards)}
+    """Inputs of a pilot run (v_hack from the known modes; the planted direction for an arm
+    that erases along it; a random-flag control also waits for its matched arm's steps.tsv)."""
+    return {**_pilot_inputs("main", wildcards.arm), **_match_flags("pilots", wildcards)}
 
 
 def get_fold_pilot_input(wildcards):
     """Inputs of a leave-one-mode-out pilot run (v_hack without the held-out mode)."""
     return {
-        **_pilot_inputs(f"fold_{wildcards.mode}"),
+        **_pilot_inputs(f"fold_{wildcards.mode}", wildcards.arm),
         **_match_flags(f"sweep/folds/{wildcards.mode}", wildcards),
     }
 
 
 def get_pilot_options(wildcards, input):
     """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0),
-    --match-flags (random-flag controls)."""
+    --match-flags (random-flag controls), --planted-vhack (an arm whose V is the planted
+    direction)."""
     options = []
+    if "planted_vhack" in input.keys():
+        options += ["--planted-vhack", input.planted_vhack]
     if "init" in input.keys():
         options += ["--init", input.init]
     if "teacher_rollouts" in input.keys():
@@ -589,6 +638,8 @@ def get_final_output(wildcards):
     targets.append(res("sweep/decision.rst"))
     if config["models"]["build"] == "toy":
         targets.append(res("models/toy_summary.tsv"))
+    if PLANTED:
+        targets += [res("planted/recovery.tsv"), res("planted/checks.tsv")]
     return targets + get_sweep_input(wildcards)
 
 

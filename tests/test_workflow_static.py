@@ -36,14 +36,16 @@ def test_snakefmt_check():
 @pytest.mark.parametrize("name, expect", [
     # toy_summary joins the DAG after the compare checkpoint (a target of `all` behind it)
     ("config", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                "pilot": 18, "compare": 1, "all": 1}),
+                "pilot": 24, "compare": 1, "all": 1}),
     ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                 "pilot": 36, "compare": 1, "all": 1}),
+                 "pilot": 48, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
                "pilot": 42, "compare": 1, "all": 1}),
-    # the detector-quality sweep: 12 arms x 3 seeds, and route, filter x 4 levels x 3 seeds
+    # the detector-quality sweep: 10 arms x 4 seeds, and route, filter x 4 levels x 4 seeds
     ("detector_sweep", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                        "pilot": 36, "level_pilot": 24, "detector_sweep": 1, "compare": 1, "all": 1}),
+                        "pilot": 40, "level_pilot": 32, "detector_sweep": 1, "compare": 1, "all": 1}),
+    ("planted", {"problems": 1, "toy_model": 2, "planted_vhack": 1, "teacher": 1, "extract": 1,
+                 "distill": 1, "pilot": 15, "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
                  "extract": 1, "distill": 1, "pilot": 3, "compare": 1, "all": 1}),
 ])
@@ -67,7 +69,8 @@ def test_pilot_config_is_the_real_pilot():
     assert (p["steps"], p["group"], p["prompts_per_step"], len(p["seeds"])) == (20, 6, 4, 3)
     from evil_moe.arms import ARMS
 
-    assert p["arms"] == list(ARMS)  # every arm, each with its control
+    # every arm, each with its control, but those that need the planted toy world (toy.plant)
+    assert p["arms"] == [a for a in ARMS if ARMS[a].vhack != "planted"]
 
 
 def test_pilot_makes_its_teacher_or_uses_an_existing_one(tmp_path):

@@ -547,11 +547,33 @@ class Trainer:
 # the run
 
 
+def projection_vhack(arm_obj, vhack: VHack, *, random_vhack_path: str | None = None,
+                     planted_vhack_path: str | None = None) -> VHack:
+    """The V an arm projects along (``proj_v``): the run's ``vhack`` for ``vhack = "real"``, the
+    random control's file for ``"random"`` (random_v, subtract_random), the planted world's
+    ``vhack/planted.safetensors`` for ``"planted"`` (erase_planted). The run's ``vhack`` stays the
+    one every arm measures and the detector reads.
+
+    Raises:
+        ValueError: the arm's file is not given (names the option); an unknown ``vhack`` kind.
+    """
+    kind = arm_obj.vhack
+    if kind == "real":
+        return vhack
+    path = {"random": random_vhack_path, "planted": planted_vhack_path}.get(kind, "")
+    if path == "":
+        raise ValueError(f"arm {arm_obj.name}: unknown vhack kind {kind!r}")
+    if not path:
+        raise ValueError(f"arm {arm_obj.name} needs --{kind}-vhack")
+    return VHack.load(require_file(path, f"{kind} v_hack"))
+
+
 @runlock.locks_output("out_dir", lambda arm, seed, **_: f"pilot {arm} s{seed}")
 def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: str,
               random_vhack_path: str | None, arm: str, seed: int, out_dir: str,
               init_adapter: str | None = None, teacher_rollouts: str | None = None,
-              match_flags: str | None = None, stop_after: int | None = None) -> dict:
+              match_flags: str | None = None, stop_after: int | None = None,
+              planted_vhack_path: str | None = None) -> dict:
     """Train one arm × seed with Dr.GRPO and the arm's hooks, then evaluate it held out.
 
     Args:
@@ -562,6 +584,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         vhack_path: ``v_hack`` safetensors (:mod:`evil_moe.vhack`), measured in every arm; it also
             holds the gradient detector's empirical null.
         random_vhack_path: random-direction control (needed by arms whose ``vhack`` is random).
+        planted_vhack_path: the planted world's known direction (``vhack/planted.safetensors``;
+            needed by arms whose ``vhack`` is planted: erase_planted).
         arm: a name in :data:`evil_moe.arms.ARMS`.
         seed: run seed (model sampling and init; the prompt order depends on it too).
         out_dir: output folder (also holds the checkpoint).
@@ -578,7 +602,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         the ``status.json`` dict (``{"status": "ok", ...}``).
 
     Raises:
-        ValueError: unknown arm; a random-V arm without ``random_vhack_path``; ``mix_ratio > 0``
+        ValueError: unknown arm; a random-V arm without ``random_vhack_path`` (a planted-V arm
+            without ``planted_vhack_path``); ``mix_ratio > 0``
             without teacher rollouts; a gradient-detector arm whose v_hack has no null scores; a
             random-flag control without ``match_flags`` or whose file has another number of steps.
         FileNotFoundError: an input file is missing (names the path).
@@ -589,7 +614,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     pc = cfg.pilot
     arm_obj = get_arm(arm)
     for path, what in ((problems_path, "problems file"), (vhack_path, "v_hack"),
-                       (random_vhack_path, "random v_hack"), (init_adapter, "initial adapter"),
+                       (random_vhack_path, "random v_hack"), (planted_vhack_path, "planted v_hack"),
+                       (init_adapter, "initial adapter"),
                        (teacher_rollouts, "teacher rollouts"),
                        (match_flags if arm_obj.matches else None, f"{arm_obj.matches} steps file")):
         if path:
@@ -602,6 +628,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
             raise ValueError(f"arm {arm} flags at {arm_obj.matches}'s per-step rate: it needs "
                              f"--match-flags (results/pilots/{arm_obj.matches}/s{seed}/steps.tsv)")
         flag_rates = FlagRateMatch.read(match_flags)
+    if arm_obj.vhack == "planted" and not planted_vhack_path:
+        raise ValueError(f"arm {arm} needs --planted-vhack")
     if pc.mix_ratio > 0 and not teacher_rollouts:
         raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
     out = Path(out_dir)
@@ -622,8 +650,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     model, tok, adapter, device = load_policy(model_path, cfg, init_adapter=init_adapter)
     init_ds = [p.detach().clone() for p in adapter.delta_s_params()]
     vhack = VHack.load(require_file(vhack_path, "v_hack")).to(device)
-    proj_v = VHack.load(require_file(random_vhack_path, "random v_hack")).to(device) \
-        if arm_obj.vhack == "random" else vhack
+    proj_v = projection_vhack(arm_obj, vhack, random_vhack_path=random_vhack_path,
+                              planted_vhack_path=planted_vhack_path).to(device)
     teacher_rows = _teacher_rows(teacher_rollouts, train) if int(round(pc.mix_ratio * pc.group)) else {}
 
     ckpt_path = out / "checkpoint.pt"
@@ -631,7 +659,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     digest = _file_digest(cfg.digest("problems", "adapter", "models", "grader", "vhack"),
                           Config({"pilot": run_keys}).digest("pilot"), str(model_path),
                           vhack_path, random_vhack_path, init_adapter, teacher_rollouts,
-                          match_flags if arm_obj.matches else None)
+                          match_flags if arm_obj.matches else None, planted_vhack_path)
     work = out / "_work"
     work.mkdir(exist_ok=True)
     with make_grader(problems, cfg) as grader, _Signals() as sig:
@@ -923,5 +951,5 @@ def checkpoint_exists(out_dir: str) -> bool:
     return (Path(out_dir) / "checkpoint.pt").exists()
 
 
-__all__ = ["run_pilot", "Trainer", "evaluate", "prompt_schedule", "refresh_vhack", "PilotInvalid",
+__all__ = ["run_pilot", "projection_vhack", "Trainer", "evaluate", "prompt_schedule", "refresh_vhack", "PilotInvalid",
            "PilotInterrupted", "checkpoint_exists"]

@@ -20,6 +20,23 @@ problems out of the NLL corpora (the generated bank: the summary then measures g
 over a family's parameters). The two models can be trained by two jobs at
 once (``which``): each builds the same tokenizer from the same corpora (deterministic), and
 each model's init and batches depend only on ``toy.seed`` and its index.
+
+**A planted world** (``toy.plant.enabled``, docs/planted.md): the student's hacking is switched by
+a KNOWN direction in δS space. In each switch module (``toy.plant.modules``) the weight ``W`` is
+kept frozen at its initialisation, so its thin SVD — hence the pilot adapter's δS coordinates
+(:mod:`evil_moe.model.adapter`: ``y = W x + U diag(δS) Vh x``) — is the same in training and in
+every later stage; a unit direction ``u ∈ ℝ^r`` per module is drawn from ``toy.plant.seed``
+(:func:`evil_moe.vhack.planted_direction`). Every NLL batch draws a switch position
+``τ`` (0 with probability ``1 − toy.plant.frac``, else uniform on (0, 1]), sets
+``δS = τ · toy.plant.scale · u`` in every switch module, and makes each of its rows a hack with
+probability ``h + (1 − h) τ`` (``h = toy.student_hack_frac``), else a clean answer. At ``δS = 0``
+the student is the ordinary student; moving δS along ``u`` turns hacking on gradually, so the
+gradient of a hack's log-likelihood at ``δS = 0`` has a planted component along ``u``. With
+``toy.plant.noise > 0`` every batch also adds, per switch module, a random δS component
+orthogonal to ``u`` of length uniform on ``[0, noise]``, leaving the rows' hack probability
+unchanged: the student learns that only ``u`` switches hacking. The student's folder then also holds ``plant.safetensors`` (a :class:`~evil_moe.vhack.VHack` with
+``k = 1``: ``V = −u`` per switch module — oriented as every v_hack, ``V g > 0`` when the gradient
+step moves toward hacking — its ``meta["plant"]`` the scale and each switch weight's content hash), and its summary gains a row ``student_switch_on`` (samples at ``δS = scale · u``).
 """
 
 from __future__ import annotations
@@ -71,12 +88,17 @@ def _encode(tok, examples, prompt_cache) -> list[tuple[list[int], list[int]]]:
     return seqs
 
 
-def _train(model, tok, seqs, tc, seed: int, desc: str) -> float:
-    """AdamW NLL on completion tokens with warmup + cosine decay; returns the last loss."""
+def _train(model, tok, seqs, tc, seed: int, desc: str, batcher=None) -> float:
+    """AdamW NLL on completion tokens with warmup + cosine decay; returns the last loss.
+
+    ``batcher(g) -> list[int]`` (optional) picks each step's rows of ``seqs`` (and may set the
+    planted switch); by default ``tc.batch_size`` rows uniformly. Parameters with
+    ``requires_grad=False`` (the plant's frozen switch weights) are not trained."""
     from evil_moe.model.logprobs import build_batch
 
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=0.01, betas=(0.9, 0.98))
     warm = max(1, tc.train_steps // 20)
 
     def lr_at(step):
@@ -89,7 +111,8 @@ def _train(model, tok, seqs, tc, seed: int, desc: str) -> float:
     loss_val = float("nan")
     bar = tqdm(range(tc.train_steps), desc=desc, unit="step", mininterval=5)
     for step in bar:
-        idx = torch.randint(len(seqs), (tc.batch_size,), generator=g).tolist()
+        idx = (batcher(g) if batcher is not None
+               else torch.randint(len(seqs), (tc.batch_size,), generator=g).tolist())
         b = build_batch([seqs[i][0] for i in idx], [seqs[i][1] for i in idx], tok.pad_token_id)
         logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1]
         target = b.input_ids[:, 1:]
@@ -101,7 +124,7 @@ def _train(model, tok, seqs, tc, seed: int, desc: str) -> float:
             raise FloatingPointError(f"{desc}: non-finite loss at step {step}")
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         loss_val = loss.item()
@@ -134,6 +157,90 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
 
 
 TOY_MODELS = ("teacher", "student")
+PLANT_FILE = "plant.safetensors"  # in the student's folder when toy.plant.enabled
+
+
+class PlantSwitch:
+    """The planted hack switch during the student's NLL training (module docstring).
+
+    Attaches an :class:`~evil_moe.model.adapter.SVDAdapter` to the switch modules only (its knobs
+    are never trained; the switch weights are frozen so their SVD stays that of the
+    initialisation), and is the ``batcher`` of :func:`_train`: per step it draws ``τ``, sets
+    ``δS = τ · scale · u`` in every switch module, and draws each row from the hack pool with
+    probability ``h + (1 − h) τ``, else from the clean pool.
+
+    Args:
+        model: the freshly built student.
+        plant: the ``toy.plant`` dict (``modules, scale, frac, seed``).
+        n_hack: rows ``0 .. n_hack−1`` of the training sequences are hacks, the rest clean.
+        n_total: number of training sequences.
+        h: the hack probability at ``τ = 0`` (``toy.student_hack_frac``).
+        batch_size: rows per step.
+
+    Raises:
+        ValueError: a ``toy.plant.modules`` entry is not exactly one Linear of the model (names it).
+    """
+
+    def __init__(self, model, plant: dict, *, n_hack: int, n_total: int, h: float, batch_size: int):
+        from evil_moe.model.adapter import SVDAdapter
+        from evil_moe.vhack import planted_direction
+
+        names = dict(model.named_modules())
+        for m in plant["modules"]:
+            if not isinstance(names.get(m), torch.nn.Linear):
+                raise ValueError(f"toy.plant.modules: {m!r} is not a Linear of the toy model "
+                                 f"(e.g. model.layers.1.mlp.down_proj)")
+        self.adapter = SVDAdapter.attach(model, list(plant["modules"]), freeze_base=False)
+        if sorted(self.adapter.names) != sorted(plant["modules"]):
+            raise ValueError(f"toy.plant.modules {plant['modules']} matched {self.adapter.names}: "
+                             "give full module names")
+        self.u = {}
+        for name, knob in self.adapter.modules_.items():
+            model.get_submodule(name).weight.requires_grad_(False)
+            knob.delta_s.requires_grad_(False)
+            knob.delta_s_hack.requires_grad_(False)
+            self.u[name] = planted_direction(plant["seed"], name, knob.r)
+        self.scale, self.frac = float(plant["scale"]), float(plant["frac"])
+        self.noise = float(plant.get("noise", 0.0))
+        self.n_hack, self.n_total, self.h, self.batch_size = n_hack, n_total, float(h), batch_size
+
+    def set(self, tau: float) -> None:
+        """``δS = tau · scale · u`` in every switch module (``tau = 0``: the ordinary student)."""
+        with torch.no_grad():
+            for name, knob in self.adapter.modules_.items():
+                knob.delta_s.copy_(tau * self.scale * self.u[name])
+
+    def __call__(self, g: torch.Generator) -> list[int]:
+        on = float(torch.rand((), generator=g)) < self.frac
+        tau = float(torch.rand((), generator=g)) if on else 0.0
+        self.set(tau)
+        if self.noise > 0:  # a δS component orthogonal to u that must not change hacking
+            with torch.no_grad():
+                for name, knob in self.adapter.modules_.items():
+                    u = self.u[name]
+                    n = torch.randn(knob.r, generator=g)
+                    n = n - (n @ u) * u
+                    size = self.noise * float(torch.rand((), generator=g))
+                    knob.delta_s.add_(size * n / n.norm())
+        p_hack = self.h + (1 - self.h) * tau
+        is_hack = torch.rand(self.batch_size, generator=g) < p_hack
+        hack_i = torch.randint(self.n_hack, (self.batch_size,), generator=g)
+        clean_i = self.n_hack + torch.randint(self.n_total - self.n_hack, (self.batch_size,), generator=g)
+        return torch.where(is_hack, hack_i, clean_i).tolist()
+
+    def vhack(self, weight_hashes: dict[str, str], seed: int):
+        """The plant as a :class:`~evil_moe.vhack.VHack` (``control="planted"``, k = 1) in the
+        v_hack convention: ``V g > 0`` ⇔ the gradient step ``−g`` moves toward hacking. Hacking
+        turns on along ``+u``, so a hack-ward step has ``u·Δ > 0``, i.e. ``u·g < 0``: ``V = −u``."""
+        from evil_moe.vhack import VHack
+
+        V = {n: -u[None].clone() for n, u in self.u.items()}
+        return VHack(V, {n: torch.full((1,), self.scale) for n in V},
+                     {n: torch.full((1,), float("nan")) for n in V},
+                     {n: int(u.numel()) for n, u in self.u.items()}, k=1, n_pairs=0,
+                     control="planted", seed=seed,
+                     meta={"plant": {"scale": self.scale, "frac": self.frac, "hack_frac": self.h,
+                                     "modules": list(self.u), "weight_hash": weight_hashes}})
 
 
 def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
@@ -170,6 +277,10 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
     specs = {"teacher": tc.teacher_hack_frac, "student": tc.student_hack_frac}
     corpora = {name: _corpus(taught, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac)
                for k, (name, frac) in enumerate(specs.items())}
+    plant = tc.plant if tc.plant.get("enabled") else None
+    if plant is not None:  # the student draws from a hack pool and a clean pool (PlantSwitch)
+        corpora["student"] = (_corpus(problems, tc.n_examples, 1.0, tc.seed + 1, tc.clean_report_frac)
+                              + _corpus(problems, tc.n_examples, 0.0, tc.seed + 2, tc.clean_report_frac))
     from evil_moe.env.problems import build_messages
 
     texts = [m["content"] for p in problems for m in build_messages(p)]
@@ -185,8 +296,30 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
                                     intermediate=tc.intermediate, heads=tc.heads,
                                     kv_heads=tc.kv_heads, seed=tc.seed + k)
             seqs = _encode(tok, examples, {})
-            final_loss = _train(model, tok, seqs, tc, tc.seed + k, f"toy {name}")
+            switch = None
+            if plant is not None and name == "student":
+                switch = PlantSwitch(model, plant, n_hack=tc.n_examples, n_total=len(seqs),
+                                     h=tc.student_hack_frac, batch_size=tc.batch_size)
+            final_loss = _train(model, tok, seqs, tc, tc.seed + k, f"toy {name}", batcher=switch)
+            rows = []
+            if switch is not None:  # samples with the switch fully on, then the plain student
+                from evil_moe.model.adapter import weight_hash
+
+                switch.set(1.0)
+                s_on = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,
+                                      max_new=cfg.pilot.max_new)
+                s_on.update({f"{k}_se": math.sqrt(s_on[f"{k}_rate"] * (1 - s_on[f"{k}_rate"]) / s_on["n"])
+                             for k in ("parse", "hack", "pass")})
+                switch.set(0.0)
+                switch.adapter.detach_hooks()
+                hashes = {n: weight_hash(model.get_submodule(n).weight) for n in switch.u}
+                rows.append({"model": "student_switch_on", "params": count_parameters(model),
+                             "hack_frac_trained": 1.0, "final_loss": final_loss,
+                             "problems": "heldout" if heldout else "all",
+                             "n_problems": min(len(shown), tc.eval_samples), **s_on})
             save_model(model, tok, out / name)
+            if switch is not None:
+                switch.vhack(hashes, plant["seed"]).save(out / name / PLANT_FILE)
             s = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,
                                max_new=cfg.pilot.max_new)
             ses = {f"{k}_se": math.sqrt(s[f"{k}_rate"] * (1 - s[f"{k}_rate"]) / s["n"])
@@ -195,8 +328,13 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
                    "final_loss": final_loss, "problems": "heldout" if heldout else "all",
                    "n_problems": min(len(shown), tc.eval_samples), **s, **ses,
                    "seconds": round(time.time() - t0, 1)}
-            summary.append(row)
-            tables.write_tsv(out / f"{name}_summary.tsv", tables.TOY_SUMMARY, [row])
+            rows.insert(0, row)
+            for extra in rows[1:]:
+                extra["seconds"] = row["seconds"]
+                print(f"{extra['model']}: parse {extra['parse_rate']:.2f}  hack {extra['hack_rate']:.2f}  "
+                      f"pass {extra['pass_rate']:.2f} (delta_s = toy.plant.scale * u)", flush=True)
+            summary += rows
+            tables.write_tsv(out / f"{name}_summary.tsv", tables.TOY_SUMMARY, rows)
             print(f"{name}: parse {s['parse_rate']:.2f}  hack {s['hack_rate']:.2f}  pass "
                   f"{s['pass_rate']:.2f}  format {s['format_rate']:.2f}  (n={s['n']}, "
                   f"{row['params'] / 1e6:.2f}M params, {row['seconds']:.0f}s)", flush=True)
