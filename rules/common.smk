@@ -370,7 +370,8 @@ def _match_flags(tree, wildcards):
 
 def get_pilot_input(wildcards):
     """Inputs of a pilot run (v_hack from the known modes; the planted direction for an arm
-    that erases along it; a random-flag control also waits for its matched arm's steps.tsv)."""
+    that erases along it; a random-flag control also waits for its matched arm's steps.tsv).
+    """
     return {**_pilot_inputs("main", wildcards.arm), **_match_flags("pilots", wildcards)}
 
 
