@@ -101,8 +101,9 @@ class Holder:
     def me(cls) -> "Holder":
         """This process."""
         pid = os.getpid()
-        return cls(host=socket.gethostname(), pid=pid, job_id=os.environ.get("SLURM_JOB_ID") or None,
-                   start_ticks=_start_ticks(pid), boot_id=_boot_id(), token=secrets.token_hex(8),
+        return cls(host=socket.gethostname(), pid=pid,
+                   job_id=os.environ.get("SLURM_JOB_ID") or None, start_ticks=_start_ticks(pid),
+                   boot_id=_boot_id(), token=secrets.token_hex(8),
                    since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def to_json(self) -> str:
@@ -129,7 +130,8 @@ class Holder:
         return f"{job}host {self.host}, pid {self.pid}, since {self.since or '?'}"
 
 
-def holder_state(holder: Holder, *, me: Holder | None = None, run: Runner = _run) -> tuple[bool, str]:
+def holder_state(holder: Holder, *, me: Holder | None = None,
+                 run: Runner = _run) -> tuple[bool, str]:
     """``(alive, why)``: whether the process that wrote the lock may still be running.
 
     Args:
@@ -255,7 +257,8 @@ def release(path: str | os.PathLike, me: Holder) -> None:
 
 
 @contextlib.contextmanager
-def held(path: str | os.PathLike, *, what: str = "this run", run: Runner = _run) -> Iterator[Holder]:
+def held(path: str | os.PathLike, *, what: str = "this run",
+         run: Runner = _run) -> Iterator[Holder]:
     """``with held(path): ...``: :func:`acquire` around the block, :func:`release` after it
     (also when it raises; a SIGKILLed process leaves a stale lock, taken over by the next run)."""
     me = acquire(path, what=what, run=run)

@@ -398,8 +398,9 @@ def test_slurm_second_run_of_a_pilot_refuses(slurm_run, tmp_path):
     assert slurm_run[1].returncode == 0
     # vanilla's pilot command exactly as the workflow runs it, into a folder of its own
     dry = _slurm(work, "-n", "-p", "--forcerun", "pilot")
-    line = next(x.strip() for x in dry.stdout.splitlines()
-                if x.strip().startswith("evil-moe pilot ") and "--arm vanilla " in x)
+    line = next(x[x.index("evil-moe pilot "):].strip()
+                for x in (dry.stdout + dry.stderr).splitlines()
+                if "evil-moe pilot " in x and "--arm vanilla " in x)
     out = tmp_path / "vanilla"
     command, n = re.subn(r"--out-dir \S+ > \S+ 2>&1$", f"--out-dir {out}", line)
     assert n == 1, line
