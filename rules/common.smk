@@ -72,6 +72,7 @@ FIGURES = [
     "cos_contrib",
     "ceiling",
     "absorption",
+    "phases",
 ]
 # Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
