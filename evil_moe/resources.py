@@ -477,6 +477,10 @@ class GpuMemory:
             generate (``group x prompts_per_step`` rows): the KV cache and the prefill's MLP, or
             the behaviour log-probs' no-grad forward.
         evaluate: the same for one held-out generate (``eval_chunk x heldout_samples`` rows).
+
+    With ``pilot.sampler: vllm`` every phase also holds the engine's share
+    (``pilot.vllm_gpu_memory_utilization x models.gpu_mem_gb``: its weights and KV cache), and
+    sampling costs only the no-grad forward that scores the engine's ids.
     """
 
     resident: float
@@ -569,6 +573,14 @@ def pilot_gpu_memory(cfg: Mapping, *, micro_batch: int | None = None,
     heldout = max(1, round(n_problems(cfg) * cfg["problems"]["heldout_frac"]))
     chunk = p["eval_chunk"] if eval_chunk is None else eval_chunk
     eval_rows = min(chunk, heldout) * p["heldout_samples"]
+    if p.get("sampler") == "vllm":
+        # the engine holds its share of the GPU the whole run; it samples (its KV cache inside
+        # that share), our model scores the ids with the no-grad forward
+        engine = float(p["vllm_gpu_memory_utilization"]) * float(models["gpu_mem_gb"]) * 1e9
+        score = min(FORWARD_ROWS, rows) * new * s.vocab * (w + 12)
+        score_eval = min(FORWARD_ROWS, eval_rows) * new * s.vocab * (w + 12)
+        return GpuMemory(resident=resident + engine, train=train + engine,
+                         sample=base + engine + score, evaluate=base + engine + score_eval)
     return GpuMemory(resident=resident, train=train, sample=base + generate(rows),
                      evaluate=base + generate(eval_rows))
 

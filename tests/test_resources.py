@@ -291,3 +291,29 @@ def test_slurm_check_refuses_a_pilot_that_does_not_fit(tmp_path):
                                     str(REPO / "config" / "pilot.yaml"), "--configfile", str(bad)])
     assert res.exit_code != 0
     assert "'pilot.micro_batch' to 4 or less" in res.output, res.output
+
+
+def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
+    """pilot.sampler vllm: the engine's gpu_memory_utilization x gpu_mem_gb is added to every
+    phase; sampling then costs our no-grad scoring forward (8 rows x 1024 tokens x 151936 x
+    (2 + 12) B), not HF generate's KV cache."""
+    from evil_moe.resources import pilot_gpu_memory
+
+    sets = ["models.gpu_mem_gb=141", "pilot.micro_batch=1"]
+    hf = pilot_gpu_memory(cfg_of(REPO / "config" / "pilot.yaml", sets=sets))
+    vl = pilot_gpu_memory(cfg_of(REPO / "config" / "pilot.yaml",
+                                 sets=[*sets, "pilot.sampler=vllm",
+                                       "pilot.vllm_gpu_memory_utilization=0.25"]))
+    share = 0.25 * 141e9
+    assert vl.train - hf.train == pytest.approx(share)
+    assert vl.resident - hf.resident == pytest.approx(share)
+    score = 8 * 1024 * 151936 * 14
+    assert vl.sample == pytest.approx(hf.sample - _hf_generate(hf) + share + score)
+
+
+def _hf_generate(mem):
+    """HF sampling's generate share of config/pilot.yaml's sample phase (24 rows: scores above
+    2 GiB, so the larger of KV cache + prefill and the 8-row scoring forward)."""
+    kv = 2 * 24 * 1664 * 36 * 2 * 1024
+    prefill = 2 * 24 * 640 * 3 * 9728
+    return max(kv + prefill, 8 * 1024 * 151936 * 14)
