@@ -286,14 +286,21 @@ def get_stage_config(stage):
     return _config_file(stage, _sections(stage))
 
 
+_PILOT_CONFIGS = {}
+
+
 def get_pilot_config(wildcards):
     """Config of one pilot run (``@file``, _config_file); the test-only switches pilot.fail_arm / fail_once_arm go
-    only to the arm they name, so removing one reruns exactly that arm (and compare)."""
-    data = _sections("pilot")
-    for key in ("fail_arm", "fail_once_arm"):
-        if config["pilot"][key] == wildcards.arm:
-            data["pilot"][key] = wildcards.arm
-    return _config_file("pilot", data)
+    only to the arm they name, so removing one reruns exactly that arm (and compare). The same
+    for every seed of an arm: worked out once per arm."""
+    arm = wildcards.arm
+    if arm not in _PILOT_CONFIGS:
+        data = _sections("pilot")
+        for key in ("fail_arm", "fail_once_arm"):
+            if config["pilot"][key] == arm:
+                data["pilot"][key] = arm
+        _PILOT_CONFIGS[arm] = _config_file("pilot", data)
+    return _PILOT_CONFIGS[arm]
 
 
 # ---- v_hack ---------------------------------------------------------------------------------
