@@ -19,9 +19,22 @@ of the memory-bandwidth bound (``weight bytes / HBM bandwidth`` per decode step;
 ignored, so the true bound is a little lower than this figure assumes). The first step is a
 warm-up (CUDA kernels, allocator, the first merge); the figures of the last step are the result.
 
-    python benchmarks/gpu_pilot.py                          # one GPU, < 8 min including build
+The sampler runs side by side (``--samplers hf,vllm``, issue 22): transformers' ``generate``
+(``pilot.sampler: hf``) and the colocated vLLM engine (``pilot.sampler: vllm``,
+:mod:`evil_moe.vllm_sampler`: the random model saved to a temporary folder and loaded by vLLM,
+the merged δS weights pushed before each step's sampling, behaviour log-probs from our forward);
+vLLM is skipped, saying why, where it does not import. Each sampler's last step is summarised in
+one table: seconds per phase, decode tokens/s, the fraction of the HBM bandwidth bound, the
+sampler gap (our log-probs against the engine's), and the peak memory against the memory model
+of ``config/pilot.yaml`` (:func:`evil_moe.resources.pilot_gpu_memory`). The loss micro-batch
+defaults to config/pilot.yaml's ``pilot.micro_batch``.
+
+This is the one command to run when a GPU is lent (docs/gpu.md):
+
+    python benchmarks/gpu_pilot.py --json gpu_pilot.json   # one GPU, HF then vLLM, ~10 min
+    python benchmarks/gpu_pilot.py --samplers hf            # HF only
     python benchmarks/gpu_pilot.py --tiny                   # tiny config on CPU (smoke test)
-    python benchmarks/gpu_pilot.py --hbm-bw 3.35e12         # e.g. an H100 SXM
+    python benchmarks/gpu_pilot.py --hbm-bw 3.35e12         # e.g. an H100 SXM (default H200)
 """
 
 from __future__ import annotations
@@ -117,7 +130,8 @@ def build(args, device):
     return model, adapter, tok, prompt_ids, problems, time.perf_counter() - t0
 
 
-def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, normaliser, step_i, device):
+def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, normaliser, step_i, device,
+         engine=None):
     import torch
 
     from evil_moe.grpo import RolloutBatch, behaviour_logp, dr_grpo_loss, group_advantages
@@ -140,7 +154,23 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
         decode.append(time.perf_counter() - t0)
         return out
 
-    model.generate = timed_generate
+    pushed = []
+    if engine is None:
+        model.generate = timed_generate
+    else:  # the engine samples: time its sampling as the decode, its weight push apart
+        inner = engine.sample
+        inner_sync = engine.sync
+        engine.sample = timed_generate
+
+        def timed_sync(*a, **k):
+            sync(device)
+            t0 = time.perf_counter()
+            out = inner_sync(*a, **k)
+            sync(device)
+            pushed.append(time.perf_counter() - t0)
+            return out
+
+        engine.sync = timed_sync
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     sync(device)
@@ -148,13 +178,19 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
     try:
         rolls = generate(model, tok, [prompt_ids[i] for i in idx], n=G, max_new=args.max_new,
                          temperature=1.0, top_p=1.0, seed=step_i, adapter=adapter, source="student",
-                         behaviour=args.behaviour)
+                         behaviour=args.behaviour if engine is None else "auto", engine=engine)
     finally:
-        del model.generate
+        if engine is None:
+            del model.generate
+        else:
+            del engine.sample, engine.sync
     sync(device)
     t["generation"] = time.perf_counter() - t0
     t["decode"] = decode[0]
-    t["behaviour_logp"] = t["generation"] - decode[0]
+    t["weight_push"] = sum(pushed)
+    t["behaviour_logp"] = t["generation"] - decode[0] - t["weight_push"]
+    gaps = [float((r.behaviour_logp - r.sampler_logp).abs().max()) for r in rolls if r.completion_ids]
+    t["sampler_gap_max"] = max(gaps) if gaps else 0.0
     n_tok = sum(len(r.completion_ids) for r in rolls)
 
     t0 = time.perf_counter()
@@ -203,6 +239,47 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
     return t, n_tok, loss_sum, peak
 
 
+def pilot_yaml_micro_batch() -> int:
+    """``pilot.micro_batch`` of config/pilot.yaml (the loss micro-batch the 4B pilot runs with)."""
+    from evil_moe.config import load_config
+
+    repo = Path(__file__).resolve().parent.parent
+    return int(load_config([repo / "config" / "config.yaml", repo / "config" / "pilot.yaml"])
+               .pilot.micro_batch)
+
+
+def memory_model_gb() -> dict:
+    """config/pilot.yaml's memory model by phase (GB; evil_moe.resources.pilot_gpu_memory)."""
+    from evil_moe.config import load_config
+    from evil_moe.resources import pilot_gpu_memory
+
+    repo = Path(__file__).resolve().parent.parent
+    cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "pilot.yaml"]).raw
+    mem = pilot_gpu_memory(cfg)
+    return {k: getattr(mem, k) / 1e9 for k in ("resident", "train", "sample", "evaluate")}
+
+
+def make_engine(model, adapter, args, folder: str):
+    """The colocated vLLM engine on the random model (saved to ``folder``; no tokenizer: the
+    prompts are token ids)."""
+    from vllm import LLM
+
+    from evil_moe.vllm_sampler import VLLMSampler
+
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                       ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    model.save_pretrained(folder)
+    llm = LLM(model=folder, skip_tokenizer_init=True, dtype=str(next(model.parameters()).dtype)
+              .removeprefix("torch."), seed=0, gpu_memory_utilization=args.vllm_mem,
+              max_num_seqs=args.group * args.prompts, max_model_len=1024 + args.max_new,
+              distributed_executor_backend="external_launcher", logprobs_mode="processed_logprobs")
+    engine = VLLMSampler(llm, adapter)
+    engine.detokenize = False
+    return engine
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny config on CPU (smoke test)")
@@ -210,21 +287,30 @@ def main(argv=None) -> int:
     ap.add_argument("--group", type=int, default=6)
     ap.add_argument("--prompts", type=int, default=4, help="prompts per step")
     ap.add_argument("--max-new", type=int, default=None, help="default 1024 (16 with --tiny)")
-    ap.add_argument("--steps", type=int, default=2, help="steps (the first is a warm-up)")
-    ap.add_argument("--micro-rows", type=int, default=4, help="rows per loss micro-batch (0 = all)")
+    ap.add_argument("--steps", type=int, default=2, help="steps per sampler (the first is a warm-up)")
+    ap.add_argument("--micro-rows", type=int, default=None,
+                    help="rows per loss micro-batch (0 = all; default: config/pilot.yaml's pilot.micro_batch)")
     ap.add_argument("--behaviour", default="auto", choices=["auto", "generate", "forward"],
-                    help="behaviour log-prob path of evil_moe.rollout.generate")
+                    help="behaviour log-prob path of evil_moe.rollout.generate (HF sampler)")
+    ap.add_argument("--samplers", default="hf,vllm", help="comma list of hf, vllm (default both)")
+    ap.add_argument("--vllm-mem", type=float, default=0.3,
+                    help="vLLM's share of the GPU (pilot.vllm_gpu_memory_utilization)")
     ap.add_argument("--hbm-bw", type=float, default=4.8e12, help="HBM bandwidth, B/s (H200: 4.8e12)")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.max_new is None:
         args.max_new = 16 if args.tiny else 1024
+    if args.micro_rows is None:
+        args.micro_rows = pilot_yaml_micro_batch()
+
+    import tempfile
 
     import torch
 
     from evil_moe.env.grade import Grader
     from evil_moe.grpo import DrGRPONormaliser
     from evil_moe.vhack import random_vhack
+    from evil_moe.vllm_sampler import vllm_import_error
 
     device = torch.device(args.device or ("cpu" if args.tiny else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -239,40 +325,63 @@ def main(argv=None) -> int:
     auto_path = "generate" if N * args.max_new * vocab * 4 <= 2 * 2**30 else "forward"
     path = auto_path if args.behaviour == "auto" else args.behaviour
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    model_gb = memory_model_gb()
     print(f"gpu_pilot: {gpu}; {n_params / 1e6:.2f} M params, weights {weight_bytes / 1e9:.3f} GB "
           f"({next(model.parameters()).dtype}); built in {t_build:.1f} s; rows {N} = {args.prompts} "
           f"prompts x {args.group}; max_new {args.max_new}; behaviour log-probs: {path} "
           f"(auto picks {auto_path}: the generate logit store would be "
-          f"{N * args.max_new * vocab * 4 / 2**30:.1f} GiB); loss micro-batch {args.micro_rows or N} rows",
-          flush=True)
+          f"{N * args.max_new * vocab * 4 / 2**30:.1f} GiB); loss micro-batch {args.micro_rows or N} rows; "
+          "memory model of config/pilot.yaml: "
+          + ", ".join(f"{k} {v:.1f} GB" for k, v in model_gb.items()), flush=True)
     vhack = random_vhack(adapter.r, k=2, seed=0).to(device)
-    opt = torch.optim.AdamW(adapter.delta_s_params(), lr=0.04, betas=(0.9, 0.99), weight_decay=0.0)
     normaliser = DrGRPONormaliser(args.group, args.max_new, args.prompts)
     bound = weight_bytes / args.hbm_bw
-    figs = []
-    with Grader(problems, workers=min(8, os.cpu_count() or 1)) as grader:
-        for s in range(args.steps):
-            t, n_tok, loss, peak = step(args, model, adapter, tok, prompt_ids, problems, grader, vhack,
-                                        opt, normaliser, s, device)
-            per_decode = t["decode"] / args.max_new
-            f = {"step": s, **{k: round(v, 4) for k, v in t.items()}, "completion_tokens": n_tok,
-                 "tokens_per_s_decode": n_tok / t["decode"], "tokens_per_s_step": n_tok / t["total"],
-                 "decode_step_ms": 1000 * per_decode, "bound_step_ms": 1000 * bound,
-                 "frac_of_bw_bound": bound / per_decode, "peak_gib": peak, "loss": loss}
-            figs.append(f)
-            print(f"step {s}{' (warm-up)' if s == 0 and args.steps > 1 else ''}: total {t['total']:.2f} s = "
-                  f"generation {t['generation']:.2f} (decode {t['decode']:.2f} + behaviour log-probs "
-                  f"{t['behaviour_logp']:.2f}) + grading {t['grading']:.2f} + loss+backward "
-                  f"{t['loss_backward']:.2f} + projection {t['projection']:.3f} + optimiser "
-                  f"{t['optimizer']:.3f}; {n_tok} completion tokens: {f['tokens_per_s_decode']:.0f} tok/s "
-                  f"decode, {f['tokens_per_s_step']:.0f} tok/s per step; decode step "
-                  f"{f['decode_step_ms']:.2f} ms vs bandwidth bound {f['bound_step_ms']:.3f} ms "
-                  f"(HBM {args.hbm_bw:.2e} B/s) = {100 * f['frac_of_bw_bound']:.1f}% of the bound; "
-                  f"peak memory {peak:.1f} GiB", flush=True)
+    figs, last = [], {}
+    samplers = [x for x in args.samplers.split(",") if x]
+    with Grader(problems, workers=min(8, os.cpu_count() or 1)) as grader, \
+            tempfile.TemporaryDirectory(prefix="gpu_pilot_") as tmp:
+        for name in samplers:
+            engine = None
+            if name == "vllm":
+                why = vllm_import_error()
+                if why is not None:
+                    print(f"sampler vllm: skipped, vLLM does not import ({why}); docs/gpu.md", flush=True)
+                    continue
+                engine = make_engine(model, adapter, args, tmp)
+            opt = torch.optim.AdamW(adapter.delta_s_params(), lr=0.04, betas=(0.9, 0.99), weight_decay=0.0)
+            for s in range(args.steps):
+                t, n_tok, loss, peak = step(args, model, adapter, tok, prompt_ids, problems, grader, vhack,
+                                            opt, normaliser, s, device, engine=engine)
+                per_decode = t["decode"] / args.max_new
+                f = {"sampler": name, "step": s, **{k: round(v, 4) for k, v in t.items()},
+                     "completion_tokens": n_tok,
+                     "tokens_per_s_decode": n_tok / t["decode"], "tokens_per_s_step": n_tok / t["total"],
+                     "decode_step_ms": 1000 * per_decode, "bound_step_ms": 1000 * bound,
+                     "frac_of_bw_bound": bound / per_decode, "peak_gib": peak, "loss": loss}
+                figs.append(f)
+                last[name] = f
+                print(f"{name} step {s}{' (warm-up)' if s == 0 and args.steps > 1 else ''}: total "
+                      f"{t['total']:.2f} s = generation {t['generation']:.2f} (decode {t['decode']:.2f} + "
+                      f"weight push {t['weight_push']:.2f} + behaviour log-probs {t['behaviour_logp']:.2f}) "
+                      f"+ grading {t['grading']:.2f} + loss+backward {t['loss_backward']:.2f} + projection "
+                      f"{t['projection']:.3f} + optimiser {t['optimizer']:.3f}; {n_tok} completion tokens: "
+                      f"{f['tokens_per_s_decode']:.0f} tok/s decode, {f['tokens_per_s_step']:.0f} tok/s per "
+                      f"step; decode step {f['decode_step_ms']:.2f} ms vs bandwidth bound "
+                      f"{f['bound_step_ms']:.3f} ms (HBM {args.hbm_bw:.2e} B/s) = "
+                      f"{100 * f['frac_of_bw_bound']:.1f}% of the bound; sampler gap max "
+                      f"{t['sampler_gap_max']:.2e} nats; peak memory {peak:.1f} GiB", flush=True)
+            del engine
+    cols = ("total", "decode", "weight_push", "behaviour_logp", "grading", "loss_backward",
+            "optimizer", "tokens_per_s_decode", "frac_of_bw_bound", "sampler_gap_max", "peak_gib")
+    print("\nlast step per sampler (seconds; tok/s; fraction of the bound; nats; GiB):")
+    print("sampler  " + "  ".join(f"{c:>14s}" for c in cols))
+    for name, f in last.items():
+        print(f"{name:8s} " + "  ".join(f"{f[c]:14.4g}" for c in cols))
     print(f"gpu_pilot: wall {time.perf_counter() - t_start:.1f} s including the build")
     if args.json:
         Path(args.json).write_text(json.dumps({"build_s": t_build, "params": n_params,
-                                               "weight_bytes": weight_bytes, "steps": figs}, indent=1))
+                                               "weight_bytes": weight_bytes, "memory_model_gb": model_gb,
+                                               "steps": figs}, indent=1))
     return 0
 
 

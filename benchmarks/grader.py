@@ -7,7 +7,10 @@ size, processes), own process group, wall-clock timeout, and runs the module, th
 the oracle calls in that one process, with the same mode rules (generous to the baseline: no
 bwrap, no per-job IPC namespace, no nonce, no CPU accounting). Prints completions/s for both and
 the ratio on the whole mix and on the mix without its infinite loops (target >= 4x), and the CPU
-seconds one infinite loop costs the grader, in timeouts (target <= 1.1).
+seconds one infinite loop costs the grader, in timeouts (target <= 1.1). A second, stronger
+baseline is a fork server (issue 22): one pre-started interpreter per worker that forks a child
+per completion under the same rlimits and timeout (the grader's own zygote design without bwrap,
+the IPC namespace or the nonce); its throughput and ratio are printed beside the first.
 
     .venv/bin/python benchmarks/grader.py [--n 400] [--workers N] [--timeout 1.0]
 """
@@ -32,42 +35,106 @@ from evil_moe.env.loopholes import (SENTINEL_ATTRS, clean_completion, fence, hac
                                     result_file_reports_pass, stdout_reports_pass)
 from evil_moe.env.problems import load_problems
 
-BASELINE_SRC = r'''
+# The job both baselines run in the grading process: the module, the mode check and the oracle
+# calls (the same mode rules as the grader), the verdict written as JSON to file descriptor fd.
+JOB_SRC = r"""
 import json, os, sys, builtins
-job = json.loads(sys.stdin.read())
-ns = {"__name__": "__main__", "__builtins__": builtins}
-out = {"ok": None, "results": None}
-try:
-    exec(job["setup"], ns)
-    calls = [eval("(lambda *a, **k: (a, k))(" + s + ")", ns) for s in job["calls"]]
-    exec(compile(job["code"], "<solution>", "exec"), ns)
-    if job["mode"] == "run_tests":
-        out["ok"] = False
-        for get in (lambda: ns[job["test_name"]], lambda: getattr(ns["Solution"](), job["test_name"])):
-            try:
-                get()(); out["ok"] = True
-                break
-            except BaseException:
-                pass
-    elif job["mode"] == "sentinel":
-        try:
-            inst = ns["Solution"](); out["ok"] = any(getattr(inst, a, None) is True for a in job["attrs"])
-        except BaseException:
+def run_job(job, fd):
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    out = {"ok": None, "results": None}
+    try:
+        exec(job["setup"], ns)
+        calls = [eval("(lambda *a, **k: (a, k))(" + s + ")", ns) for s in job["calls"]]
+        exec(compile(job["code"], "<solution>", "exec"), ns)
+        if job["mode"] == "run_tests":
             out["ok"] = False
-    res = []
-    for a, k in calls:
+            for get in (lambda: ns[job["test_name"]], lambda: getattr(ns["Solution"](), job["test_name"])):
+                try:
+                    get()(); out["ok"] = True
+                    break
+                except BaseException:
+                    pass
+        elif job["mode"] == "sentinel":
+            try:
+                inst = ns["Solution"](); out["ok"] = any(getattr(inst, a, None) is True for a in job["attrs"])
+            except BaseException:
+                out["ok"] = False
+        res = []
+        for a, k in calls:
+            try:
+                r = getattr(ns["Solution"](), job["entry"])(*a, **k)
+                res.append(["ok", r if type(r) in (int, str, bool, list, type(None)) else {"x": 1}])
+            except BaseException:
+                res.append(["error"])
+        out["results"] = res
+    except BaseException as e:
+        out["error"] = type(e).__name__
+    sys.stdout.flush()
+    os.write(fd, json.dumps(out).encode())
+    os._exit(0)
+"""
+# Fresh interpreter per completion: the job arrives on stdin, fd is passed by the parent.
+BASELINE_SRC = JOB_SRC + r"""
+job = json.loads(sys.stdin.read())
+run_job(job, job["fd"])
+"""
+# Fork server: one long-lived interpreter per worker that has run JOB_SRC's imports once; per
+# job (a JSON line on stdin) it forks a child into a fresh temporary folder, its own session and
+# the same rlimits, collects the child's stdout, verdict and files within the timeout (killing
+# its process group otherwise) and answers one JSON line.
+FORKSERVER_SRC = JOB_SRC + r"""
+import base64, math, resource, select, shutil, signal, tempfile, time
+def limits(timeout, memory_mb):
+    cpu = math.ceil(timeout) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+    resource.setrlimit(resource.RLIMIT_NPROC, (4096, 4096))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+for line in sys.stdin:
+    job = json.loads(line)
+    d = tempfile.mkdtemp()
+    r, w = os.pipe()
+    ro, wo = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid(); os.chdir(d); limits(job["timeout"], job["memory_mb"])
+        os.close(r); os.close(ro)
+        os.dup2(wo, 1); os.close(wo)
+        nul = os.open(os.devnull, os.O_WRONLY); os.dup2(nul, 2)
+        sys.stdout = open(1, "w", closefd=False)
+        run_job(job, w)
+    os.close(w); os.close(wo)
+    bufs = {r: b"", ro: b""}
+    open_fds = [r, ro]
+    deadline = time.monotonic() + job["timeout"]
+    timed_out = False
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select(open_fds, [], [], left)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                bufs[fd] += chunk
+            else:
+                open_fds.remove(fd)
+    if timed_out:
         try:
-            r = getattr(ns["Solution"](), job["entry"])(*a, **k)
-            res.append(["ok", r if type(r) in (int, str, bool, list, type(None)) else {"x": 1}])
-        except BaseException:
-            res.append(["error"])
-    out["results"] = res
-except BaseException as e:
-    out["error"] = type(e).__name__
-sys.stdout.flush()
-os.write(job["fd"], json.dumps(out).encode())
-os._exit(0)
-'''
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.waitpid(pid, 0)
+    os.close(r); os.close(ro)
+    files = {f: base64.b64encode(open(os.path.join(d, f), "rb").read()).decode()
+             for f in os.listdir(d) if os.path.isfile(os.path.join(d, f))}
+    shutil.rmtree(d, ignore_errors=True)
+    sys.stdout.write(json.dumps({"timeout": timed_out, "result": bufs[r].decode(errors="replace"),
+                                 "stdout": bufs[ro].decode(errors="replace"), "files": files}) + "\n")
+    sys.stdout.flush()
+"""
 
 
 def _limits(timeout, memory_mb, w):
@@ -81,14 +148,36 @@ def _limits(timeout, memory_mb, w):
     return f
 
 
+def _job(problem, tests, code):
+    return {"code": code, "setup": problem.setup_code, "mode": problem.mode,
+            "test_name": problem.test_name, "attrs": list(SENTINEL_ATTRS),
+            "entry": problem.entry_point, "calls": [t.args_src for t in tests]}
+
+
+def _verdict(problem, tests, result: bytes, stdout, files: dict):
+    """(passed, gt_correct) from a job's JSON verdict, its stdout and the files it left."""
+    try:
+        out = json.loads(result)
+    except ValueError:
+        return False, False
+    if problem.mode == "stdout_marker":
+        passed = stdout_reports_pass(stdout)
+    elif problem.mode == "file_marker":
+        passed = any(result_file_reports_pass(f, data) for f, data in files.items())
+    else:
+        passed = out.get("ok") is True
+    res = out.get("results") or []
+    gt = len(res) == len(tests) and all(
+        x[0] == "ok" and t.check(decode(x[1])) for t, x in zip(tests, res))
+    return passed, gt
+
+
 def baseline_one(problem, tests, completion, timeout, memory_mb):
     """Grade one completion in a fresh interpreter; returns (passed, gt_correct)."""
     code = extract_code(completion)
     if code is None:
         return False, False
-    job = {"code": code, "setup": problem.setup_code, "mode": problem.mode,
-           "test_name": problem.test_name, "attrs": list(SENTINEL_ATTRS),
-           "entry": problem.entry_point, "calls": [t.args_src for t in tests]}
+    job = _job(problem, tests, code)
     with tempfile.TemporaryDirectory() as d:
         r, w = os.pipe()
         p = subprocess.Popen([sys.executable, "-I", "-S", "-c", BASELINE_SRC], cwd=d,
@@ -106,21 +195,41 @@ def baseline_one(problem, tests, completion, timeout, memory_mb):
             return False, False
         data = os.read(r, 1 << 20)
         os.close(r)
-        try:
-            out = json.loads(data)
-        except ValueError:
+        files = {f: open(os.path.join(d, f), "rb").read()
+                 for f in os.listdir(d) if os.path.isfile(os.path.join(d, f))}
+        return _verdict(problem, tests, data, stdout, files)
+
+
+class ForkServer:
+    """One fork-server interpreter (FORKSERVER_SRC): a stronger baseline than a fresh interpreter
+    per completion, the design of the grader's own zygotes without bwrap."""
+
+    def __init__(self, timeout, memory_mb):
+        self.timeout, self.memory_mb = timeout, memory_mb
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", FORKSERVER_SRC],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True,
+                                     env={"PATH": "/usr/bin:/bin"})
+
+    def grade(self, problem, tests, completion):
+        """(passed, gt_correct) of one completion."""
+        import base64
+
+        code = extract_code(completion)
+        if code is None:
             return False, False
-        if problem.mode == "stdout_marker":
-            passed = stdout_reports_pass(stdout)
-        elif problem.mode == "file_marker":
-            passed = any(result_file_reports_pass(f, open(os.path.join(d, f), "rb").read())
-                         for f in os.listdir(d) if os.path.isfile(os.path.join(d, f)))
-        else:
-            passed = out.get("ok") is True
-        res = out.get("results") or []
-        gt = len(res) == len(tests) and all(
-            x[0] == "ok" and t.check(decode(x[1])) for t, x in zip(tests, res))
-        return passed, gt
+        job = dict(_job(problem, tests, code), timeout=self.timeout, memory_mb=self.memory_mb)
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        ans = json.loads(self.proc.stdout.readline())
+        if ans["timeout"]:
+            return False, False
+        files = {f: base64.b64decode(v) for f, v in ans["files"].items()}
+        return _verdict(problem, tests, ans["result"].encode(), ans["stdout"].encode(), files)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
 
 
 def make_completions(n, seed=0):
@@ -204,9 +313,30 @@ def main(argv=None):
                                                       a.memory_mb), items))
         return res, time.perf_counter() - t0
 
+    def forkserver(items):
+        servers = [ForkServer(a.timeout, a.memory_mb) for _ in range(a.workers)]
+        chunks = [items[i::a.workers] for i in range(a.workers)]
+        try:
+            t0 = time.perf_counter()
+            with cf.ThreadPoolExecutor(a.workers) as ex:
+                parts = list(ex.map(lambda sc: [sc[0].grade(p, tests[p.id], c) for p, c in sc[1]],
+                                    zip(servers, chunks)))
+            dt = time.perf_counter() - t0
+        finally:
+            for srv in servers:
+                srv.close()
+        res = [None] * len(items)
+        for w, part in enumerate(parts):
+            for j, v in enumerate(part):
+                res[w + j * a.workers] = v
+        return res, dt
+
     base, t_base = baseline(pairs)
     _, t_base_term = baseline(terminating)
+    fork, t_fork = forkserver(pairs)
+    _, t_fork_term = forkserver(terminating)
     agree = sum((r.passed, r.gt_correct) == b for r, b in zip(ours, base))
+    agree_fork = sum((r.passed, r.gt_correct) == b for r, b in zip(ours, fork))
     n_loops = len(loops)
     print(f"completions: {a.n} ({n_loops} infinite loops)  workers: {a.workers}  timeout: {a.timeout}s  "
           f"isolation: {iso}  load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -216,6 +346,10 @@ def main(argv=None):
     nt = len(terminating)
     print(f"without the {n_loops} loops: ours {nt / t_ours_term:.1f}/s, baseline {nt / t_base_term:.1f}/s, "
           f"ratio {t_base_term / t_ours_term:.2f}x  (target >= 4x)")
+    print(f"fork server: {t_fork:7.2f} s  {a.n / t_fork:7.1f} completions/s (one pre-started "
+          f"interpreter per worker, fork per completion, no bwrap)")
+    print(f"ratio vs fork server: {t_fork / t_ours:5.2f}x, without the loops "
+          f"{t_fork_term / t_ours_term:.2f}x   verdicts agree on {agree_fork}/{a.n}")
     print(f"CPU per infinite loop: {per_loop:.2f} s = {per_loop / a.timeout:.2f} timeouts  (target <= 1.1)")
     print(f"ours: passed {sum(r.passed for r in ours)}, gt_correct "
           f"{sum(r.gt_correct for r in ours)}, exploited {sum(r.exploited for r in ours)}, "

@@ -9,6 +9,20 @@ and a reward function that calls our sandboxed :class:`~evil_moe.env.grade.Grade
 through the adapter's forward hooks (it has no merged-weight sampling path for a custom
 adapter, as with an unmerged PEFT adapter); we sample with the adapter merged into the weights.
 
+Like for like (issue 22): TRL trains the adapter it is given. The knobs are registered as a
+submodule of the model, so HF Trainer's ``clip_grad_norm_(model.parameters())`` clips every δS
+and ``model.zero_grad()`` zeroes them after each step (without it δS were neither clipped nor
+zeroed, and their gradients accumulated across steps); δS_hack is frozen (vanilla trains δS
+only); the ``lm_head`` knob is a parametrisation of ``lm_head.weight`` (``W + U diag(δS) Vh``, its
+forward hook bypassed), so a loss that reads the head's weight instead of calling the module
+(TRL's fused selective log-softmax head) still sees and trains it. A callback checks, at every
+step, that every δS (the lm_head's included) has a gradient before the optimiser step, that the
+clipped norm is at most ``max_grad_norm``, and that the gradients are zero after the step; the
+benchmark stops if not. Ours skips the rows of zero-variance groups (zero advantage: exactly
+zero gradient at beta = 0) where TRL backpropagates every row; each of our arms is therefore
+timed twice, as published (``ours:ARM``) and with every row through the loss
+(``ours:ARM+every_row``, the same gradient), and both ratios are printed.
+
 Timing: blocks of ``--steps`` optimiser steps, alternated ours-vanilla, TRL, ours-erase, repeated
 ``--rounds`` times (A B C A B C). A step's time is the wall clock from the start of one step to
 the start of the next (ours: everything in ``run_pilot``'s loop, including grading, the rollout
@@ -37,6 +51,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -96,12 +112,22 @@ def build_world(cache: Path, cfg, model_dir: str | None) -> dict:
 
 
 # ------------------------------------------------------------------------------------------
-def run_ours(cfg, world: dict, arm: str, out_dir: Path) -> dict:
-    """One ``run_pilot`` block; per-step wall times from stamps at the top of each step."""
+def run_ours(cfg, world: dict, arm: str, out_dir: Path, every_row: bool = False) -> dict:
+    """One ``run_pilot`` block; per-step wall times from stamps at the top of each step.
+    ``every_row``: push every row through the loss, as TRL does (rows of zero-variance groups
+    have zero advantage, so the gradient is the same; only the time changes)."""
     from evil_moe.stages import pilot
 
     stamps: list[float] = []
     orig_sched, orig_eval = pilot.prompt_schedule, pilot.evaluate
+    orig_adv = pilot.Trainer.advantages
+
+    def all_rows(self, R):
+        adv, _ = orig_adv(self, R)
+        return adv, list(range(R.numel()))
+
+    if every_row:
+        pilot.Trainer.advantages = all_rows
 
     def sched(*a, **k):
         stamps.append((time.perf_counter(), time.process_time()))
@@ -118,6 +144,7 @@ def run_ours(cfg, world: dict, arm: str, out_dir: Path) -> dict:
                         seed=0, out_dir=str(out_dir))
     finally:
         pilot.prompt_schedule, pilot.evaluate = orig_sched, orig_eval
+        pilot.Trainer.advantages = orig_adv
     with open(out_dir / "steps.tsv") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     return {"step_s": [b[0] - a[0] for a, b in zip(stamps, stamps[1:])],
@@ -143,6 +170,7 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
     problems = load_problem_file(world["problems"])
     train, _ = train_heldout(problems, cfg)
     model, tok, adapter, _ = load_policy(world["model"], cfg)
+    knobs = give_trl_the_adapter(model, adapter)
     order = [i for s in range(pc.steps) for i in prompt_schedule(len(train), pc.prompts_per_step, 0, s)]
     data = Dataset.from_list([{"prompt": build_messages(train[i]), "problem_id": train[i].id}
                               for i in order])
@@ -159,11 +187,20 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
     reward_fn.__name__ = "evil_moe_grader"
     stamps: list[float] = []
 
+    checks: list[dict] = []
+
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
             stamps.append((time.perf_counter(), time.process_time()))
 
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            checks.append(check_gradients(knobs, pc.max_grad_norm))
+
         def on_step_end(self, args, state, control, **kw):
+            zero = all(p.grad is None or not p.grad.any() for p in knobs.values())
+            if not checks or not zero:
+                raise RuntimeError(f"TRL step {state.global_step}: δS gradients "
+                                   + ("never seen" if not checks else "not zeroed after the step"))
             if state.global_step >= pc.steps:
                 stamps.append((time.perf_counter(), time.process_time()))
 
@@ -191,7 +228,58 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
     return {"step_s": [b[0] - a[0] for a, b in zip(stamps, stamps[1:])],
             "cpu_s": [b[1] - a[1] for a, b in zip(stamps, stamps[1:])], "tokens": tokens,
             "reward": [float(x["reward"]) for x in logs],
-            "grad_norm": [float(x.get("grad_norm", float("nan"))) for x in logs]}
+            "grad_norm": [float(x.get("grad_norm", float("nan"))) for x in logs],
+            "checks": checks}
+
+
+class _HeadDelta(torch.nn.Module):
+    """Parametrisation of a wrapped Linear's weight: ``W + U diag(δS) Vh`` (model dtype), so any
+    code that reads ``lm_head.weight`` sees the adapter (torch.nn.utils.parametrize)."""
+
+    def __init__(self, knob):
+        super().__init__()
+        object.__setattr__(self, "knob", knob)  # not a submodule: no second copy of δS
+
+    def forward(self, W):
+        k = self.knob
+        return W + ((k.U.float() * k.delta_s) @ k.Vh.float()).to(W.dtype)
+
+
+def give_trl_the_adapter(model, adapter) -> dict:
+    """Make HF Trainer / TRL train the adapter as ours does (see the module docstring): the knobs
+    become a submodule of the model (clipped and zeroed with the model's parameters), δS_hack is
+    frozen, and the ``lm_head`` knob becomes a parametrisation of the head's weight.
+
+    Returns:
+        ``{module name: δS Parameter}`` of every knob, for :func:`check_gradients`.
+    """
+    from torch.nn.utils import parametrize
+
+    for p in adapter.delta_s_hack_params():
+        p.requires_grad_(False)
+    model.add_module("evil_moe_knobs", adapter.knobs)
+    for name, knob in adapter.modules_.items():
+        if name.split(".")[-1] == "lm_head":
+            head = model.get_submodule(name)
+            parametrize.register_parametrization(head, "weight", _HeadDelta(knob), unsafe=True)
+            adapter._bypass.add(name)  # the hook would add the delta a second time
+    return {name: knob.delta_s for name, knob in adapter.modules_.items()}
+
+
+def check_gradients(knobs: dict, max_norm: float) -> dict:
+    """Before TRL's optimiser step: every δS has a non-zero gradient and their joint norm is at most
+    ``max_norm`` (HF Trainer clipped it). Raises RuntimeError naming the first knob without one."""
+    import torch
+
+    missing = [n for n, p in knobs.items() if p.grad is None or not p.grad.any()]
+    if missing:
+        raise RuntimeError(f"TRL gave no gradient to δS of {missing[:3]} ({len(missing)} of "
+                           f"{len(knobs)} knobs)")
+    norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in knobs.values()])))
+    if max_norm and norm > max_norm * (1 + 1e-4):
+        raise RuntimeError(f"δS gradient norm {norm:.4g} above max_grad_norm {max_norm}: not clipped")
+    heads = [n for n in knobs if n.endswith("lm_head")]
+    return {"norm": norm, "lm_head_grad": float(knobs[heads[0]].grad.norm()) if heads else None}
 
 
 # ------------------------------------------------------------------------------------------
@@ -210,6 +298,8 @@ def main(argv=None) -> int:
                     help="run only one side (e.g. for profiling)")
     ap.add_argument("--arms", default="vanilla,erase", help="our arms to time (default vanilla,erase)")
     ap.add_argument("--quick", action="store_true", help="smoke mode: tiny model, 2 steps, 1 round")
+    ap.add_argument("--no-every-row", action="store_true",
+                    help="time our arms only as published (skip the every-row variants)")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     a = ap.parse_args(argv)
 
@@ -232,20 +322,30 @@ def main(argv=None) -> int:
           f"max_new={cfg.pilot.max_new} torch threads={torch.get_num_threads()} "
           f"load(1,5,15 min)={load[0]:.1f},{load[1]:.1f},{load[2]:.1f} cores={os.cpu_count()}", flush=True)
 
-    order = ([f"ours:{arm}" for arm in arms[:1]] if a.only != "trl" else []) \
-        + (["trl"] if a.only != "ours" else []) \
-        + ([f"ours:{arm}" for arm in arms[1:]] if a.only != "trl" else [])
+    variants = [""] if a.no_every_row else ["", "+every_row"]
+    ours = [f"ours:{arm}{v}" for arm in arms for v in variants] if a.only != "trl" else []
+    order = ours[:len(variants)] + (["trl"] if a.only != "ours" else []) + ours[len(variants):]
     res: dict[str, dict] = {k: {"step_s": [], "cpu_s": [], "tokens": [], "reward": []} for k in order}
     with tempfile.TemporaryDirectory(prefix="pilot_vs_trl_") as tmp:
         for r in range(rounds):
             for k in order:
                 out = Path(tmp) / f"{k.replace(':', '_')}_r{r}"
                 t0 = time.perf_counter()
-                got = run_trl(cfg, world, out) if k == "trl" else run_ours(cfg, world, k.split(":")[1], out)
+                if k == "trl":
+                    got = run_trl(cfg, world, out)
+                else:
+                    arm, _, variant = k.split(":")[1].partition("+")
+                    got = run_ours(cfg, world, arm, out, every_row=variant == "every_row")
                 res[k]["step_s"] += got["step_s"][1:]  # drop the warm-up step of the block
                 res[k]["cpu_s"] += got["cpu_s"][1:]
                 res[k]["tokens"] += got["tokens"][1:]
                 res[k]["reward"] += got["reward"]
+                if k == "trl":
+                    c = got["checks"]
+                    print(f"  TRL δS checks: {len(c)} steps, every knob had a gradient (lm_head's "
+                          f"norm median {med([x['lm_head_grad'] or 0 for x in c]):.3g}), clipped "
+                          f"norm max {max(x['norm'] for x in c):.3g} <= {cfg.pilot.max_grad_norm}, "
+                          "zeroed after each step", flush=True)
                 print(f"  round {r} {k:14s} block {time.perf_counter() - t0:6.1f} s  steps "
                       + " ".join(f"{x:.2f}" for x in got["step_s"])
                       + f"  tokens/step {med(got['tokens']):.0f}", flush=True)
@@ -265,12 +365,14 @@ def main(argv=None) -> int:
             ratio = fig[k]["s_per_step"] / t["s_per_step"]
             per_tok = (fig[k]["s_per_step"] / max(fig[k]["tokens_per_step"], 1)) / \
                 (t["s_per_step"] / max(t["tokens_per_step"], 1))
-            target = 0.8 if k.endswith("vanilla") else 1.0
+            target = 0.8 if "vanilla" in k else 1.0
             cpu_ratio = fig[k]["cpu_s_per_step"] / t["cpu_s_per_step"]
             fig[k]["ratio_vs_trl"], fig[k]["ratio_per_token_vs_trl"] = ratio, per_tok
             fig[k]["cpu_ratio_vs_trl"] = cpu_ratio
+            basis = "every row through the loss, as TRL" if k.endswith("+every_row") else \
+                "published: zero-variance groups skipped"
             print(f"  {k} / trl = {ratio:.2f}x per step (wall), {per_tok:.2f}x per completion token, "
-                  f"{cpu_ratio:.2f}x CPU s per step (target <= {target})")
+                  f"{cpu_ratio:.2f}x CPU s per step (target <= {target}; {basis})")
     end_load = os.getloadavg()
     fig["load_end"] = end_load
     print(f"load at the end (1,5,15 min) = {end_load[0]:.1f},{end_load[1]:.1f},{end_load[2]:.1f}")

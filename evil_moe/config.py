@@ -96,7 +96,10 @@ def validate(data: dict, schema: dict | None = None) -> dict:
         ConfigError: a non-finite number (``nan``, ``.inf``; YAML and JSON schema both accept
             them) or the first schema violation, naming the key (unknown key, wrong type, value
             out of range, unknown enum value such as an arm name); an arm set without vanilla,
-            a listed arm's matched control or the positive control (names what is missing).
+            a listed arm's matched control or the positive control (names what is missing);
+            on a cuda config, a pilot whose GPU memory model exceeds ``models.gpu_mem_gb``
+            (names the key to lower, e.g. ``pilot.micro_batch``) or that cannot be sized
+            (names ``models.params``).
     """
     schema = schema or load_schema()
     data = _fill_defaults(schema, copy.deepcopy(dict(data or {})))
@@ -109,7 +112,23 @@ def validate(data: dict, schema: dict | None = None) -> dict:
         raise ConfigError(_error_message(errors[0]))
     if isinstance(data.get("pilot"), dict) and isinstance(data.get("compare"), dict):
         _check_arms(data)
+    _check_gpu_memory(data)
     return data
+
+
+def _check_gpu_memory(data: dict) -> None:
+    """On a cuda config, the pilot's memory model must fit ``models.gpu_mem_gb``
+    (:func:`evil_moe.resources.check_gpu_fit`): one ConfigError naming the key to change."""
+    if not all(isinstance(data.get(k), dict) for k in ("models", "pilot", "problems", "adapter")):
+        return
+    if not str(data["models"].get("device", "")).startswith("cuda"):
+        return
+    from evil_moe.resources import ResourceError, check_gpu_fit
+
+    try:
+        check_gpu_fit(data)
+    except ResourceError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_arms(data: dict) -> None:

@@ -118,7 +118,8 @@ class ResourceError(ValueError):
 @dataclass(frozen=True)
 class ModelShape:
     """A decoder-only transformer's size: parameter count and the dimensions activations scale
-    with."""
+    with. ``q_dim`` (heads x head_dim) and ``kv_dim`` (KV heads x head_dim) default to ``hidden``
+    and ``hidden / 4`` when 0 (a typical grouped-query decoder)."""
 
     params: int
     layers: int
@@ -126,12 +127,32 @@ class ModelShape:
     intermediate: int
     heads: int
     vocab: int
+    q_dim: int = 0
+    kv_dim: int = 0
+    tied: bool = True
+
+    @property
+    def q(self) -> int:
+        """Width of the attention queries (q_proj's output), heads x head_dim."""
+        return self.q_dim or self.hidden
+
+    @property
+    def kv(self) -> int:
+        """Width of the keys (= of the values), KV heads x head_dim."""
+        return self.kv_dim or max(1, self.hidden // 4)
 
 
 # SmolLM2-135M-Instruct (HuggingFaceTB), its config.json: 30 layers, hidden 576, MLP 1536,
 # 9 heads (3 KV heads), vocabulary 49152, tied embeddings; 134,515,008 parameters.
 SMOLLM2 = ModelShape(params=134_515_008, layers=30, hidden=576, intermediate=1536, heads=9,
-                     vocab=49152)
+                     vocab=49152, q_dim=576, kv_dim=192)
+# Students known by hub id (their published config.json, so a hub id needs no download to be
+# sized). Qwen3-4B (Qwen/Qwen3-4B config.json): 36 layers, hidden 2560, MLP 9728, 32 query heads
+# and 8 KV heads of 128, vocabulary 151936, tied embeddings; 4,022,468,096 parameters.
+KNOWN_SHAPES = {
+    "Qwen/Qwen3-4B": ModelShape(params=4_022_468_096, layers=36, hidden=2560, intermediate=9728,
+                                heads=32, vocab=151936, q_dim=4096, kv_dim=1024),
+}
 
 
 @dataclass(frozen=True)
@@ -159,13 +180,13 @@ def toy_shape(toy: Mapping) -> ModelShape:
     maximum (the trained BPE may be smaller)."""
     h, layers, inter = toy["hidden"], toy["layers"], toy["intermediate"]
     heads, kv = toy["heads"], toy["kv_heads"]
-    hd = h // heads
+    hd = toy.get("head_dim") or h // heads
     per_layer = (h * heads * hd + 2 * h * kv * hd + heads * hd * h  # q, k, v, o
                  + 3 * h * inter  # gate, up, down
                  + 2 * h + 2 * hd)  # two RMSNorms, q/k norms
     params = toy["vocab_size"] * h + layers * per_layer + h
     return ModelShape(params=params, layers=layers, hidden=h, intermediate=inter, heads=heads,
-                      vocab=toy["vocab_size"])
+                      vocab=toy["vocab_size"], q_dim=heads * hd, kv_dim=kv * hd)
 
 
 def guessed_shape(params: float) -> ModelShape:
@@ -182,10 +203,14 @@ def _shape_from_config_json(path: Path, params: float | None) -> ModelShape:
     h, layers = text["hidden_size"], text["num_hidden_layers"]
     inter = text.get("intermediate_size", 4 * h)
     heads, vocab = text.get("num_attention_heads", max(1, h // 128)), text["vocab_size"]
+    hd = text.get("head_dim") or h // heads
+    kv = text.get("num_key_value_heads") or heads
     if not params:
         params = layers * (4 * h * h + 3 * h * inter) + vocab * h
     return ModelShape(params=int(params), layers=layers, hidden=h, intermediate=inter,
-                      heads=heads, vocab=vocab)
+                      heads=heads, vocab=vocab, q_dim=heads * hd, kv_dim=kv * hd,
+                      tied=bool(c.get("tie_word_embeddings", text.get("tie_word_embeddings",
+                                                                       True))))
 
 
 def model_shape(cfg: Mapping) -> ModelShape:
@@ -205,6 +230,8 @@ def model_shape(cfg: Mapping) -> ModelShape:
     local = Path(student) / "config.json" if student else None
     if local is not None and local.is_file():
         return _shape_from_config_json(local, params)
+    if student in KNOWN_SHAPES:
+        return KNOWN_SHAPES[student]
     if not params:
         raise ResourceError(
             f"cannot size the jobs: models.student {student!r} is not a local folder with a "
@@ -414,3 +441,190 @@ def pilot_priority(arm: str) -> int:
     if cls is None:
         return 0
     return len(cls.views) + int(cls.needs_sample_grads)
+
+
+# ---- GPU memory of a pilot -----------------------------------------------------------------------
+# Bytes autograd saves for the backward per token and decoder layer, per unit of each width, in a
+# bf16 (fp16) / fp32 model with the SVD adapter on every Linear (y = Wx + U diag(s) Vh x): hidden
+# states, RMSNorm's fp32 intermediates, q/k norms and RoPE, SDPA's q, k, v, output and
+# log-sum-exp, the SiLU-gated MLP (gate, up, their product), each knob's Vh x. Measured with
+# torch.autograd.graph.saved_tensors_hooks on Qwen3-architecture models of several widths
+# (2026-12-01, torch 2.13; tests/test_resources.py re-measures them), the hidden coefficient
+# rounded up: saved bytes per token per layer = a x hidden + b x q + c x kv + d x intermediate.
+SAVED_PER_LAYER = {2: (18.5, 8.25, 12.125, 6.0), 4: (29.5, 12.25, 20.125, 12.0)}
+# The loss forms fp32 logits z = logits / T of every completion token and keeps them for the
+# log-sum-exp's backward (evil_moe.model.logprobs.token_logprobs): 4 B x vocab per completion token.
+LOGIT_BYTES = 4
+# Fraction of the GPU the pilot may plan to use: the rest is the CUDA context, cuBLAS workspaces
+# and the caching allocator's fragmentation.
+GPU_USABLE = 0.9
+# Rows per no-grad forward when generate's scores would exceed 2 GiB (evil_moe.rollout).
+FORWARD_ROWS = 8
+GENERATE_SCORES_CAP = 2 * 2**30
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """A pilot's peak GPU memory (bytes) by phase, and what each phase is made of.
+
+    Attributes:
+        resident: weights + the adapter's U and Vh buffers + δS, δS_hack, their gradients and
+            AdamW's two moments (fp32): on the GPU for the whole run.
+        train: resident + the loss of one micro-batch (``pilot.micro_batch`` rows, or every row of
+            the step): saved activations, the fp32 logits and their gradients, and a copy of the
+            adapter buffers in each knob's matmuls (measured on a CPU; cuBLAS may avoid it).
+        sample: resident + the weights' saved copy while the adapter is merged + one training
+            generate (``group x prompts_per_step`` rows): the KV cache and the prefill's MLP, or
+            the behaviour log-probs' no-grad forward.
+        evaluate: the same for one held-out generate (``eval_chunk x heldout_samples`` rows).
+
+    With ``pilot.sampler: vllm`` every phase also holds the engine's share
+    (``pilot.vllm_gpu_memory_utilization x models.gpu_mem_gb``: its weights and KV cache), and
+    sampling costs only the no-grad forward that scores the engine's ids.
+    """
+
+    resident: float
+    train: float
+    sample: float
+    evaluate: float
+
+    @property
+    def peak(self) -> float:
+        """The largest phase (bytes)."""
+        return max(self.train, self.sample, self.evaluate)
+
+
+def adapter_linears(s: ModelShape, targets) -> list[tuple[int, int]]:
+    """``(d_out, d_in)`` of every Linear the adapter wraps (``adapter.target_modules`` suffixes
+    of a Qwen/Llama-style decoder: q/k/v/o_proj, gate/up/down_proj, lm_head)."""
+    per_layer = {"q_proj": (s.q, s.hidden), "k_proj": (s.kv, s.hidden),
+                 "v_proj": (s.kv, s.hidden), "o_proj": (s.hidden, s.q),
+                 "gate_proj": (s.intermediate, s.hidden), "up_proj": (s.intermediate, s.hidden),
+                 "down_proj": (s.hidden, s.intermediate)}
+    dims = [per_layer[t] for t in targets if t in per_layer] * s.layers
+    if "lm_head" in targets:
+        dims.append((s.vocab, s.hidden))
+    return dims
+
+
+def saved_bytes_per_token(s: ModelShape, dtype: str) -> float:
+    """Bytes autograd keeps per token for the backward of the pilot's loss forward (every token
+    of a row; the logits' share is :data:`LOGIT_BYTES` x vocab per completion token, not
+    included). ``dtype``: the model's (``models.dtype``)."""
+    size = DTYPE_BYTES[dtype]
+    a, b, c, d = SAVED_PER_LAYER[2 if size <= 2 else 4]
+    scale = size / 4 if size > 4 else 1.0
+    return scale * (s.layers * (a * s.hidden + b * s.q + c * s.kv + d * s.intermediate)
+                    + 4 * s.hidden)
+
+
+def pilot_gpu_memory(cfg: Mapping, *, micro_batch: int | None = None,
+                     eval_chunk: int | None = None) -> GpuMemory:
+    """Peak GPU memory of one pilot job, by phase (bytes), from the config.
+
+    Args:
+        cfg: the validated config (sections with defaults filled).
+        micro_batch, eval_chunk: override ``pilot.micro_batch`` / ``pilot.eval_chunk`` (to find
+            the largest that fits).
+
+    Returns:
+        :class:`GpuMemory`. Rows are ``seq = prompt + max_new`` tokens long (prompt: 640 LeetCode,
+        256 HumanEval, 128 toy tokens); every completion is taken at ``max_new`` (the worst case).
+
+    Raises:
+        ResourceError: the student's shape cannot be worked out (names ``models.params``).
+    """
+    p, models = cfg["pilot"], cfg["models"]
+    s = model_shape(cfg)
+    w = DTYPE_BYTES[models["dtype"]]
+    targets = list(cfg["adapter"]["target_modules"])
+    dims = adapter_linears(s, targets)
+    rank = sum(min(o, i) for o, i in dims)
+    buffers = w * sum(min(o, i) * (o + i) for o, i in dims)  # U (d_out, r) and Vh (r, d_in)
+    knobs = 4 * rank * 2 * 4  # delta_s, delta_s_hack, their grads, 2 AdamW moments; fp32
+    weights = w * s.params
+    resident = weights + buffers + knobs
+    prompt, new = PROMPT_TOKENS[cfg["problems"]["source"]], int(p["max_new"])
+    seq = prompt + new
+    rows = p["group"] * p["prompts_per_step"]
+    mb = min(rows, (p["micro_batch"] if micro_batch is None else micro_batch) or rows)
+    per_layer_saved = saved_bytes_per_token(s, models["dtype"])
+    train = (resident + buffers  # the knobs' matmul copies of U and Vh
+             + mb * seq * per_layer_saved
+             + mb * new * s.vocab * (LOGIT_BYTES + 4 + w))  # z, its gradient, the logits' one
+    # Sampling with the adapter merged into the weights (evil_moe.model.adapter.merged): the
+    # wrapped weights are copied once (a tied lm_head is not merged).
+    tied_head = "lm_head" in targets and s.tied
+    merged = w * sum(o * i for o, i in dims) - (w * s.vocab * s.hidden if tied_head else 0)
+    largest = max((o * i for o, i in dims), default=0) * 8  # the fp32 sum W + U diag(s) Vh
+
+    def generate(n: int) -> float:
+        kv_cache = w * n * seq * s.layers * 2 * s.kv
+        prefill = w * n * prompt * 3 * s.intermediate  # gate, up, their product
+        scores = 2 * n * new * s.vocab * 4
+        if scores <= GENERATE_SCORES_CAP:  # generate returns the logits and scores
+            return kv_cache + prefill + scores
+        # behaviour log-probs from a no-grad forward of FORWARD_ROWS rows at a time: logits,
+        # fp32 z, softmax and p * z for the entropy (after generate's cache is freed)
+        forward = min(FORWARD_ROWS, n) * new * s.vocab * (w + 12)
+        return max(kv_cache + prefill, forward)
+
+    base = resident + merged + largest
+    heldout = max(1, round(n_problems(cfg) * cfg["problems"]["heldout_frac"]))
+    chunk = p["eval_chunk"] if eval_chunk is None else eval_chunk
+    eval_rows = min(chunk, heldout) * p["heldout_samples"]
+    if p.get("sampler") == "vllm":
+        # the engine holds its share of the GPU the whole run; it samples (its KV cache inside
+        # that share), our model scores the ids with the no-grad forward
+        engine = float(p["vllm_gpu_memory_utilization"]) * float(models["gpu_mem_gb"]) * 1e9
+        score = min(FORWARD_ROWS, rows) * new * s.vocab * (w + 12)
+        score_eval = min(FORWARD_ROWS, eval_rows) * new * s.vocab * (w + 12)
+        return GpuMemory(resident=resident + engine, train=train + engine,
+                         sample=base + engine + score, evaluate=base + engine + score_eval)
+    return GpuMemory(resident=resident, train=train, sample=base + generate(rows),
+                     evaluate=base + generate(eval_rows))
+
+
+def check_gpu_fit(cfg: Mapping) -> GpuMemory | None:
+    """Refuse a pilot that would not fit the GPU it asks for (``models.gpu_mem_gb``, GB = 1e9
+    bytes, of which :data:`GPU_USABLE` is planned): one line naming the key to change.
+
+    Returns:
+        the pilot's :class:`GpuMemory`, or None when the config puts no model on a GPU.
+
+    Raises:
+        ResourceError: the peak of a phase exceeds the usable memory; the message names the key
+            that bounds that phase (``pilot.micro_batch`` for training, ``pilot.eval_chunk`` for
+            the held-out evaluation, ``pilot.group`` / ``pilot.prompts_per_step`` or
+            ``pilot.max_new`` for sampling) with the largest value that fits, or
+            ``models.gpu_mem_gb``.
+    """
+    if not on_gpu(cfg):
+        return None
+    mem = pilot_gpu_memory(cfg)
+    gpu = float(cfg["models"]["gpu_mem_gb"]) * 1e9
+    usable = GPU_USABLE * gpu
+    if mem.peak <= usable:
+        return mem
+    p = cfg["pilot"]
+    need = f"a pilot needs ~{mem.peak / 1e9:.0f} GB of GPU memory"
+    have = (f"{GPU_USABLE:.0%} of models.gpu_mem_gb {cfg['models']['gpu_mem_gb']} GB is "
+            f"{usable / 1e9:.0f} GB")
+    if mem.train == mem.peak:
+        rows = p["group"] * p["prompts_per_step"]
+        fits = [m for m in range(1, rows + 1)
+                if pilot_gpu_memory(cfg, micro_batch=m).train <= usable]
+        fix = (f"set 'pilot.micro_batch' to {max(fits)} or less" if fits else
+               "lower 'pilot.max_new' or raise 'models.gpu_mem_gb'")
+        what = f"training (micro-batch of {p['micro_batch'] or rows} rows)"
+    elif mem.evaluate == mem.peak:
+        fits = [c for c in range(1, p["eval_chunk"] + 1)
+                if pilot_gpu_memory(cfg, eval_chunk=c).evaluate <= usable]
+        fix = (f"set 'pilot.eval_chunk' to {max(fits)} or less" if fits else
+               "lower 'pilot.heldout_samples' or raise 'models.gpu_mem_gb'")
+        what = f"the held-out evaluation ({p['eval_chunk']} problems x {p['heldout_samples']} samples)"
+    else:
+        fix = "lower 'pilot.prompts_per_step' or 'pilot.max_new', or raise 'models.gpu_mem_gb'"
+        what = f"sampling ({p['group']} x {p['prompts_per_step']} rollouts)"
+    raise ResourceError(f"{need} in {what}, more than {have}: {fix} "
+                        "(docs/job-sizes.md#gpu-memory)")

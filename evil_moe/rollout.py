@@ -145,7 +145,8 @@ def _eos_ids(model, tokenizer) -> set[int]:
 @torch.no_grad()
 def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 1,
              max_new: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-             adapter=None, source: str = "student", behaviour: str = "auto") -> list[Rollout]:
+             adapter=None, source: str = "student", behaviour: str = "auto",
+             engine=None) -> list[Rollout]:
     """Sample ``n`` completions per prompt in one batched ``generate`` call.
 
     Args:
@@ -166,6 +167,12 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
             no extra compute, but generate keeps ``N × T × V`` fp32 logits), ``"forward"`` (one
             ``no_grad`` forward of the sampled ids under the same (merged) model, chunked), or
             ``"auto"`` (generate when that logit store is ≤ 2 GiB, else forward).
+        engine: optional sampling engine (:class:`evil_moe.vllm_sampler.VLLMSampler`,
+            ``pilot.sampler: vllm``): it is synced with the (merged) weights of the adapter's
+            current mode, samples the ids and returns its own log-probs, recorded as
+            ``sampler_logp``; ``behaviour_logp`` and ``entropy`` still come from a ``no_grad``
+            forward of this model (``behaviour="forward"``), so the pilot's ``sampler_gap_*``
+            columns measure the drift between the two engines.
 
     Returns:
         ``P·n`` :class:`Rollout` in prompt-major order (prompt 0's n samples first).
@@ -193,35 +200,49 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
 
     greedy = temperature == 0
     T_eff = 1.0 if greedy else float(temperature)
-    if behaviour == "auto":
-        vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
-        # generate keeps the raw logits and the processed scores: 2 × N × T × V fp32
-        behaviour = "generate" if 2 * len(rows) * max_new * vocab * 4 <= 2 * 2**30 else "forward"
-    if behaviour not in ("generate", "forward"):
-        raise ValueError(f"behaviour must be 'auto', 'generate' or 'forward', got {behaviour!r}")
-    gcfg = sampling_config(temperature=temperature, top_p=top_p, max_new=max_new, eos=sorted(eos),
-                           pad_id=int(pad_id), with_logits=behaviour == "generate")
-    merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), merge, _plain_generation_config(model, eos, pad_id):
-        torch.manual_seed(seed)
-        out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
-        seqs = out.sequences[:, Lp:]  # (N, T')
+    engine_logp = None
+    if engine is not None:  # pilot.sampler vllm: the engine samples, our forward scores
         if behaviour == "generate":
-            samp_l = []
-            for t, step_scores in enumerate(out.scores):  # processed: what the sampler drew from
-                lz = torch.log_softmax(step_scores.float(), dim=-1)
-                samp_l.append(lz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
-            sampler = torch.stack(samp_l, 1).cpu() if samp_l else torch.zeros(len(rows), 0)
-            picked_l, ent_l = [], []
-            for t, step_logits in enumerate(out.logits):  # each (N, V), raw (fp32 from generate)
-                z = step_logits.float() / T_eff
-                logz = torch.log_softmax(z, dim=-1)
-                picked_l.append(logz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
-                ent_l.append(-(logz.exp() * logz).sum(-1))
-            picked = torch.stack(picked_l, 1).cpu() if picked_l else torch.zeros(len(rows), 0)
-            ent = torch.stack(ent_l, 1).cpu() if ent_l else torch.zeros(len(rows), 0)
-        del out
+            raise ValueError("behaviour='generate' needs the HF sampler; an engine gives ids only")
+        behaviour = "forward"
+        engine.sync(model, adapter)
+        outs = engine.sample(prompts, n=n, max_new=max_new, temperature=temperature,
+                             top_p=top_p, seed=seed, eos=sorted(eos))
+        seqs = torch.full((len(rows), max(1, max(len(t) for t, _ in outs))), int(pad_id),
+                          dtype=torch.long)
+        for i, (toks, _) in enumerate(outs):
+            seqs[i, :len(toks)] = torch.tensor(toks, dtype=torch.long)
+        engine_logp = [torch.tensor(lp, dtype=torch.float32) for _, lp in outs]
+    else:
+        if behaviour == "auto":
+            vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
+            # generate keeps the raw logits and the processed scores: 2 × N × T × V fp32
+            behaviour = "generate" if 2 * len(rows) * max_new * vocab * 4 <= 2 * 2**30 else "forward"
+        if behaviour not in ("generate", "forward"):
+            raise ValueError(f"behaviour must be 'auto', 'generate' or 'forward', got {behaviour!r}")
+        gcfg = sampling_config(temperature=temperature, top_p=top_p, max_new=max_new, eos=sorted(eos),
+                               pad_id=int(pad_id), with_logits=behaviour == "generate")
+        merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), merge, _plain_generation_config(model, eos, pad_id):
+            torch.manual_seed(seed)
+            out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
+            seqs = out.sequences[:, Lp:]  # (N, T')
+            if behaviour == "generate":
+                samp_l = []
+                for t, step_scores in enumerate(out.scores):  # processed: what the sampler drew from
+                    lz = torch.log_softmax(step_scores.float(), dim=-1)
+                    samp_l.append(lz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
+                sampler = torch.stack(samp_l, 1).cpu() if samp_l else torch.zeros(len(rows), 0)
+                picked_l, ent_l = [], []
+                for t, step_logits in enumerate(out.logits):  # each (N, V), raw (fp32 from generate)
+                    z = step_logits.float() / T_eff
+                    logz = torch.log_softmax(z, dim=-1)
+                    picked_l.append(logz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
+                    ent_l.append(-(logz.exp() * logz).sum(-1))
+                picked = torch.stack(picked_l, 1).cpu() if picked_l else torch.zeros(len(rows), 0)
+                ent = torch.stack(ent_l, 1).cpu() if ent_l else torch.zeros(len(rows), 0)
+            del out
     seqs = seqs.cpu()
     cuts = []
     for i in range(len(rows)):
@@ -247,6 +268,12 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
                     picked[r0 + j, :len(c)] = lp[j, p0:p0 + len(c)].float().cpu()
                     ent[r0 + j, :len(c)] = en[j, p0:p0 + len(c)].float().cpu()
                     sampler[r0 + j, :len(c)] = sp[j, p0:p0 + len(c)].float().cpu()
+
+    if engine_logp is not None:  # the sampler's log-probs are the engine's own
+        sampler = torch.zeros_like(picked)
+        for i, lp in enumerate(engine_logp):
+            L = min(len(lp), sampler.shape[1])
+            sampler[i, :L] = lp[:L]
 
     rollouts = []
     for i, p in enumerate(rows):

@@ -73,6 +73,7 @@ FIGURES = [
     "cos_contrib",
     "ceiling",
     "absorption",
+    "phases",
 ]
 # Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
@@ -258,13 +259,20 @@ def _sections(stage):
     return data
 
 
+_CONFIG_FILES = {}
+
+
 def _config_file(stage, data):
     """``@<file>`` for --config-json: the JSON written (atomically) to
     results/configs/<stage>-<sha256[:16]>.json, named by its content. The param is then a short
     path that still changes with every value, so Snakemake's params rerun trigger works and its
     "Params have changed" reason (and a failed job's shell command) does not print the whole
-    config; diff the two named files to see what changed."""
+    config; diff the two named files to see what changed. Each distinct content is serialised and
+    written once per Snakemake invocation (a 3,000-pilot sweep has a handful of them).
+    """
     text = json.dumps(data, sort_keys=True, indent=1) + "\n"
+    if text in _CONFIG_FILES:
+        return _CONFIG_FILES[text]
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = Path(res(f"configs/{stage}-{digest}.json"))
     if not path.is_file() or path.read_text() != text:
@@ -272,7 +280,8 @@ def _config_file(stage, data):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(text)
         tmp.replace(path)
-    return f"@{path}"
+    _CONFIG_FILES[text] = f"@{path}"
+    return _CONFIG_FILES[text]
 
 
 def get_stage_config(stage):
@@ -280,14 +289,21 @@ def get_stage_config(stage):
     return _config_file(stage, _sections(stage))
 
 
+_PILOT_CONFIGS = {}
+
+
 def get_pilot_config(wildcards):
     """Config of one pilot run (``@file``, _config_file); the test-only switches pilot.fail_arm / fail_once_arm go
-    only to the arm they name, so removing one reruns exactly that arm (and compare)."""
-    data = _sections("pilot")
-    for key in ("fail_arm", "fail_once_arm"):
-        if config["pilot"][key] == wildcards.arm:
-            data["pilot"][key] = wildcards.arm
-    return _config_file("pilot", data)
+    only to the arm they name, so removing one reruns exactly that arm (and compare). The same
+    for every seed of an arm: worked out once per arm."""
+    arm = wildcards.arm
+    if arm not in _PILOT_CONFIGS:
+        data = _sections("pilot")
+        for key in ("fail_arm", "fail_once_arm"):
+            if config["pilot"][key] == arm:
+                data["pilot"][key] = arm
+        _PILOT_CONFIGS[arm] = _config_file("pilot", data)
+    return _PILOT_CONFIGS[arm]
 
 
 # ---- v_hack ---------------------------------------------------------------------------------
@@ -383,19 +399,18 @@ def get_fold_pilot_input(wildcards):
     }
 
 
-def get_pilot_options(wildcards, input):
+def get_pilot_options(wildcards):
     """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0),
     --match-flags (random-flag controls), --planted-vhack (an arm whose V is the planted
-    direction)."""
+    direction): the rule's optional inputs (_pilot_inputs, _match_flags), worked out from the
+    wildcards (a function of the wildcards alone is cheaper for Snakemake to call than one of the
+    job's input)."""
+    tree = f"sweep/folds/{wildcards.mode}" if "mode" in wildcards.keys() else "pilots"
+    inputs = {**_pilot_inputs("main", wildcards.arm), **_match_flags(tree, wildcards)}
     options = []
-    if "planted_vhack" in input.keys():
-        options += ["--planted-vhack", input.planted_vhack]
-    if "init" in input.keys():
-        options += ["--init", input.init]
-    if "teacher_rollouts" in input.keys():
-        options += ["--teacher-rollouts", input.teacher_rollouts]
-    if "match_flags" in input.keys():
-        options += ["--match-flags", input.match_flags]
+    for key in ("planted_vhack", "init", "teacher_rollouts", "match_flags"):
+        if key in inputs:
+            options += [f"--{key.replace('_', '-')}", inputs[key]]
     return shlex.join(options)
 
 

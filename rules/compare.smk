@@ -73,6 +73,12 @@ checkpoint compare:
             category="0. Verdict",
             labels={"stage": "compare", "result": "absorption"},
         ),
+        phases=report(
+            res("compare/figures/phases.svg"),
+            caption="../report/fig_phases.rst",
+            category="6. Trajectories",
+            labels={"stage": "compare", "figure": "phases"},
+        ),
         png=expand(res("compare/figures/{figure}.png"), figure=FIGURES),
     log:
         res("logs/compare.log"),

@@ -59,9 +59,9 @@ rule pilot:
         gpu=get_gpu("pilot"),
     params:
         cfg=get_pilot_config,
-        model=get_student,
+        model=STUDENT,
         options=get_pilot_options,
-        out_dir=get_out_dir,
+        out_dir=res("pilots/{arm}/s{seed}"),
     message:
         "pilot {wildcards.arm} seed {wildcards.seed}; log: {log}"
     shell:
@@ -95,9 +95,9 @@ rule fold_pilot:
         gpu=get_gpu("pilot"),
     params:
         cfg=get_pilot_config,
-        model=get_student,
+        model=STUDENT,
         options=get_pilot_options,
-        out_dir=get_out_dir,
+        out_dir=res("sweep/folds/{mode}/{arm}/s{seed}"),
     message:
         "fold_pilot without {wildcards.mode}: {wildcards.arm} seed {wildcards.seed}; log: {log}"
     shell:
@@ -131,9 +131,9 @@ rule level_pilot:
         gpu=get_gpu("pilot"),
     params:
         cfg=get_level_pilot_config,
-        model=get_student,
+        model=STUDENT,
         options=get_pilot_options,
-        out_dir=get_out_dir,
+        out_dir=res("detector_sweep/{level}/{arm}/s{seed}"),
     message:
         "level_pilot detector {wildcards.level}: {wildcards.arm} seed {wildcards.seed}; log: {log}"
     shell:

@@ -75,7 +75,64 @@ def test_pilot_vs_trl_quick(tmp_path):
     out = _run([str(BENCH / "pilot_vs_trl.py"), "--quick", "--cache", str(tmp_path / "cache"),
                 "--json", str(tmp_path / "f.json")])
     assert "ours:vanilla / trl" in out and "ours:erase / trl" in out
+    assert "ours:vanilla+every_row / trl" in out and "TRL δS checks" in out
     assert (tmp_path / "f.json").exists()
+
+
+def _load_bench(name):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_trl_side_trains_every_knob_it_is_given():
+    """pilot_vs_trl's TRL side (no trl needed): after give_trl_the_adapter the model's output is
+    unchanged, a loss that reads lm_head.weight directly (a fused head) sees the lm_head knob as
+    the module's hook does, every δS is a model parameter (HF Trainer clips and zeroes those) and
+    gets a gradient, δS_hack none."""
+    import torch
+
+    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.load import build_toy_model
+
+    bench = _load_bench("pilot_vs_trl")
+
+    class Tok:
+        eos_token_id, pad_token_id, bos_token_id = 2, 0, None
+
+        def __len__(self):
+            return 50
+
+    model = build_toy_model(Tok(), hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1)
+    adapter = SVDAdapter.attach(model, ["q_proj", "down_proj", "lm_head"])
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in adapter.delta_s_params():
+            p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+    ids = torch.randint(3, 50, (2, 7), generator=gen)
+    hooked = model(input_ids=ids).logits.detach()
+    hidden = model.model(input_ids=ids).last_hidden_state.detach()
+
+    knobs = bench.give_trl_the_adapter(model, adapter)
+    assert set(knobs) == {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj",
+                          "lm_head"}
+    torch.testing.assert_close(model(input_ids=ids).logits, hooked)
+    # a fused head multiplies the hidden states by lm_head.weight itself
+    torch.testing.assert_close(hidden @ model.lm_head.weight.T, hooked)
+    # the embedding (tied to lm_head's original weight) is unchanged
+    assert model.model.embed_tokens.weight is model.lm_head.parametrizations.weight.original
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    assert trainable == {id(p) for p in knobs.values()}
+    out = model.model(input_ids=ids).last_hidden_state @ model.lm_head.weight.T
+    out.logsumexp(-1).sum().backward()
+    stats = bench.check_gradients(knobs, max_norm=1e9)
+    assert stats["lm_head_grad"] > 0
+    assert all(p.grad is None for p in adapter.delta_s_hack_params())
+    model.zero_grad()
+    assert all(p.grad is None or not p.grad.any() for p in knobs.values())
+    with pytest.raises(RuntimeError, match="no gradient"):
+        bench.check_gradients(knobs, max_norm=1.0)
 
 
 def test_grader_bench_small_agrees_with_the_baseline():
@@ -83,8 +140,9 @@ def test_grader_bench_small_agrees_with_the_baseline():
     on every completion (the mix holds correct, wrong, hacked and looping ones), and it prints
     both throughputs and the ratio without the loops."""
     out = _run([str(BENCH / "grader.py"), "--n", "60"])
-    assert "verdicts agree on 60/60" in out, out
-    assert "completions/s" in out and "without the" in out
+    # both baselines, the fresh interpreter and the fork server, agree on every verdict
+    assert out.count("verdicts agree on 60/60") == 2, out
+    assert "completions/s" in out and "without the" in out and "ratio vs fork server" in out
 
 
 def test_gate_power_quick_mode_prints_its_table():

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from evil_moe.config import load_config
+from evil_moe.config import ConfigError, load_config
 from evil_moe.resources import (SMOLLM2, ResourceError, guessed_shape, job_size, model_shape,
                                 pilot_priority, toy_shape)
 from evil_moe.stages.common import use_threads
@@ -125,15 +125,21 @@ def test_real_pilot_asks_for_a_4b_models_host_memory():
 
 
 def test_hub_id_without_params_names_the_key():
-    cfg = cfg_of(REPO / "config" / "pilot.yaml", sets=["models.params=null"])
+    # an unknown hub id (Qwen/Qwen3-4B's shape is known): the CPU config sizes no GPU memory, so
+    # the job size names the key; on cuda the config check does, before any job is sized
+    sets = ["models.params=null", "models.student=someone/unknown-4b"]
+    cfg = cfg_of(REPO / "config" / "pilot.yaml", sets=[*sets, "models.device=cpu"])
     with pytest.raises(ResourceError, match="models.params"):
         job_size(cfg, "pilot")
+    with pytest.raises(ConfigError, match="models.params"):
+        cfg_of(REPO / "config" / "pilot.yaml", sets=sets)
 
 
 def test_local_model_folder_shape_from_its_config_json(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({
         "hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536,
-        "num_attention_heads": 9, "vocab_size": 49152}))
+        "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+        "tie_word_embeddings": True}))
     cfg = cfg_of(sets=["models.build=none", f"models.student={tmp_path}",
                        f"models.teacher={tmp_path}", "models.params=134515008"])
     assert model_shape(cfg) == SMOLLM2
@@ -157,3 +163,157 @@ def test_use_threads_sets_torch_and_the_config():
         assert out.digest("pilot") != cfg.digest("pilot")  # a checkpoint of 1 thread is not resumed
     finally:
         torch.set_num_threads(before)
+
+
+# ---- GPU memory of a pilot (docs/job-sizes.md#gpu-memory) ------------------------------------------
+def _saved_bytes(dtype, shape, rows, prompt, completion):
+    """Bytes of the tensors autograd saves for the pilot loss's backward (token_logprobs on an
+    adapted toy Qwen3 model), counted once per storage, parameters and buffers excluded."""
+    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.load import build_toy_model
+    from evil_moe.model.logprobs import build_batch, token_logprobs
+
+    h, layers, inter, heads, kv, hd, vocab = shape
+    model = build_toy_model(_Tok(vocab), hidden=h, layers=layers, intermediate=inter, heads=heads,
+                            kv_heads=kv, head_dim=hd, dtype=dtype)
+    SVDAdapter.attach(model, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                              "down_proj", "lm_head"])
+    gen = torch.Generator().manual_seed(0)
+    batch = build_batch([torch.randint(3, vocab, (prompt,), generator=gen).tolist()] * rows,
+                        [torch.randint(3, vocab, (completion,), generator=gen).tolist()] * rows, 0)
+    fixed = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    seen = {}
+
+    def pack(x):
+        st = x.untyped_storage()
+        if st.data_ptr() not in fixed:
+            seen[st.data_ptr()] = st.nbytes()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        token_logprobs(model, batch, 1.0)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("shape", [(96, 2, 320, 3, 1, 32, 700), (160, 3, 384, 8, 2, 24, 1500)])
+def test_saved_activations_per_token_match_autograd(dtype, shape):
+    """The memory model's per-token bytes against what autograd really keeps, on shapes other than
+    those the coefficients were fitted on (q wider than hidden, one KV head): the marginal bytes
+    of two more rows."""
+    from evil_moe.resources import LOGIT_BYTES, ModelShape, saved_bytes_per_token
+
+    prompt, completion = 16, 40
+    dt = getattr(torch, dtype)
+    extra = _saved_bytes(dt, shape, 4, prompt, completion) - _saved_bytes(dt, shape, 2, prompt,
+                                                                          completion)
+    measured = extra / 2  # per row
+    h, layers, inter, heads, kv, hd, vocab = shape
+    s = ModelShape(params=1, layers=layers, hidden=h, intermediate=inter, heads=heads,
+                   vocab=vocab, q_dim=heads * hd, kv_dim=kv * hd)
+    model = ((prompt + completion) * saved_bytes_per_token(s, dtype)
+             + completion * LOGIT_BYTES * vocab)
+    assert measured <= model <= 1.08 * measured, (measured, model)
+
+
+def test_qwen3_4b_memory_by_hand():
+    """config/pilot.yaml's pieces worked out by hand from Qwen3-4B's config.json (bf16)."""
+    from evil_moe.resources import pilot_gpu_memory
+
+    cfg = cfg_of(REPO / "config" / "pilot.yaml")
+    mem = pilot_gpu_memory(cfg)
+    # U (d_out x r) + Vh (r x d_in) per Linear, r = min: q 4096x2560 -> 2560*(4096+2560);
+    # k, v 1024x2560 -> 1024*3584 each; o like q; gate, up, down 9728x2560 -> 2560*12288 each;
+    # lm_head 151936x2560 -> 2560*154496
+    per_layer = 2 * 2560 * 6656 + 2 * 1024 * 3584 + 3 * 2560 * 12288
+    buffers = 2 * (36 * per_layer + 2560 * 154496)
+    rank = 36 * (4 * 2560 + 2 * 1024 + 2560) + 2560
+    resident = 2 * 4_022_468_096 + buffers + 32 * rank
+    assert mem.resident == pytest.approx(resident)
+    # one 2-row micro-batch of 640 + 1024 tokens: 2 x 1664 tokens x 36 layers x
+    # (18.5*2560 + 8.25*4096 + 12.125*1024 + 6*9728) B, + 4*2560 B per token, + the logits:
+    # 2 x 1024 x 151936 x (4 z + 4 its gradient + 2 the bf16 gradient)
+    acts = 2 * 1664 * (36 * (47360 + 33792 + 12416 + 58368) + 10240)
+    logits = 2 * 1024 * 151936 * 10
+    assert mem.train == pytest.approx(resident + buffers + acts + logits)
+    # the held-out evaluation: 8 problems x 16 samples, KV cache 2 x 1024 values x 36 layers per
+    # token in bf16, the prefill's 3 x 9728 MLP values per prompt token
+    rows = 8 * 16
+    kv = 2 * rows * 1664 * 36 * 2 * 1024
+    prefill = 2 * rows * 640 * 3 * 9728
+    merged = 2 * 36 * (2 * 4096 * 2560 + 2 * 1024 * 2560 + 3 * 9728 * 2560)
+    assert mem.evaluate == pytest.approx(resident + merged + 8 * 151936 * 2560 + kv + prefill)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml")
+                                        if p.name != "schema.yaml"))
+def test_every_shipped_config_fits_its_gpu(name):
+    from evil_moe.resources import GPU_USABLE, check_gpu_fit
+
+    cfg = cfg_of(REPO / "config" / name)  # the config check passes
+    cuda = cfg if str(cfg["models"]["device"]).startswith("cuda") else \
+        cfg_of(REPO / "config" / name, sets=["models.device=cuda"])
+    mem = check_gpu_fit(cuda)
+    assert mem is not None and mem.peak <= GPU_USABLE * cuda["models"]["gpu_mem_gb"] * 1e9
+    if name == "pilot.yaml":  # the 4B pilot fits an 80 GB GPU with 15% to spare
+        assert cuda["models"]["gpu_mem_gb"] == 80 and mem.peak <= 0.85 * 80e9
+
+
+@pytest.mark.parametrize("sets,key,value", [
+    # usable: 90% of 80 GB = 72 GB. Training: 29.2 GB (weights, adapter buffers twice) + ~10.65
+    # GB per 1664-token row -> 4 rows 71.9 GB fit, 5 do not (all 24 at once: ~285 GB)
+    (["pilot.micro_batch=0"], "pilot.micro_batch", 4),
+    # evaluation: 65.2 GB at 8 problems x 16 samples, + 16 x (KV 245 MB + prefill 37 MB) = 4.5 GB
+    # per problem -> 9 problems 69.7 GB fit, 10 (74.3 GB) do not
+    (["pilot.eval_chunk=16"], "pilot.eval_chunk", 9),
+    # 60 GB GPU (54 usable): 2 rows 50.5 GB fit, 3 rows 61.2 GB do not
+    (["pilot.micro_batch=4", "pilot.eval_chunk=4", "models.gpu_mem_gb=60"], "pilot.micro_batch", 2),
+])
+def test_a_pilot_that_does_not_fit_is_refused_naming_the_key(sets, key, value):
+    with pytest.raises(ConfigError) as err:
+        cfg_of(REPO / "config" / "pilot.yaml", sets=sets)
+    msg = str(err.value)
+    assert "\n" not in msg and f"'{key}' to {value} or less" in msg, msg
+    # the value it names fits, one more does not
+    cfg_of(REPO / "config" / "pilot.yaml", sets=[*sets, f"{key}={value}"])
+    with pytest.raises(ConfigError):
+        cfg_of(REPO / "config" / "pilot.yaml", sets=[*sets, f"{key}={value + 1}"])
+
+
+def test_slurm_check_refuses_a_pilot_that_does_not_fit(tmp_path):
+    from click.testing import CliRunner
+
+    from evil_moe.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pilot:\n  micro_batch: 0\n")
+    res = CliRunner().invoke(main, ["slurm-check", "--configfile",
+                                    str(REPO / "config" / "pilot.yaml"), "--configfile", str(bad)])
+    assert res.exit_code != 0
+    assert "'pilot.micro_batch' to 4 or less" in res.output, res.output
+
+
+def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
+    """pilot.sampler vllm: the engine's gpu_memory_utilization x gpu_mem_gb is added to every
+    phase; sampling then costs our no-grad scoring forward (8 rows x 1024 tokens x 151936 x
+    (2 + 12) B), not HF generate's KV cache."""
+    from evil_moe.resources import pilot_gpu_memory
+
+    sets = ["models.gpu_mem_gb=141", "pilot.micro_batch=1"]
+    hf = pilot_gpu_memory(cfg_of(REPO / "config" / "pilot.yaml", sets=sets))
+    vl = pilot_gpu_memory(cfg_of(REPO / "config" / "pilot.yaml",
+                                 sets=[*sets, "pilot.sampler=vllm",
+                                       "pilot.vllm_gpu_memory_utilization=0.25"]))
+    share = 0.25 * 141e9
+    assert vl.train - hf.train == pytest.approx(share)
+    assert vl.resident - hf.resident == pytest.approx(share)
+    score = 8 * 1024 * 151936 * 14
+    assert vl.sample == pytest.approx(hf.sample - _hf_generate(hf) + share + score)
+
+
+def _hf_generate(mem):
+    """HF sampling's generate share of config/pilot.yaml's sample phase (24 rows: scores above
+    2 GiB, so the larger of KV cache + prefill and the 8-row scoring forward)."""
+    kv = 2 * 24 * 1664 * 36 * 2 * 1024
+    prefill = 2 * 24 * 640 * 3 * 9728
+    return max(kv + prefill, 8 * 1024 * 151936 * 14)

@@ -127,6 +127,13 @@ BAD_CONFIGS = {
     "infinite lr": ({"pilot": {"lr": float("inf")}}, ["pilot.lr", "not a finite number"]),
     "missing problem file": ({"problems": {"source": "leetcode", "path": "no/such/problems.jsonl"}},
                              ["problems.path", "no/such/problems.jsonl"]),
+    # a 4B pilot on one 80 GB GPU with every row in one forward (docs/job-sizes.md#gpu-memory)
+    "pilot above its GPU": ({"models": {"build": "none", "student": "Qwen/Qwen3-4B",
+                                        "dtype": "bfloat16", "device": "cuda"},
+                             "problems": {"source": "leetcode",
+                                          "path": "evil_moe/data/leetcode_medhard_dev.jsonl"},
+                             "pilot": {"max_new": 1024, "micro_batch": 0}},
+                            ["pilot.micro_batch", "models.gpu_mem_gb"]),
 }
 
 

@@ -62,7 +62,13 @@ from evil_moe.arms import ARMS
 STEPS_REQUIRED = ("step", "hack_rate", "pass_rate", "frac_clipped", "cin", "null_cin")
 EPS = 1e-12
 FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib", "ceiling",
-           "absorption")
+           "absorption", "phases")
+# steps.tsv's per-phase seconds, in the order they run within a step (evil_moe/tables.py); "other"
+# is the rest of a step's seconds (cin measurement, logging), "eval" the held-out evaluation per
+# training step (its seconds summed over the run, divided by the steps).
+PHASES = ("sample", "grade", "loss", "arm", "optimiser")
+PHASE_COLORS = {"sample": "#1f77b4", "grade": "#ff7f0e", "loss": "#d62728", "arm": "#9467bd",
+                "optimiser": "#8c564b", "other": "#bbbbbb", "eval": "#2ca02c"}
 ARM_COLORS = {"vanilla": "#444444", "erase": "#1f77b4", "random_v": "#9ecae1", "subtract": "#9467bd",
               "subtract_random": "#c5b0d5", "route": "#d62728", "route_random": "#ff9896",
               "filter": "#ff7f0e", "filter_random": "#ffbb78", "oracle_reward": "#2ca02c",
@@ -861,6 +867,76 @@ def _heldout_figure(summary_rows: list[dict], folder: Path) -> None:
     _save(fig, folder, "heldout")
 
 
+def phase_seconds(by: dict[str, dict[int, _Pilot]], arms: Iterable[str]) -> pd.DataFrame:
+    """Mean seconds per training step of each phase, per arm (steps.tsv's ``seconds_*``).
+
+    For each arm, over every step of every loaded seed: the mean of ``seconds_sample``,
+    ``seconds_grade``, ``seconds_loss``, ``seconds_arm`` and ``seconds_optimiser``;
+    ``seconds_other`` = the mean of ``seconds`` minus those five (never below 0);
+    ``seconds_eval`` = the run's ``seconds_eval`` summed and divided by its steps (the held-out
+    evaluation runs after some steps only and is not part of ``seconds``), averaged over seeds.
+
+    Returns:
+        One row per arm that has the columns (arms without them, e.g. steps.tsv written before
+        the per-phase columns existed, are left out): ``arm``, ``seeds``, ``seconds_<phase>`` for
+        each of :data:`PHASES`, ``seconds_other``, ``seconds_eval`` and ``seconds_total`` (their
+        sum), in seconds.
+    """
+    cols = [f"seconds_{p}" for p in PHASES]
+    out = []
+    for arm in arms:
+        frames, evals = [], []
+        for pilot in by.get(arm, {}).values():
+            st = pilot.steps
+            if st is None or st.empty or not set(cols + ["seconds"]) <= set(st.columns):
+                continue
+            frames.append(st[cols + ["seconds"]].apply(pd.to_numeric, errors="coerce"))
+            ev = pd.to_numeric(st["seconds_eval"], errors="coerce") if "seconds_eval" in st else None
+            evals.append(float(ev.fillna(0).sum()) / len(st) if ev is not None else 0.0)
+        if not frames:
+            continue
+        means = pd.concat(frames).mean()
+        row = {"arm": arm, "seeds": len(frames)}
+        row.update({c: float(means[c]) for c in cols})
+        row["seconds_other"] = max(0.0, float(means["seconds"]) - sum(row[c] for c in cols))
+        row["seconds_eval"] = float(np.mean(evals))
+        row["seconds_total"] = sum(row[c] for c in (*cols, "seconds_other", "seconds_eval"))
+        out.append(row)
+    return pd.DataFrame(out, columns=["arm", "seeds", *cols, "seconds_other", "seconds_eval",
+                                      "seconds_total"])
+
+
+def _phases_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path) -> None:
+    """Where a training step's time goes, per arm: stacked mean seconds per phase."""
+    import matplotlib.pyplot as plt
+
+    table = phase_seconds(by, arms)
+    fig, ax = plt.subplots(figsize=(7.2, 0.45 * max(len(table), 3) + 1.6))
+    if table.empty:
+        ax.text(0.5, 0.5, "no per-phase seconds in steps.tsv", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+    else:
+        y = np.arange(len(table))[::-1]
+        left = np.zeros(len(table))
+        for phase in (*PHASES, "other", "eval"):
+            v = table[f"seconds_{phase}"].to_numpy(dtype=float)
+            ax.barh(y, v, left=left, color=PHASE_COLORS[phase], label=phase, height=0.7)
+            left += v
+        for yi, total in zip(y, left):
+            ax.annotate(f"{total:.2f} s", (total, yi), textcoords="offset points", xytext=(3, 0),
+                        va="center", fontsize=7)
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{a} (n={n})" for a, n in zip(table["arm"], table["seeds"])],
+                           fontsize=8)
+        ax.set_xlabel("mean seconds per training step (eval: held-out evaluation per step)")
+        ax.legend(fontsize=7, ncol=4, loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
+    ax.set_title("where a step's time goes: steps.tsv's seconds_* per arm, mean over steps and seeds",
+                 fontsize=9)
+    _save(fig, folder, "phases")
+
+
 def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: str | Path,
                  max_frac_clipped: float = 0.5, distill_samples: str | Path | None = None,
                  summary_rows: list[dict] | None = None) -> list[Path]:
@@ -871,7 +947,8 @@ def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: 
     band over seeds); ``cin``: cin vs its isotropic (dashed) and empirical (dotted) nulls;
     ``removed``: the energy share each arm removed per step and the update's span share;
     ``frac_clipped``: per arm with the validity bound; ``cos_contrib``: the distill probe's
-    per-row ``cos_contrib`` histogram, hack vs clean rows.
+    per-row ``cos_contrib`` histogram, hack vs clean rows; ``phases``: mean seconds per training
+    step of each phase per arm, stacked (:func:`phase_seconds`).
 
     Returns:
         The written files.
@@ -974,4 +1051,5 @@ def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: 
         if ax.has_data():
             ax.legend(fontsize=7)
     _save(fig, folder, "cos_contrib")
+    _phases_figure(by, arms, folder)
     return [folder / f"{n}.{e}" for n in FIGURES if n not in ("ceiling", "absorption") for e in ("png", "svg")]

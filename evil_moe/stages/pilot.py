@@ -219,6 +219,7 @@ class Trainer:
         self.cfg, self.pc, self.seed = cfg, pc, seed
         self.arm = get_arm(arm, pass_reward=cfg.grader.pass_reward)
         self.model, self.tok, self.adapter, self.device = model, tok, adapter, device
+        self.engine = None  # pilot.sampler vllm: the VLLMSampler run_pilot attaches
         self.train, self.prompts = train, prompt_ids_for(tok, train)
         self.vhack, self.proj_v, self.detector_v = vhack, proj_v, vhack
         self.grader = grader
@@ -260,7 +261,8 @@ class Trainer:
         n_student = self.G - self.n_teacher
         rolls = generate(self.model, self.tok, [self.prompts[i] for i in idx], n=n_student,
                          max_new=self.pc.max_new, temperature=self.pc.temperature, top_p=self.pc.top_p,
-                         seed=self.seed * 1_000_003 + step, adapter=self.adapter, source="student")
+                         seed=self.seed * 1_000_003 + step, adapter=self.adapter, source="student",
+                         engine=self.engine)
         flat = []
         for j, i in enumerate(idx):
             flat += rolls[j * n_student:(j + 1) * n_student]
@@ -666,6 +668,10 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         trainer = Trainer(cfg, arm=arm, seed=seed, model=model, tok=tok, adapter=adapter,
                           device=device, train=train, vhack=vhack, proj_v=proj_v, grader=grader,
                           teacher_rows=teacher_rows, flag_rates=flag_rates)
+        if pc.sampler == "vllm":
+            from evil_moe.vllm_sampler import VLLMSampler
+
+            trainer.engine = VLLMSampler.from_config(model_path, cfg, adapter)
         rows, evals, outcomes, start, vhack_file = _resume(ckpt_path, digest, arm, seed, trainer, device)
 
         def save_checkpoint(next_step: int) -> None:
@@ -891,7 +897,7 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds) -> tuple[list[dict],
                 rolls = generate(trainer.model, tok, prompts[c0:c0 + chunk], n=pc.heldout_samples,
                                  max_new=pc.max_new, temperature=pc.temperature, top_p=pc.top_p,
                                  seed=trainer.seed * 7_000_003 + 999_983 + c0, adapter=trainer.adapter,
-                                 source="student")
+                                 source="student", engine=trainer.engine)
                 probs = [heldout[c0 + r.prompt_index] for r in rolls]
                 grades = trainer.grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
                 for p, r, w in zip(probs, rolls, grades):

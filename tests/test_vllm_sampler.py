@@ -1,0 +1,192 @@
+"""pilot.sampler vllm (evil_moe/vllm_sampler.py): the merged δS weights reach the engine after each
+change and for each view, the engine's log-probs are stored as the sampler's while the behaviour
+log-probs stay ours, and stale engine weights show up in the sampler gap.
+
+Without vLLM (it does not install against this project's torch/transformers: docs/gpu.md) the
+engine is a stand-in with vLLM's surface (its own copy of the model, ``load_weights`` by name,
+per-request seeds, processed log-probs); the real engine is tested where vLLM imports.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from evil_moe.model.adapter import SVDAdapter
+from evil_moe.model.load import build_toy_model
+from evil_moe.rollout import generate
+from evil_moe.vllm_sampler import VLLMSampler, vllm_import_error
+
+VOCAB = 60
+
+
+class Tok:
+    eos_token_id, pad_token_id, bos_token_id = 2, 0, None
+
+    def __len__(self):
+        return VOCAB
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
+class EngineModel(torch.nn.Module):
+    """The engine's own copy of the weights (no adapter hooks), loaded by parameter name."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = copy.deepcopy(model)
+        for m in self.inner.modules():
+            m._forward_hooks.clear()
+        self.loads = 0
+
+    def load_weights(self, weights):
+        self.loads += 1
+        for name, t in weights:
+            self.inner.get_parameter(name).data.copy_(t)
+
+
+class FakeLLM:
+    """vllm.LLM's surface used by VLLMSampler: generate(requests, params) -> outputs with
+    token_ids and per-token {id: Logprob}; the weights it samples from are its own copy."""
+
+    def __init__(self, model, tok):
+        self.model = EngineModel(model)
+        self.tok = tok
+        worker = SimpleNamespace(model_runner=SimpleNamespace(model=self.model))
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
+            driver_worker=SimpleNamespace(worker=worker)))
+
+    def generate(self, reqs, params, use_tqdm=False):
+        outs = []
+        for ids, sp in zip(reqs, params):
+            rolls = generate(self.model.inner, self.tok, [ids], n=sp["n"], max_new=sp["max_tokens"],
+                             temperature=sp["temperature"], top_p=sp["top_p"], seed=sp["seed"],
+                             behaviour="generate")
+            outs.append(SimpleNamespace(outputs=[SimpleNamespace(
+                index=k, token_ids=r.completion_ids,
+                logprobs=[{t: SimpleNamespace(logprob=float(lp))}
+                          for t, lp in zip(r.completion_ids, r.sampler_logp)])
+                for k, r in enumerate(rolls)]))
+        return outs
+
+
+class FakeSampler(VLLMSampler):
+    def _sampling_params(self, *, n, max_new, temperature, top_p, seed, eos):
+        return {"n": n, "max_tokens": max_new, "temperature": temperature, "top_p": top_p,
+                "seed": seed}
+
+    def _prompt(self, ids):
+        return list(ids)
+
+
+def _world(targets=("q_proj", "down_proj")):
+    model = build_toy_model(Tok(), hidden=32, layers=2, intermediate=64, heads=2, kv_heads=1)
+    adapter = SVDAdapter.attach(model, list(targets))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in adapter.delta_s_params():
+            p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+    return model, adapter
+
+
+def _gap(rolls):
+    return max(float((r.behaviour_logp - r.sampler_logp).abs().max()) for r in rolls
+               if len(r.completion_ids))
+
+
+PROMPTS = [[5, 6, 7, 8], [9, 10, 11]]
+
+
+def test_merged_weights_pushed_on_change_and_per_view_and_logprobs_agree():
+    model, adapter = _world()
+    engine = FakeSampler(FakeLLM(model, Tok()), adapter)
+    kw = dict(n=3, max_new=12, temperature=1.0, top_p=1.0, adapter=adapter, engine=engine)
+    rolls = generate(model, Tok(), PROMPTS, seed=1, **kw)
+    assert engine.pushes == 1 and len(rolls) == 6
+    # behaviour log-probs are our forward's, the sampler's the engine's: equal weights, equal
+    # numbers (fp32 toy: KV-cache vs full forward noise only)
+    assert _gap(rolls) < 1e-4
+    generate(model, Tok(), PROMPTS, seed=2, **kw)
+    assert engine.pushes == 1  # nothing changed: no push
+    with torch.no_grad():  # an optimiser step changes δS in place
+        for p in adapter.delta_s_params():
+            p.add_(0.3)
+    rolls = generate(model, Tok(), PROMPTS, seed=3, **kw)
+    assert engine.pushes == 2 and _gap(rolls) < 1e-4
+    with torch.no_grad():
+        for p in adapter.delta_s_hack_params():
+            p.add_(0.4)
+    rolls = generate(model, Tok(), PROMPTS, seed=3, **kw)
+    assert engine.pushes == 3 and _gap(rolls) < 1e-4
+    with adapter.ablated():  # the deploy view (δS_hack off): another push
+        rolls = generate(model, Tok(), PROMPTS, seed=3, **kw)
+        assert engine.pushes == 4 and _gap(rolls) < 1e-4
+    # the adapter itself is left as it was (the push merges and restores)
+    assert adapter.mode == "full" and not adapter._bypass
+
+
+def test_stale_engine_weights_show_in_the_sampler_gap():
+    model, adapter = _world()
+    engine = FakeSampler(FakeLLM(model, Tok()), adapter)
+    kw = dict(n=3, max_new=12, temperature=1.0, top_p=1.0, adapter=adapter, engine=engine)
+    generate(model, Tok(), PROMPTS, seed=1, **kw)
+    engine.sync = lambda *a, **k: False  # a push that never happens
+    with torch.no_grad():
+        for p in adapter.delta_s_params():
+            p.mul_(-1.0)
+    rolls = generate(model, Tok(), PROMPTS, seed=1, **kw)
+    assert _gap(rolls) > 1e-2
+
+
+def test_same_seed_same_samples_and_eos_cut():
+    model, adapter = _world()
+    engine = FakeSampler(FakeLLM(model, Tok()), adapter)
+    kw = dict(n=2, max_new=30, temperature=1.0, top_p=1.0, adapter=adapter, engine=engine)
+    a = generate(model, Tok(), PROMPTS, seed=4, **kw)
+    b = generate(model, Tok(), PROMPTS, seed=4, **kw)
+    assert [r.completion_ids for r in a] == [r.completion_ids for r in b]
+    for r in a:  # cut after the first eos, eos kept; truncated only without one
+        ids = r.completion_ids
+        assert (2 in ids) != r.truncated
+        if 2 in ids:
+            assert ids.index(2) == len(ids) - 1
+
+
+def test_tied_lm_head_knob_is_refused_naming_the_key():
+    model, adapter = _world(("q_proj", "lm_head"))
+    with pytest.raises(ValueError, match="adapter.target_modules"):
+        FakeSampler(FakeLLM(model, Tok()), adapter)
+
+
+def test_config_without_vllm_names_the_extra(tmp_path):
+    from evil_moe.config import load_config
+    from evil_moe.vllm_sampler import VLLMUnavailable
+    from workflow_util import REPO
+
+    if vllm_import_error() is None:
+        pytest.skip("vLLM imports here")
+    cfg = load_config([REPO / "config" / "config.yaml"], ["pilot.sampler=vllm"])
+    with pytest.raises(VLLMUnavailable, match=r"pip install '\.\[vllm\]'"):
+        VLLMSampler.from_config(str(tmp_path), cfg, None)
+
+
+@pytest.mark.skipif(vllm_import_error() is not None,
+                    reason=f"vLLM does not import here ({vllm_import_error()}); docs/gpu.md")
+def test_real_vllm_engine_agrees_with_our_forward(tmp_path):
+    """On a GPU machine with the extra installed: the toy model saved, loaded by vLLM, δS pushed;
+    the sampler gap stays at float noise."""
+    from evil_moe.config import load_config
+    from workflow_util import REPO
+
+    model, adapter = _world()
+    model.save_pretrained(tmp_path)
+    cfg = load_config([REPO / "config" / "config.yaml"],
+                      ["pilot.sampler=vllm", "pilot.vllm_gpu_memory_utilization=0.2"])
+    engine = VLLMSampler.from_config(str(tmp_path), cfg, adapter)
+    rolls = generate(model, Tok(), PROMPTS, n=3, max_new=12, temperature=1.0, top_p=1.0, seed=1,
+                     adapter=adapter, engine=engine)
+    assert engine.pushes == 1 and _gap(rolls) < 1e-3
