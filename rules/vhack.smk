@@ -69,10 +69,11 @@ rule planted_vhack:
         res("logs/planted_vhack.log"),
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("extract")
     resources:
         mem_mb=get_mem_mb("extract"),
         runtime=get_runtime("extract"),
+        gpu=get_gpu("extract"),
     params:
         cfg=get_stage_config("planted_vhack"),
         model=get_student,
@@ -103,7 +104,7 @@ rule planted_checks:
         res("logs/planted_checks.log"),
     conda:
         "../envs/evil_moe.yaml"
-    threads: 1
+    threads: get_threads("compare")
     resources:
         mem_mb=get_mem_mb("compare"),
         runtime=get_runtime("compare"),
