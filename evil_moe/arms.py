@@ -160,22 +160,24 @@ class FlagRateMatch:
     Matching per step keeps the flags' timing too (a detector flags more as the policy hacks
     more).
 
+    A matched arm that had no rows with gradient at any step flagged nothing, so its rate is
+    taken as 0 and the control flags nothing either (a tiny or degenerate run, e.g. the CI
+    config's two steps).
+
     Args:
         rates: the matched arm's per-step flag rates in [0, 1] (None = no rows that step), one per
             step.
 
     Raises:
-        ValueError: no step with a rate, or a rate outside [0, 1].
+        ValueError: a rate outside [0, 1].
     """
 
     def __init__(self, rates: Sequence[float | None]):
         self.rates = [None if r is None else float(r) for r in rates]
         present = [r for r in self.rates if r is not None]
-        if not present:
-            raise ValueError("the matched arm flagged no step (no flag_rate in its steps.tsv)")
         if any(not 0.0 <= r <= 1.0 for r in present):
             raise ValueError(f"flag rates must be in [0, 1], got {present}")
-        self.mean = float(np.mean(present))
+        self.mean = float(np.mean(present)) if present else 0.0
         self.balance = 0.0
 
     def target(self, step: int) -> float:

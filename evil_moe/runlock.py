@@ -270,7 +270,8 @@ def held(path: str | os.PathLike, *, what: str = "this run",
 
 def locks_output(out_arg: str, what: Callable[..., str] | None = None):
     """Decorator: the wrapped function runs holding ``<its out_arg argument>/run.lock`` (the
-    folder is created first).
+    folder is created first, and removed again if the call left it empty: a run refused for bad
+    input leaves nothing behind).
 
     Args:
         out_arg: name of the wrapped function's output-folder parameter.
@@ -289,10 +290,15 @@ def locks_output(out_arg: str, what: Callable[..., str] | None = None):
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             out = Path(bound.arguments[out_arg])
+            created = not out.exists()
             out.mkdir(parents=True, exist_ok=True)
             name = what(**bound.arguments) if what else str(out)
-            with held(out / LOCK_NAME, what=name):
-                return func(*args, **kwargs)
+            try:
+                with held(out / LOCK_NAME, what=name):
+                    return func(*args, **kwargs)
+            finally:
+                if created and out.is_dir() and not any(out.iterdir()):
+                    out.rmdir()
 
         return wrapper
 

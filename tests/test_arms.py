@@ -477,7 +477,10 @@ def test_ceilings_flag_the_true_label_and_no_other_arm_reads_it():
     a = torch.tensor([True, True, False, False, True, False])
     b = ~a
     for name, cls in ARMS.items():
-        assert cls.reads_label == (cls.role == "ceiling"), name
+        assert cls.reads_label == (cls.role == "ceiling" and cls.needs_sample_grads), name
+        if cls.role == "ceiling" and not cls.needs_sample_grads:  # erase_planted: flags nothing
+            assert get_arm(name).flags(_inputs(a)) is None and cls.control == "random_v"
+            continue
         if cls.role == "ceiling":
             arm = get_arm(name)
             assert arm.flags(_inputs(a)).tolist() == a.tolist()
@@ -538,8 +541,11 @@ def test_flag_rate_match_by_hand():
     assert m.balance == pytest.approx(-1 / 30)
     achieved = [1 / 4, 2 / 6, 4 / 10]
     assert abs(np.mean(achieved) - m.mean) <= 0.5 / (10 * 3) + 1e-12
-    with pytest.raises(ValueError, match="flagged no step"):
-        FlagRateMatch([None, None])
+    # a matched arm with no rows at any step flagged nothing: the control flags nothing
+    none = FlagRateMatch([None, None])
+    assert none.mean == 0.0 and [none.count(0, 6), none.count(1, 12)] == [0, 0]
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        FlagRateMatch([0.2, 1.5])
 
 
 def test_flag_rate_match_keeps_per_seed_means_within_0_02():
