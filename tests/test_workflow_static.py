@@ -38,7 +38,7 @@ def test_snakefmt_check():
     ("config", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                 "pilot": 24, "compare": 1, "all": 1}),
     ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                 "pilot": 48, "compare": 1, "all": 1}),
+                 "pilot": 36, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
                "pilot": 42, "compare": 1, "all": 1}),
     # the detector-quality sweep: 10 arms x 4 seeds, and route, filter x 4 levels x 4 seeds
