@@ -583,7 +583,10 @@ def get_verdict_text(wildcards, input):
     gate = _read_gate(input.gate)
     if gate is None:
         return "The separation gate has not been decided yet."
-    return f"**Verdict: {gate.get('verdict', 'invalid')}.** {gate.get('sentence', '')}"
+    verdict, sentence = gate.get("verdict", "invalid"), gate.get("sentence", "")
+    if sentence.startswith(verdict):  # the sentence opens with the verdict word: say it once
+        return f"**Verdict: {verdict}**{sentence[len(verdict):]}"
+    return f"**Verdict: {verdict}.** {sentence}"
 
 
 def get_decision_text(wildcards, input):

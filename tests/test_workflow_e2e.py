@@ -97,13 +97,18 @@ def test_report_first_page_in_chromium(toy_run):
     gate = json.loads((res / "compare" / "gate.json").read_text())
     dom = dump_dom(report)
     # The first page is the workflow description (the "prose" block beside the rule graph) as
-    # the browser rendered it: the verdict first, then the figure and the table, inline.
+    # the browser rendered it: the title (a question, not a claim), the per-arm table, the verdict
+    # (its word once), then the figure and the rates table, inline.
     m = re.search(r'<div class="prose prose-sm max-w-lg">(.*?)</div><div id="brand"', dom, re.S)
     assert m, dom[:3000]
     page = m.group(1)
     text = _visible_text(page)
-    verdict = f"Verdict: {gate['verdict']}. " + re.sub(r"\s+", " ", gate["sentence"])
-    assert text.startswith("evil_moe: reward hacking stopped at the gradient " + verdict), text[:600]
+    assert text.startswith("evil_moe: can reward hacking be stopped at the gradient? "), text[:600]
+    sentence = re.sub(r"\s+", " ", gate["sentence"])
+    assert sentence.startswith(gate["verdict"])
+    verdict = f"Verdict: {gate['verdict']}" + sentence[len(gate["verdict"]):]
+    assert verdict in text, text[:2000]
+    assert text.count(f"Verdict: {gate['verdict']}") == 1
     if gate["verdict"] != "separated":
         assert "Sweep: not run." in text or "Sweep: not scheduled" in text
     # The figure is an image embedded in the page (a data URI of the SVG file), with its caption.
@@ -116,19 +121,33 @@ def test_report_first_page_in_chromium(toy_run):
     caption = (REPO / "report" / f"fig_{figure}.rst").read_text()
     # (compared without whitespace: inline literals render as their own elements)
     assert "".join(caption.replace("``", "").split()) in "".join(text.split())
-    # The table holds every row and column of summary.tsv, in order.
-    table = re.search(r"<table.*?</table>", page, re.S)
-    assert table, page[:3000]
-    cells = [[_visible_text(c) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]
-             for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(0), re.S)]
+    # Two tables: per judged arm (treatments, ceilings, the positive control) with the drops and
+    # the verdict; then the held-out rates of every (arm, view) of summary.tsv, in order.
+    tables_ = re.findall(r"<table.*?</table>", page, re.S)
+    assert len(tables_) >= 2, page[:3000]
+    cells = [[[_visible_text(c) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]
+              for row in re.findall(r"<tr[^>]*>(.*?)</tr>", t, re.S)] for t in tables_[:2]]
     with open(res / "compare" / "summary.tsv", newline="") as fh:
         rows = list(csv.reader(fh, delimiter="\t"))
-    assert cells[0] == rows[0]
-    assert [r[:2] for r in cells[1:]] == [r[:2] for r in rows[1:]]  # arm, view of every row
+    arm_i, view_i = rows[0].index("arm"), rows[0].index("view")
+    from evil_moe.arms import ARMS
+
+    judged = [f"{r[arm_i]} ({r[view_i]})" for r in rows[1:] if ARMS[r[arm_i]].role in
+              ("treatment", "ceiling", "positive_control") and r[view_i] == ARMS[r[arm_i]].views[0]]
+    assert cells[0][0] == ["arm (view)", "hack rate", "drop vs vanilla", "drop vs its control",
+                           "share of its ceiling's drop", "verdict"]
+    assert [r[0] for r in cells[0][1:]] == judged and judged
+    for r in cells[0][1:]:
+        arm = r[0].split(" ")[0]
+        if ARMS[arm].role == "treatment":
+            assert r[-1] == gate["arms"][arm]["verdict"]
+    assert cells[1][0][:2] == ["arm", "view"]
+    assert [r[:2] for r in cells[1][1:]] == [[r[arm_i], r[view_i]] for r in rows[1:]]
     # The page starts at the top of the window, not centred below blank space (report.css).
     assert "align-items: flex-start" in report.read_text()
-    # The sentence is above the figure, the figure above the table.
-    assert page.find("Verdict:") < page.find("<img") < page.find("<table")
+    # The per-arm table, then the sentence, the figure and the rates table.
+    first, second = page.find("<table"), page.find("<table", page.find("<table") + 1)
+    assert first < page.find("Verdict:") < page.find("<img") < second
 
 
 # ---- Slurm ---------------------------------------------------------------------------------
