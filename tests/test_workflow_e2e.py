@@ -65,7 +65,9 @@ def test_local_end_to_end(toy_run):
         assert (res / "compare" / "figures" / f"{fig}.svg").is_file()
     assert (res / "vhack" / "main_checks.tsv").is_file()
     decision = (res / "sweep" / "decision.rst").read_text()
-    assert gate["sentence"] in decision
+    # the verdict word once, in bold, then the rest of the gate's sentence
+    assert gate["sentence"].startswith(gate["verdict"])
+    assert f"**Verdict: {gate['verdict']}**" + gate["sentence"][len(gate["verdict"]):] in decision
     for arm in ARMS:  # the thread count of the config, whatever the executor's cores
         status = json.loads((res / "pilots" / arm / "s0" / "status.json").read_text())
         assert status["torch_threads"] == 1
