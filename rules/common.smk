@@ -584,9 +584,8 @@ def get_verdict_text(wildcards, input):
     if gate is None:
         return "The separation gate has not been decided yet."
     verdict, sentence = gate.get("verdict", "invalid"), gate.get("sentence", "")
-    if sentence.startswith(
-        verdict
-    ):  # the sentence opens with the verdict word: say it once
+    # the sentence opens with the verdict word: say it once
+    if sentence.startswith(verdict):
         return f"**Verdict: {verdict}**{sentence[len(verdict):]}"
     return f"**Verdict: {verdict}.** {sentence}"
 
