@@ -36,6 +36,7 @@ from typing import Callable, Mapping, Sequence
 import yaml
 
 from evil_moe.resources import job_size
+from evil_moe.slurm_runs import Runner, run_command
 
 # Rules submitted to the cluster, and the stage whose size they take (rules/*.smk).
 RULE_STAGE = {
@@ -114,15 +115,9 @@ class Request:
     account: str | None = None
 
 
-Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
-
-
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60)
-    except FileNotFoundError as err:
-        raise CheckError(f"{cmd[0]} not found: run slurm-check on a Slurm login node "
-                         "(apt-get install slurm-client for the commands)") from err
+    return run_command(cmd, CheckError, "run slurm-check on a Slurm login node "
+                       "(apt-get install slurm-client for the commands)")
 
 
 def _fields(line: str) -> dict[str, str]:

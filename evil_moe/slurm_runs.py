@@ -57,12 +57,18 @@ class RunJob:
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
 
-def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
+def run_command(cmd: Sequence[str], error: type[Exception], hint: str) -> subprocess.CompletedProcess:
+    """Run a Slurm command (text output captured, 60 s limit); a missing command raises
+    ``error`` with one line naming it and ``hint`` (where to run it)."""
     try:
         return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60)
     except FileNotFoundError as err:
-        raise CancelError(f"{cmd[0]} not found: run cancel-run where Snakemake submitted the jobs "
-                          "(a Slurm login node)") from err
+        raise error(f"{cmd[0]} not found: {hint}") from err
+
+
+def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
+    return run_command(cmd, CancelError, "run cancel-run where Snakemake submitted the jobs "
+                       "(a Slurm login node)")
 
 
 def _same_dir(a: str | os.PathLike, b: str | os.PathLike) -> bool:

@@ -1,5 +1,5 @@
 """The README and docs/ stand alone: every relative link resolves inside the repository, and no
-project file points outside it (to ../shared or another sibling folder)."""
+project file points outside it (to the developers' shared folder beside the checkout)."""
 
 import re
 import subprocess
@@ -7,6 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+OUTSIDE = "/".join(("..", "shared"))  # spelled so that this file does not match itself
 
 
 def _pages():
@@ -45,12 +46,12 @@ def test_no_project_file_refers_outside_the_repository():
     hits = []
     for f in files:
         p = REPO / f
-        if f == "tests/test_docs_links.py" or not p.is_file() or p.suffix in {".png", ".svg", ".gz"}:
+        if not p.is_file() or p.suffix in {".png", ".svg", ".gz"}:
             continue
         try:
             text = p.read_text()
         except UnicodeDecodeError:
             continue
-        if "../shared" in text:
+        if OUTSIDE in text:
             hits.append(f)
-    assert not hits, f"files refer to ../shared: {hits}"
+    assert not hits, f"files refer to {OUTSIDE}: {hits}"
