@@ -104,7 +104,7 @@ def test_excess_interval_sees_a_planted_direction_and_not_noise(signal, separate
     rows = list(range(len(kinds)))
 
     def values(rs):
-        return pair_checks(d, f, s, kinds, halves, modes, rs, extract, remove_mean=False,
+        return pair_checks(d, f, s, kinds, halves, modes, rs, extract, remove_mean="none",
                            cc_fallback=False, only_cin=True)
 
     point = values(rows)
@@ -122,7 +122,7 @@ def test_pair_checks_full_set_matches_a_direct_computation():
 
     d, f, s, kinds, halves, modes, extract = _planted_world(3.0, n_ext=10, n_held=6, n_cc=5)
     modes = ["run_tests"] * 5 + ["sentinel"] * 5 + ["run_tests"] * 3 + ["sentinel"] * 3 + ["x"] * 5
-    out = pair_checks(d, f, s, kinds, halves, modes, list(range(21)), extract, remove_mean=False,
+    out = pair_checks(d, f, s, kinds, halves, modes, list(range(21)), extract, remove_mean="none",
                       cc_fallback=False, lomo_modes=["run_tests", "sentinel"])
     v = extract_vhack({"m": d["m"][:10]}, 1)
     assert out["extraction_hack_clean"] == pytest.approx(float(pair_cin(v, {"m": d["m"][:10]}).mean()))

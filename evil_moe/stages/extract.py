@@ -18,8 +18,8 @@ Honesty checks (science.md §4), all from the same per-completion gradients:
 
 * the problems are split (seeded by ``vhack.seed``) into an **extraction** half and a
   **held-out** half (``vhack.heldout_frac``); V comes from the extraction half's pairs only;
-* the **mean-gradient direction** of all extraction completions is removed from D before the SVD
-  (``vhack.remove_mean``; its share of D's energy is reported);
+* the **mean-gradient direction** of the extraction pairs' clean completions is removed from D
+  before the SVD (``vhack.remove_mean``: clean, all or none; its share of D's energy is reported);
 * ``cin`` of held-out hack−clean pairs against V, beside the **empirical null**: held-out
   clean−clean (and hack−hack) pairs of the same problems against the same V, and the isotropic
   ``sqrt(k/2r)``. The per-module clean−clean cin is stored in the v_hack file (``null_cin``) and
@@ -203,8 +203,41 @@ def _select(D: dict, idx) -> dict:
     return {n: d[t] for n, d in D.items()}
 
 
+def removed_mean(first: dict, second: dict, rows: list[int], how: str) -> dict | None:
+    """The unit mean NLL-gradient direction to project out of D before the SVD, or None.
+
+    Args:
+        first, second: ``{name: (n_rows, r)}`` NLL gradients of each pair's first (hack) and
+            second (clean, for a hack−clean pair) completion.
+        rows: the extraction hack−clean pairs (repeats allowed: a bootstrap replicate).
+        how: ``clean`` (the mean over the pairs' clean completions), ``all`` (over both
+            completions of each pair), ``none``.
+
+    Returns:
+        ``{name: unit (r,)}`` (:func:`evil_moe.vhack.mean_direction`), or ``None`` for ``none``.
+
+    Why ``clean`` (the default): the mean is meant to be the direction any completion's NLL
+    gradient shares. Over both completions of hack−clean pairs it is half hack gradients, so it
+    carries half of the hack-specific direction too, and projecting it out removes part of what
+    v_hack should find; in the planted world (docs/planted.md) that cut the held-out cin excess
+    from 0.26 to 0.05. Clean completions carry no hack signal.
+
+    Raises:
+        ValueError: an unknown ``how``.
+    """
+    from evil_moe.vhack import mean_direction
+
+    if how == "none":
+        return None
+    if how == "clean":
+        return mean_direction([_select(second, rows)])
+    if how == "all":
+        return mean_direction([_select(first, rows), _select(second, rows)])
+    raise ValueError(f"vhack.remove_mean: {how!r} is not one of clean, all, none")
+
+
 def pair_checks(d_all: dict, first: dict, second: dict, kinds: list, halves: list, modes: list,
-                rows: list[int], extract, *, remove_mean: bool, cc_fallback: bool,
+                rows: list[int], extract, *, remove_mean: str, cc_fallback: bool,
                 lomo_modes=(), only_cin: bool = False) -> dict:
     """The v_hack honesty checks computed from the given rows (pairs), V re-extracted from them.
 
@@ -217,7 +250,8 @@ def pair_checks(d_all: dict, first: dict, second: dict, kinds: list, halves: lis
 
     Args:
         extract: ``(D, remove=None, control=...) -> VHack`` (run_extract's floors and k).
-        remove_mean: remove the mean gradient of the extraction completions in ``rows`` first.
+        remove_mean: ``clean | all | none``: the mean gradient projected out of D first
+            (:func:`removed_mean`, over the extraction pairs in ``rows``).
         cc_fallback: the empirical null uses every clean−clean row (no held-out one exists).
         lomo_modes: modes with a leave-one-mode-out check.
         only_cin: compute only the three held-out cin values (the n-pairs curve).
@@ -229,7 +263,7 @@ def pair_checks(d_all: dict, first: dict, second: dict, kinds: list, halves: lis
     """
     import torch
 
-    from evil_moe.vhack import mean_direction, pair_cin, sample_scores
+    from evil_moe.vhack import pair_cin, sample_scores
 
     def sel(kind, half=None):
         return [j for j in rows if kinds[j] == kind and (half is None or halves[j] == half)]
@@ -237,7 +271,7 @@ def pair_checks(d_all: dict, first: dict, second: dict, kinds: list, halves: lis
     ext = sel("hack_clean", "ext")
     if not ext:
         return {}
-    mean = mean_direction([_select(first, ext), _select(second, ext)]) if remove_mean else None
+    mean = removed_mean(first, second, ext, remove_mean)
     v = extract(_select(d_all, ext), remove=mean)
 
     def cin(idx, vh=v):
@@ -256,7 +290,7 @@ def pair_checks(d_all: dict, first: dict, second: dict, kinds: list, halves: lis
     if cc_ext:
         v_cc = extract(_select(d_all, cc_ext), remove=mean, control="clean_clean")
         out["clean_clean_extraction"] = cin(cc_ext, v_cc)
-    if remove_mean:
+    if mean is not None:
         out["mean_removed"] = v.meta.get("removed_energy")
     det = held or ext
     h = sample_scores(v, _select(first, det))
@@ -390,7 +424,7 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     """
     from evil_moe.grpo import DrGRPONormaliser
     from evil_moe.projection import null_cin
-    from evil_moe.vhack import (completion_gradients, extract_vhack, mean_direction,
+    from evil_moe.vhack import (completion_gradients, extract_vhack,
                                 module_pair_cin, pair_cin, random_vhack, sample_scores)
 
     vc, pc = cfg.vhack, cfg.pilot
@@ -429,7 +463,7 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     ext_idx, D_ext = diff("hack_clean", in_ext)
     if D_ext is None:
         raise ValueError("no (hack, clean) pair in the extraction half of the problems")
-    mean_dir = mean_direction([_select(first, ext_idx), _select(second, ext_idx)]) if vc.remove_mean else None
+    mean_dir = removed_mean(first, second, ext_idx, vc.remove_mean)
     used = sorted({flat[j][2].mode for j in ext_idx})
     meta = {"model": str(model_path), "config": cfg.digest("vhack", "pilot", "adapter"),
             "source": vc.source, "extraction_problems": sorted(map(str, ext_ids)),
