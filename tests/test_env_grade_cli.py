@@ -1,4 +1,4 @@
-"""`evil-moe grade` end to end on a small file."""
+"""`evil-moe grade` (evil_moe/env/grade_cli.py) end to end on a small file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from evil_moe.cli import main
-from evil_moe.env.grade import Reward
+from evil_moe.env.grader import Reward
 from evil_moe.env.loopholes import clean_completion, fence, hack_completion
 from evil_moe.env.problems import load_problems, write_problems
 
@@ -60,7 +60,7 @@ def test_grade_cli_survives_values_it_cannot_compare(tmp_path):
     """`evil-moe grade` on float answers: a completion returning 10**400 (which used to raise
     OverflowError in the parent: exit 1, no output) is a wrong answer; the other rows grade as
     usual; the run exits 0."""
-    from evil_moe.env.problems import Problem
+    from evil_moe.env.problem import Problem
 
     half = Problem(id="cli/half", source="toy", prompt="", entry_point="half", is_method=True,
                    starter_code="", setup_code="", canonical_solution="", mode="run_tests", hint="",
@@ -97,3 +97,4 @@ def test_grade_cli_isolation_is_explicit(tmp_path, monkeypatch):
     assert "Traceback" not in res.output and not (tmp_path / "g.jsonl").exists()
     res = CliRunner().invoke(main, args + ["--isolation", "rlimit-only"])
     assert res.exit_code == 0 and "(isolation rlimit-only)" in res.output and "gt_correct 1" in res.output
+
