@@ -32,10 +32,11 @@ def grade_file(problems: Sequence[Problem], completions_path: str, out_path: str
     Raises:
         KeyError: a row names an unknown problem id. ValueError: a malformed row (naming the
         file and line). evil_moe.env.sandbox.SandboxUnavailable: see
-        :class:`~evil_moe.env.grader.Grader`.
+        :class:`~evil_moe.env.grader.Grader`. RuntimeError: an input row got no grade
+        (:func:`check_one_row_each`; nothing is written then).
     """
     by_id = {str(p.id): p for p in problems}
-    rows = []
+    rows, labels = [], []
     with open(completions_path) as f:
         for i, line in enumerate(f):
             if not line.strip():
@@ -50,10 +51,12 @@ def grade_file(problems: Sequence[Problem], completions_path: str, out_path: str
             if pid not in by_id:
                 raise KeyError(f"{completions_path}:{i + 1}: unknown problem_id {pid!r}")
             rows.append((row["problem_id"], by_id[pid], row["completion"]))
+            labels.append(f"{completions_path}:{i + 1} (problem_id {pid!r})")
     with Grader(problems, workers=workers, timeout=timeout, **grader_kw) as g:
         rewards = g.grade_many([(p, c) for _, p, c in rows])
         isolation, unparsed = g.isolation, dict(g.unparsed)
         budgets = {str(k): v for k, v in g.cpu_budget.items()}
+    check_one_row_each(rewards, labels)
     atomic_write_bytes(out_path, "".join(json.dumps({"problem_id": pid, **r.to_dict()}) + "\n"
                                          for (pid, _, _), r in zip(rows, rewards)).encode())
     summary = {"n": len(rewards), "isolation": isolation,
@@ -61,6 +64,28 @@ def grade_file(problems: Sequence[Problem], completions_path: str, out_path: str
     for k in ("passed", "gt_correct", "exploited", "format_ok"):
         summary[k] = sum(getattr(r, k) for r in rewards)
     return summary
+
+
+def check_one_row_each(rewards: Sequence, inputs: Sequence[str]) -> None:
+    """Refuse a batch of grades that does not give every input its own row.
+
+    Grades are positional (``rewards[i]`` is the grade of input ``i``), so a short batch leaves
+    every input from ``len(rewards)`` on without a trustworthy row.
+
+    Args:
+        rewards: the grades returned for the inputs, in input order (one per input).
+        inputs: one label per input (e.g. ``"file:line (problem_id '3')"``), named in the error.
+    Raises:
+        RuntimeError: fewer grades than inputs (naming the index and label of the first input
+            with no grade, and both counts) or more grades than inputs (naming both counts).
+    """
+    if len(rewards) < len(inputs):
+        k = len(rewards)
+        raise RuntimeError(f"{len(rewards)} grades for {len(inputs)} inputs: input {k} "
+                           f"({inputs[k]}) and every input after it got no grade")
+    if len(rewards) > len(inputs):
+        raise RuntimeError(f"{len(rewards)} grades for {len(inputs)} inputs: the grader returned "
+                           f"rows for no input")
 
 
 def load_for_grading(source: str, problems_path: str | None = None, *, mode: str | None = None,
