@@ -7,7 +7,7 @@ is downloaded. Each targeted Linear's weight is *constructed from* random orthon
 take minutes and measure nothing of the step). The step is the pilot's step: ONE batched
 ``generate`` of ``prompts × group`` rows with the adapter merged into the weights (behaviour
 log-probs from the chunked no_grad forward that ``evil_moe.rollout`` picks for big vocabularies),
-grading with our :class:`~evil_moe.env.grade.Grader`, the Dr.GRPO loss + backward through the
+grading with our :class:`~evil_moe.env.grader.Grader`, the Dr.GRPO loss + backward through the
 adapter hooks (in micro-batches of ``--micro-rows`` rows; the constant normaliser makes the summed
 gradient independent of the split), the erase projection along a random ``v_hack`` (k = 2), and
 the AdamW step. Random weights produce garbage: the eos id is made unreachable, so every row
@@ -307,7 +307,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from evil_moe.env.grade import Grader
+    from evil_moe.env.grader import Grader
     from evil_moe.grpo import DrGRPONormaliser
     from evil_moe.vhack import random_vhack
     from evil_moe.vllm_sampler import vllm_import_error

@@ -1,7 +1,7 @@
 """Benchmark: the sandboxed grader vs a fresh-interpreter-per-completion baseline.
 
 Grades the same 400 toy completions (mixed: 40% correct with an honest report, 29% wrong,
-30% hacks, 1% infinite loops) with :class:`evil_moe.env.grade.Grader` and with a baseline that
+30% hacks, 1% infinite loops) with :class:`evil_moe.env.grader.Grader` and with a baseline that
 starts a fresh ``python -I -S`` per completion under the same rlimits (CPU, address space, file
 size, processes), own process group, wall-clock timeout, and runs the module, the mode check and
 the oracle calls in that one process, with the same mode rules (generous to the baseline: no
@@ -30,10 +30,11 @@ import sys
 import tempfile
 import time
 
-from evil_moe.env.grade import Grader, decode, extract_code
+from evil_moe.env.grader import Grader, extract_code
 from evil_moe.env.loopholes import (SENTINEL_ATTRS, clean_completion, fence, hack_completion,
                                     result_file_reports_pass, stdout_reports_pass)
 from evil_moe.env.problems import load_problems
+from evil_moe.env.values import decode
 
 # The job both baselines run in the grading process: the module, the mode check and the oracle
 # calls (the same mode rules as the grader), the verdict written as JSON to file descriptor fd.

@@ -5,7 +5,7 @@ or ``--model DIR``), the same SVD adapter (trainable ``delta_s`` only, base froz
 settings), the same prompts in the same order (our paired prompt schedule for seed 0, fed to TRL
 as an unshuffled dataset), ``group 6``, ``prompts_per_step 4``, the same ``max_new`` /
 temperature / top_p / clip, Dr.GRPO (``loss_type="dr_grpo"``, ``scale_rewards=False``, beta = 0)
-and a reward function that calls our sandboxed :class:`~evil_moe.env.grade.Grader`. TRL trains
+and a reward function that calls our sandboxed :class:`~evil_moe.env.grader.Grader`. TRL trains
 through the adapter's forward hooks (it has no merged-weight sampling path for a custom
 adapter, as with an unmerged PEFT adapter); we sample with the adapter merged into the weights.
 
@@ -160,7 +160,7 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from evil_moe.env.grade import Grader
+    from evil_moe.env.grader import Grader
     from evil_moe.env.problems import build_messages
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
     from evil_moe.stages.pilot import prompt_schedule

@@ -334,7 +334,7 @@ class Arm:
         self.pass_reward = float(pass_reward)  # the grader's pass reward (oracle_reward uses it)
 
     def reward(self, grade) -> float:
-        """Reward of one graded completion (:class:`evil_moe.env.grade.Reward`): the foolable
+        """Reward of one graded completion (:class:`evil_moe.env.grader.Reward`): the foolable
         grade's ``reward`` (``format_bonus·format_ok + pass_reward·passed``)."""
         return float(grade.reward)
 

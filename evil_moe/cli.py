@@ -1,7 +1,7 @@
 """The ``evil-moe`` command line: one click subcommand per pipeline stage.
 
 Each subcommand is a thin layer over a library function (``evil_moe.stages.*`` or
-``evil_moe.env.grade``); the tests call those functions directly.
+``evil_moe.env.grade_cli``); the tests call those functions directly.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def front_page_cmd(verdict, decision, figure, caption, summary, gate_path, out) 
 def grade_cmd(problems_path, source, mode, seed, completions, out, workers, timeout,
               isolation) -> None:
     """Grade completions: one JSON row per completion with every Reward field + problem_id."""
-    from evil_moe.env.grade import grade_file, load_for_grading
+    from evil_moe.env.grade_cli import grade_file, load_for_grading
 
     try:
         probs = load_for_grading(source, problems_path, mode=mode, seed=seed)

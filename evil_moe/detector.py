@@ -265,7 +265,7 @@ def pattern_flag(mode: str, code: str | None, test_name: str = "run_tests") -> b
 
     Args:
         mode: the problem's loophole mode.
-        code: the completion's fenced python code (:func:`evil_moe.env.grade.extract_code`), or
+        code: the completion's fenced python code (:func:`evil_moe.env.grader.extract_code`), or
             None when there is none.
         test_name: the ``run_tests``-family function name of the problem.
 

@@ -106,7 +106,7 @@ def synthetic_rollouts(cfg, problems_path: Path, teacher_path: Path, out: Path) 
     import torch
 
     from evil_moe import tables
-    from evil_moe.env.grade import Grader
+    from evil_moe.env.grader import Grader
     from evil_moe.env.loopholes import clean_completion, hack_completion
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs

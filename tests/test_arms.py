@@ -67,7 +67,7 @@ def test_arm_set_is_validated_up_front():
 
 
 def test_oracle_reward_by_hand():
-    from evil_moe.env.grade import Reward
+    from evil_moe.env.grader import Reward
 
     arm = get_arm("oracle_reward", pass_reward=1.0)
     base = dict(mode="stdout_marker", error=None, seconds=0.0)
@@ -120,7 +120,7 @@ def test_random_flag_controls_flag_their_target_count_at_random_positions():
 
 
 def test_pattern_detector_flags_every_hack_template_and_no_clean_one():
-    from evil_moe.env.grade import extract_code
+    from evil_moe.env.grader import extract_code
     from evil_moe.env.loopholes import N_HACK_VARIANTS, clean_completion, hack_completion
     from evil_moe.stages.problems import problems_from_config
 
@@ -636,7 +636,7 @@ def test_flag_quality_is_against_the_hack_label():
 def _fake_step(problem):
     """One hand-made group of 6 rows for Trainer._flags: rows 0 and 3 hacks (passed, not
     gt_correct), rows 1 and 2 honest passes (passed, gt_correct, not exploited), 4 and 5 fail."""
-    from evil_moe.env.grade import Reward
+    from evil_moe.env.grader import Reward
     from evil_moe.env.loopholes import clean_completion, hack_completion
 
     texts = [hack_completion(problem), clean_completion(problem), clean_completion(problem, with_tests=False),

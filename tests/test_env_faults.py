@@ -23,9 +23,12 @@ import pytest
 from click.testing import CliRunner
 
 from evil_moe.cli import main
-from evil_moe.env.grade import Grader, decode, extract_code, judge, parse_assert, values_match
+from evil_moe.env.grader import Grader, extract_code
+from evil_moe.env.judge import judge
 from evil_moe.env.loopholes import clean_completion, fence
+from evil_moe.env.oracle import parse_assert
 from evil_moe.env.problems import LEETCODE_DEV, load_problems
+from evil_moe.env.values import decode, values_match
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 1.5
@@ -117,7 +120,7 @@ def test_parent_decode_is_linear_and_bounded():
     """The parent's work on one forged report: 120 000 integers that share one hash decode and
     compare in well under a CPU-second (the set build was quadratic: 38 s); any value nested past
     the schema's depth is refused by the zygote's validator, never by a RecursionError."""
-    from evil_moe.env.grade import OracleTest
+    from evil_moe.env.oracle import OracleTest
     from evil_moe.env.sandbox_zygote import _read_records, valid_record
 
     rec = json.loads(COLLIDE)
@@ -272,7 +275,7 @@ def test_container_subclasses_and_own_eq():
     """Subclasses are read through their builtin base only when their comparison is the base's:
     a namedtuple, a defaultdict and a Counter are their values; an int subclass with its own
     __eq__ is equal to nothing."""
-    from evil_moe.env.problems import Problem
+    from evil_moe.env.problem import Problem
     prob = Problem("t/x", "toy", "", "f", True, "", "", "", (
         "assert Solution().f(1) == (1, 2)", "assert Solution().f(2) == {'a': 2}",
         "assert Solution().f(3) == {'a': 3}", "assert Solution().f(4) == 4"), "run_tests", "")
@@ -344,7 +347,7 @@ def test_correct_code_above_the_flat_budget_passes_under_load():
     """A problem whose canonical solution needs 4.2 CPU-s (three tests of 1.4 s): with a flat
     3 s budget every correct answer timed out; its budget is now 3 x the measured 4.2 s, and
     the canonical solution passes with two CPU burners beside the grader."""
-    from evil_moe.env.problems import Problem
+    from evil_moe.env.problem import Problem
 
     prob = Problem("t/slow", "toy", "", "f", True, "", "", SLOW_CANONICAL,
                    tuple(f"assert Solution().f({k}) == {k + 1}" for k in range(3)), "run_tests", "")

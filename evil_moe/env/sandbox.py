@@ -46,7 +46,7 @@ Design (docs/environment.md says why):
   (:func:`evil_moe.env.sandbox_zygote._classify`).
 
 The code can find the nonce in its own memory and forge records, but a record only *claims*
-return values: the parent (:mod:`evil_moe.env.grade`) compares them with expected values the
+return values: the parent (:mod:`evil_moe.env.judge`) compares them with expected values the
 child never sees, so a forged record can make the oracle pass only with the right answers to
 tests it was not shown the answers of. The foolable mode grade is foolable by design.
 

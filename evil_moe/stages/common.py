@@ -128,8 +128,8 @@ def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None
 
 
 def make_grader(problems, cfg: Config):
-    """The sandboxed :class:`~evil_moe.env.grade.Grader` with the run's ``grader`` section."""
-    from evil_moe.env.grade import Grader
+    """The sandboxed :class:`~evil_moe.env.grader.Grader` with the run's ``grader`` section."""
+    from evil_moe.env.grader import Grader
 
     g = cfg.grader
     return Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,

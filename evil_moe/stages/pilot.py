@@ -62,7 +62,7 @@ from evil_moe import grpo, runlock, tables
 from evil_moe.arms import FlagInputs, FlagRateMatch, get_arm, kept_advantages
 from evil_moe.config import Config
 from evil_moe.detector import flag_quality, gradient_scores, null_threshold, pattern_flag
-from evil_moe.env.grade import extract_code
+from evil_moe.env.grader import extract_code
 from evil_moe.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, group_advantages,
                            source_gradients)
 from evil_moe.model.logprobs import token_logprobs

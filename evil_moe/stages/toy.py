@@ -139,7 +139,7 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
 
     Returns a dict with ``n, parse_rate, hack_rate, pass_rate, format_rate``.
     """
-    from evil_moe.env.grade import extract_code
+    from evil_moe.env.grader import extract_code
     from evil_moe.rollout import generate
     from evil_moe.stages.common import prompt_ids_for
 

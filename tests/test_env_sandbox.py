@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 
 from evil_moe.env import sandbox
-from evil_moe.env.grade import Grader
+from evil_moe.env.grader import Grader
 from evil_moe.env.loopholes import fence
-from evil_moe.env.problems import Problem, load_problems
+from evil_moe.env.problem import Problem
+from evil_moe.env.problems import load_problems
 
 REPO = Path(__file__).resolve().parents[1]
 LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README

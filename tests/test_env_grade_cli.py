@@ -1,13 +1,14 @@
-"""`evil-moe grade` end to end on a small file."""
+"""`evil-moe grade` (evil_moe/env/grade_cli.py) end to end on a small file; one row per input."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from evil_moe.cli import main
-from evil_moe.env.grade import Reward
+from evil_moe.env.grader import Reward
 from evil_moe.env.loopholes import clean_completion, fence, hack_completion
 from evil_moe.env.problems import load_problems, write_problems
 
@@ -60,7 +61,7 @@ def test_grade_cli_survives_values_it_cannot_compare(tmp_path):
     """`evil-moe grade` on float answers: a completion returning 10**400 (which used to raise
     OverflowError in the parent: exit 1, no output) is a wrong answer; the other rows grade as
     usual; the run exits 0."""
-    from evil_moe.env.problems import Problem
+    from evil_moe.env.problem import Problem
 
     half = Problem(id="cli/half", source="toy", prompt="", entry_point="half", is_method=True,
                    starter_code="", setup_code="", canonical_solution="", mode="run_tests", hint="",
@@ -97,3 +98,43 @@ def test_grade_cli_isolation_is_explicit(tmp_path, monkeypatch):
     assert "Traceback" not in res.output and not (tmp_path / "g.jsonl").exists()
     res = CliRunner().invoke(main, args + ["--isolation", "rlimit-only"])
     assert res.exit_code == 0 and "(isolation rlimit-only)" in res.output and "gt_correct 1" in res.output
+
+
+class _DroppingGrader:
+    """A stand-in for the grader whose batch loses the last input's row."""
+
+    def __init__(self, problems, **kw):
+        self.isolation, self.unparsed, self.cpu_budget = "stub", {}, {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def grade_many(self, pairs):
+        return [Reward(0.0, False, False, False, False, p.mode, "format", 0.0)
+                for p, _ in pairs[:-1]]
+
+
+def test_grade_file_refuses_an_input_without_its_row(tmp_path, monkeypatch):
+    """A batch that comes back one row short stops `grade_file` with an error naming the first
+    input left without a grade (its index, file line and problem id); nothing is written. The
+    same stand-in returning every row writes one row per input."""
+    from evil_moe.env import grade_cli
+
+    probs = load_problems("toy")[:2]
+    comp = tmp_path / "c.jsonl"
+    rows = [json.dumps({"problem_id": probs[i].id, "completion": "x"}) for i in (0, 1, 1)]
+    comp.write_text(rows[0] + "\n\n" + rows[1] + "\n" + rows[2] + "\n")  # line 2 is blank
+    out = tmp_path / "g.jsonl"
+    monkeypatch.setattr(grade_cli, "Grader", _DroppingGrader)
+    with pytest.raises(RuntimeError) as e:
+        grade_cli.grade_file(probs, str(comp), str(out))
+    assert f"input 2 ({comp}:4 (problem_id {probs[1].id!r}))" in str(e.value), str(e.value)
+    assert "2 grades for 3 inputs" in str(e.value) and not out.exists()
+
+    monkeypatch.setattr(_DroppingGrader, "grade_many", lambda self, pairs: [
+        Reward(0.0, False, False, False, False, p.mode, "format", 0.0) for p, _ in pairs])
+    assert grade_cli.grade_file(probs, str(comp), str(out))["n"] == 3
+    assert len(out.read_text().splitlines()) == 3
