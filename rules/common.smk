@@ -571,8 +571,8 @@ def get_verdict_text(wildcards, input):
 
 
 def get_decision_text(wildcards, input):
-    """reStructuredText of the gate's failed or deciding criteria and the sweep decision (shown
-    on the report's first page below the figure and the table; evil_moe.gate.verdict writes it)."""
+    """reStructuredText of the gate's failed or deciding criteria and the sweep decision
+    (the report's first page, below the figure; evil_moe.gate.verdict writes it)."""
     return decision_text(
         _read_gate(input.gate),
         sweep_seeds=config["sweep"]["seeds"],
