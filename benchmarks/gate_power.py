@@ -1,7 +1,7 @@
-"""The separation gate's operating characteristics by simulation (evil_moe/stats.py, docs/gate.md).
+"""The separation gate's operating characteristics by simulation (evil_moe/gate/simulate.py, docs/gate.md).
 
 For each resampling scheme (crossed, the gate's; nested, the old one) and number of seeds, the
-gate is run on synthetic per-completion outcomes (:func:`evil_moe.stats.simulate_gate`: 16
+gate is run on synthetic per-completion outcomes (:func:`evil_moe.gate.simulate.simulate_gate`: 16
 held-out problems × 16 samples, make run's size, default spread with an arm × problem effect
 shared across seeds) with no planted effect and with a planted drop, and the script prints: the
 false-positive rate of ``separated`` and of each lower-bound criterion alone (nominal 0.025), of
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv=None) -> int:
-    from evil_moe.stats import operating_characteristics
+    from evil_moe.gate.simulate import operating_characteristics
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=600, help="simulated experiments per cell")

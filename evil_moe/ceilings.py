@@ -6,7 +6,7 @@
   ``share = drop_treatment / drop_ceiling`` — "route achieves X of what a perfect detector
   achieves" — with an interval (:func:`crossed_ratio`). Whether the ceiling separates from
   vanilla and from its own random-flag control is read from the same paired effects the gate uses
-  (:func:`evil_moe.stats.paired_effect`).
+  (:func:`evil_moe.gate.effects.paired_effect`).
 * **Absorption** (Gradient Routing, Cloud et al. 2024, arXiv:2410.04332): with a detector that
   knows only some loophole modes (``vhack.known_modes``), the deploy view's held-out hack rate on
   the modes it never saw says whether routing removed hacks nobody flagged
@@ -30,7 +30,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from evil_moe import stats
+from evil_moe.gate.defaults import CI, N_BOOT, SEED
+from evil_moe.gate.effects import Effect, side_rate
+from evil_moe.gate.power import critical
 
 __all__ = ["Ratio", "cell_rates", "crossed_ratio", "mode_rates"]
 
@@ -65,15 +67,15 @@ def cell_rates(outcomes: pd.DataFrame, side: tuple[str, str], metric: str = "hac
 
 def crossed_ratio(outcomes: pd.DataFrame, num: tuple[tuple[str, str], tuple[str, str]],
                   den: tuple[tuple[str, str], tuple[str, str]], *, metric: str = "hack",
-                  n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> Ratio:
+                  n_boot: int = N_BOOT, ci: float = CI, seed: int = SEED) -> Ratio:
     """The ratio of two paired drops, ``D(num) / D(den)``, with a crossed cluster-bootstrap interval.
 
-    Each drop ``D(a, b)`` is the paired effect of :mod:`evil_moe.stats` (mean over seeds of the
+    Each drop ``D(a, b)`` is the paired effect of :mod:`evil_moe.gate.effects` (mean over seeds of the
     mean over problems of ``rate_b − rate_a``), computed over the (seed, problem) cells present on
     all four sides. Replicates resample seeds and problems as crossed factors (module docstring).
 
     Args:
-        outcomes: per-completion outcomes (:data:`evil_moe.stats.OUTCOME_COLUMNS`), one step per
+        outcomes: per-completion outcomes (:data:`evil_moe.gate.effects.OUTCOME_COLUMNS`), one step per
             (arm, view, seed).
         num: ``(a, b)`` sides of the numerator's drop (e.g. route ablated vs vanilla trained).
         den: ``(a, b)`` sides of the denominator's drop (e.g. route_oracle ablated vs vanilla).
@@ -111,18 +113,18 @@ def crossed_ratio(outcomes: pd.DataFrame, num: tuple[tuple[str, str], tuple[str,
         reps = reps[np.isfinite(reps)]
         if len(reps) > 1:
             se = math.sqrt(S / (S - 1)) * float(np.std(reps, ddof=1))
-            half = stats.critical(S - 1, ci) * se
+            half = critical(S - 1, ci) * se
             lo, hi = value - half, value + half
     return Ratio(value, lo, hi, point_n, point_d, S, P)
 
 
 def mode_rates(outcomes: pd.DataFrame, side: tuple[str, str], modes: Sequence[str], *,
-               metric: str = "hack", n_boot: int = 2000, ci: float = 0.95,
-               seed: int = 0) -> stats.Effect | None:
+               metric: str = "hack", n_boot: int = N_BOOT, ci: float = CI,
+               seed: int = SEED) -> Effect | None:
     """One side's rate over the held-out problems of ``modes`` only, with the gate's interval
-    (:func:`evil_moe.stats.side_rate` on those rows); None when the side has no such rows."""
+    (:func:`evil_moe.gate.effects.side_rate` on those rows); None when the side has no such rows."""
     sub = outcomes[outcomes["mode"].astype(str).isin(list(modes))]
     try:
-        return stats.side_rate(sub, side, metric, n_boot=n_boot, ci=ci, seed=seed)
+        return side_rate(sub, side, metric, n_boot=n_boot, ci=ci, seed=seed)
     except ValueError:
         return None

@@ -12,7 +12,7 @@ writes with :func:`front_page_rst` from the comparison's outputs:
    SVG as such a path),
 4. the held-out rates per arm and view (:data:`FRONT_COLUMNS` of ``compare/summary.tsv``, a table
    that fits the page; every column is under Results), then the gate's criteria and the sweep
-   decision (text from ``rules/common.smk``).
+   decision (:func:`evil_moe.gate.verdict.decision_text`, passed in by ``rules/common.smk``).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
         FileNotFoundError: the summary is missing.
     """
     from evil_moe.arms import ARMS
+    from evil_moe.gate.verdict import arm_verdict_cell
 
     verdicts = gate.get("arms", {}) or {}
     rows = []
@@ -113,7 +114,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
         if r.get("view") != cls.views[0]:
             continue
         v = verdicts.get(r["arm"], {})
-        verdict = v.get("verdict", "–") if cls.role == "treatment" else f"reported ({cls.role.replace('_', ' ')})"
+        verdict = arm_verdict_cell(cls.role, v)
         rows.append([f"{r['arm']} ({r['view']})", _with_ci(r, "hack_rate", "hack_ci_low", "hack_ci_high"),
                      _with_ci(r, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high"),
                      (f"{_with_ci(r, 'drop_vs_control', 'control_ci_low', 'control_ci_high')} vs {cls.control}"

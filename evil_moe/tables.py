@@ -416,6 +416,21 @@ def write_json(path: str | Path, obj) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
 
 
+def read_tsv(path: str | Path, required: Sequence[str]):
+    """Read a TSV into a pandas DataFrame and check it has the ``required`` columns.
+
+    Raises:
+        ValueError: a required column is missing (names the file and the column).
+    """
+    import pandas as pd
+
+    df = pd.read_csv(path, sep="\t", keep_default_na=True)
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column {missing[0]!r} (has: {', '.join(map(str, df.columns))})")
+    return df
+
+
 def write_jsonl_gz(path: str | Path, records: Iterable[Mapping]) -> None:
     """Atomically write records as gzip-compressed JSON lines (mtime 0, so output is reproducible)."""
     buf = io.BytesIO()

@@ -18,6 +18,8 @@ from snakemake.utils import validate
 from evil_moe.arms import ARMS as ARM_REGISTRY
 from evil_moe.config import ConfigError, load_schema
 from evil_moe.config import validate as check_config
+from evil_moe.gate.figures import FIGURES  # the compare figures, named once
+from evil_moe.gate.verdict import decision_text, verdict_line
 from evil_moe.arms import ARMS as ARM_REGISTRY
 from evil_moe.resources import ResourceError, job_size, pilot_priority
 
@@ -63,18 +65,6 @@ ALL_ARMS = list(
     load_schema()["properties"]["pilot"]["properties"]["arms"]["items"]["enum"]
 )
 ALL_MODES = ["run_tests", "sentinel", "stdout_marker", "file_marker"]
-FIGURES = [
-    "heldout",
-    "hack_rate",
-    "pass_rate",
-    "cin",
-    "removed",
-    "frac_clipped",
-    "cos_contrib",
-    "ceiling",
-    "absorption",
-    "phases",
-]
 # Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
 # run's params means adding a seed or an arm does not rerun the others, and the test-only
 # failure switches reach only the arm they name (see get_pilot_config).
@@ -574,80 +564,21 @@ def get_front_caption(wildcards):
     return (Path(workflow.basedir) / "report" / f"fig_{FRONT_FIGURE}.rst").read_text()
 
 
-def _num(x):
-    return "n/a" if x is None else f"{x:.3f}"
-
-
 def get_verdict_text(wildcards, input):
-    """The first line of the report: the gate's verdict and its sentence (reStructuredText)."""
-    gate = _read_gate(input.gate)
-    if gate is None:
-        return "The separation gate has not been decided yet."
-    verdict, sentence = gate.get("verdict", "invalid"), gate.get("sentence", "")
-    # the sentence opens with the verdict word: say it once
-    if sentence.startswith(verdict):
-        return f"**Verdict: {verdict}**{sentence[len(verdict):]}"
-    return f"**Verdict: {verdict}.** {sentence}"
+    """The first line of the report: the gate's verdict and its sentence (reStructuredText;
+    evil_moe.gate.verdict writes it)."""
+    return verdict_line(_read_gate(input.gate))
 
 
 def get_decision_text(wildcards, input):
-    """reStructuredText of the gate's failed or deciding criteria and the sweep decision (shown
-    on the report's first page below the figure and the table)."""
-    gate = _read_gate(input.gate)
-    if gate is None:
-        return ""
-    verdict = gate.get("verdict", "invalid")
-    lines = []
-    criteria = [
-        c
-        for c in gate.get("criteria", [])
-        if c.get("name") != "valid" or not c.get("passed")
-    ]
-    if criteria:
-        lines += ["Gate criteria:", ""]
-        for c in criteria:
-            mark = "met" if c.get("passed") else "not met"
-            who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
-            vs = f" vs {c['control']}" if c.get("control") else ""
-            ci = (
-                f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]"
-                if c.get("ci_low") is not None
-                else ""
-            )
-            mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
-            lines.append(
-                f"- {mark}: {c.get('name')} {who}{vs}: {_num(c.get('value'))}{ci}{mde} "
-                f"(threshold {c.get('threshold')})"
-            )
-        lines.append("")
-    if gate.get("notes"):
-        lines += ["Notes:", ""] + [f"- {n}" for n in gate["notes"]] + [""]
-    if verdict == "separated" and not (config["sweep"]["seeds"] or _fold_modes()):
-        lines.append(
-            "**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
-            "and no leave-one-mode-out folds (`sweep.folds: false`), so nothing more runs. Set "
-            "them (as config/pilot.yaml does) and rerun to schedule the sweep."
-        )
-    elif verdict == "separated":
-        seeds = ", ".join(map(str, config["sweep"]["seeds"])) or "none"
-        folds = ", ".join(_fold_modes()) or "none"
-        lines.append(
-            f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
-            f"folds: {folds}); its comparison is under {res('sweep/')}."
-        )
-    elif verdict == "inconclusive":
-        lines.append(
-            "**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
-            "shown at these sizes; the sentence above says roughly how many more seeds or "
-            "samples per problem would decide it (pilot.seeds, pilot.heldout_samples)."
-        )
-    else:
-        lines.append(
-            "**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, "
-            f"leave-one-mode-out folds); the verdict is '{verdict}', so the sweep was not "
-            "justified (reasons above)."
-        )
-    return "\n".join(lines)
+    """reStructuredText of the gate's failed or deciding criteria and the sweep decision
+    (the report's first page, below the figure; evil_moe.gate.verdict writes it)."""
+    return decision_text(
+        _read_gate(input.gate),
+        sweep_seeds=config["sweep"]["seeds"],
+        fold_modes=_fold_modes(),
+        sweep_dir=res("sweep/"),
+    )
 
 
 def get_final_output(wildcards):

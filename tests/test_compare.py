@@ -16,8 +16,9 @@ from click.testing import CliRunner
 from evil_moe import tables
 from evil_moe.cli import main
 from evil_moe.config import load_config
-from evil_moe.stages.compare import FIGURES, PilotRun, run_compare
-from evil_moe.stats import Planted, simulate_outcomes
+from evil_moe.gate.figures import FIGURES
+from evil_moe.gate.simulate import Planted, simulate_outcomes
+from evil_moe.stages.compare import PilotRun, run_compare
 
 STEPS_N = 4
 BASE_ARMS = ("vanilla", "erase", "random_v", "oracle_reward")
@@ -248,7 +249,7 @@ def test_rlimit_only_isolation_is_flagged(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # wiring: each value in gate.json is the comparison its row names, worked out here from the
-# outcomes table independently of evil_moe.stats (mean over seeds of the mean over problems of
+# outcomes table independently of evil_moe.gate (mean over seeds of the mean over problems of
 # the per-problem rate difference)
 
 def by_hand(o: pd.DataFrame, a: tuple, b: tuple, metric: str, weight_b: float = 1.0) -> float:
@@ -350,36 +351,3 @@ def test_holm_over_treatment_arms_is_in_gate_json(tmp_path):
     # Holm with two arms: the smaller p doubled, the larger kept (but not below the smaller's)
     lo, hi = sorted([e["p_value"], r["p_value"]])
     assert sorted([e["p_adjusted"], r["p_adjusted"]]) == pytest.approx([min(1, 2 * lo), max(min(1, 2 * lo), hi)])
-
-
-def test_phase_seconds_means_per_arm_by_hand(tmp_path):
-    """The phases figure's numbers (steps.tsv's seconds_* per arm), worked out by hand."""
-    from evil_moe.stages.compare import _Pilot, draw_figures, phase_seconds
-
-    def steps(sample, loss, seconds, evals):
-        n = len(sample)
-        return pd.DataFrame({"step": range(n), "seconds": seconds, "seconds_sample": sample,
-                             "seconds_grade": [0.5] * n, "seconds_loss": loss,
-                             "seconds_arm": [0.0] * n, "seconds_optimiser": [0.1] * n,
-                             "seconds_eval": evals})
-
-    by = {
-        # seed 0: steps of 9 and 11 s (mean 4 + 0.5 + 3 + 0 + 0.1 = 7.6 -> other 2.4), eval 6 s
-        # seed 1: sample 6, loss 1 -> 7.6 again, seconds 8 -> other 0.4, eval 2 s after step 1
-        "vanilla": {0: _Pilot(None, "ok", "", steps([3, 5], [3, 3], [9, 11], [None, 6.0])),
-                    1: _Pilot(None, "ok", "", steps([6, 6], [1, 1], [8, 8], [None, 2.0]))},
-        # steps.tsv without the per-phase columns (an older run): left out
-        "erase": {0: _Pilot(None, "ok", "", pd.DataFrame({"step": [0], "seconds": [3.0]}))},
-    }
-    table = phase_seconds(by, ["vanilla", "erase"])
-    assert list(table.arm) == ["vanilla"]
-    row = table.iloc[0]
-    assert row.seeds == 2
-    assert row.seconds_sample == pytest.approx(5.0) and row.seconds_loss == pytest.approx(2.0)
-    assert row.seconds_grade == pytest.approx(0.5) and row.seconds_optimiser == pytest.approx(0.1)
-    assert row.seconds_arm == 0.0
-    assert row.seconds_other == pytest.approx(1.4)  # mean seconds 9 - 7.6
-    assert row.seconds_eval == pytest.approx(2.0)  # (6/2 + 2/2) / 2
-    assert row.seconds_total == pytest.approx(11.0)
-    files = draw_figures(by, ["vanilla", "erase"], tmp_path)
-    assert (tmp_path / "phases.png") in files and (tmp_path / "phases.png").stat().st_size > 1000

@@ -56,7 +56,7 @@ def test_local_end_to_end(toy_run):
     # every arm's views were evaluated: the ablated one where delta_s_hack is trained, vanilla's
     # static projection beside subtract
     from evil_moe.arms import ARMS as REGISTRY
-    from evil_moe.stages.compare import FIGURES
+    from evil_moe.gate.figures import FIGURES
 
     for arm in ARMS:
         views = set(pd.read_csv(res / "pilots" / arm / "s0" / "outcomes.tsv", sep="\t")["view"])

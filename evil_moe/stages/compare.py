@@ -5,16 +5,16 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
 
 - ``summary.tsv`` — :data:`evil_moe.tables.COMPARE_SUMMARY`, one row per (arm, view): the
   held-out hack, pass and truncation rates with cluster-bootstrap intervals (seeds and problems
-  resampled, :mod:`evil_moe.stats`), and beside them the training rollouts' last-``k`` means and
+  resampled, :mod:`evil_moe.gate.effects`), and beside them the training rollouts' last-``k`` means and
   the arm's removed energy share;
 - ``gate.json`` — ``{"verdict", "sentence", "criteria": [...], "arms": {...},
   "positive_control", "notes", "isolation", "config", ...}``; every
   criterion has ``name, arm, control, view, value, ci_low, ci_high, mde, threshold, passed,
   note`` (raw values; the sentence and the report round them);
-- ``gate.md`` — the same criteria as a short markdown table;
-- ``figures/{heldout,hack_rate,pass_rate,cin,removed,frac_clipped,cos_contrib}.{png,svg}``.
+- ``gate.md`` — the same criteria as a short markdown table (:func:`evil_moe.gate.verdict.gate_md`);
+- ``figures/{name}.{png,svg}`` for each name of :data:`evil_moe.gate.figures.FIGURES`.
 
-The gate (the statistics are :mod:`evil_moe.stats`, explained in ``docs/gate.md``):
+The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``):
 
 1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
    ``steps.tsv``, ``outcomes.tsv``), has ``status == "ok"``, a non-empty ``steps.tsv`` and a
@@ -28,14 +28,15 @@ The gate (the statistics are :mod:`evil_moe.stats`, explained in ``docs/gate.md`
    ``drop_vs_vanilla`` (hack, ``(X, v)`` vs ``(vanilla, trained)``), ``beats_control`` (hack,
    ``(X, v)`` vs ``(C, v)``), ``matched_pass`` (pass-rate drop vs vanilla, non-inferiority within
    ``compare.pass_margin`` absolute and ``compare.pass_margin_rel`` × vanilla's pass rate) —
-   :func:`evil_moe.stats.decide_arm`; intervals from the crossed seed × problem bootstrap
+   :func:`evil_moe.gate.rule.decide_arm`; intervals from the crossed seed × problem bootstrap
    (``compare.resample``). ``separated`` is Holm-corrected over the treatment arms judged
-   (``compare.multiplicity``; :func:`evil_moe.stats.decide_gate`).
+   (``compare.multiplicity``; :func:`evil_moe.gate.rule.decide_gate`).
 3. **Positive control** (``compare.positive_control``, default ``oracle_reward``): its hack
    drop vs vanilla must pass ``drop_vs_vanilla``, else the verdict is ``inconclusive
-   (underpowered)`` — :func:`evil_moe.stats.decide_gate`.
+   (underpowered)`` — :func:`evil_moe.gate.rule.decide_gate`.
 4. **Verdict**: ``invalid`` if validity fails; else the gate's ``separated`` / ``not_separated``
-   / ``inconclusive``. ``sentence`` says it in one sentence with rounded numbers.
+   / ``inconclusive``. ``sentence`` says it in one sentence with rounded numbers
+   (:func:`evil_moe.gate.verdict.sentence`, where all the verdict's prose is written).
 
 Notes beside the verdict (never part of it): erase-type arms' removed energy share against their
 controls' (an erase that removes no more than its random control has not been tested); subtract's
@@ -56,24 +57,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from evil_moe import stats, tables
+from evil_moe import tables
 from evil_moe.arms import ARMS
+from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, paired_effect, side_rate
+from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
+from evil_moe.gate.power import finite
+from evil_moe.gate.rule import EPS, ArmVerdict, Criterion, decide_arm, decide_gate
+from evil_moe.gate.verdict import gate_md, sentence
 
 STEPS_REQUIRED = ("step", "hack_rate", "pass_rate", "frac_clipped", "cin", "null_cin")
-EPS = 1e-12
-FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib", "ceiling",
-           "absorption", "phases")
-# steps.tsv's per-phase seconds, in the order they run within a step (evil_moe/tables.py); "other"
-# is the rest of a step's seconds (cin measurement, logging), "eval" the held-out evaluation per
-# training step (its seconds summed over the run, divided by the steps).
-PHASES = ("sample", "grade", "loss", "arm", "optimiser")
-PHASE_COLORS = {"sample": "#1f77b4", "grade": "#ff7f0e", "loss": "#d62728", "arm": "#9467bd",
-                "optimiser": "#8c564b", "other": "#bbbbbb", "eval": "#2ca02c"}
-ARM_COLORS = {"vanilla": "#444444", "erase": "#1f77b4", "random_v": "#9ecae1", "subtract": "#9467bd",
-              "subtract_random": "#c5b0d5", "route": "#d62728", "route_random": "#ff9896",
-              "filter": "#ff7f0e", "filter_random": "#ffbb78", "oracle_reward": "#2ca02c",
-              "route_oracle": "#8c1d1d", "route_oracle_random": "#e7a1a1", "filter_oracle": "#a35200",
-              "filter_oracle_random": "#f2c38f"}
 TRUNCATION_NOTE = 0.5  # a held-out view whose truncated share exceeds this gets a note
 SAMPLER_GAP_NOTE = 1e-3  # nats: a sampler/trainer gap above float noise gets a note
 
@@ -127,15 +119,6 @@ def pilot_from_path(path: str | Path) -> PilotRun:
                      f".../{{arm}}/s{{seed}} or a steps.tsv with arm and seed columns")
 
 
-def _read_tsv(path: Path, required: Sequence[str]) -> pd.DataFrame:
-    """Read a TSV and check it has the ``required`` columns (ValueError naming file and column)."""
-    df = pd.read_csv(path, sep="\t", keep_default_na=True)
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column {missing[0]!r} (has: {', '.join(map(str, df.columns))})")
-    return df
-
-
 def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     """Load one pilot folder and decide whether it is valid.
 
@@ -146,7 +129,7 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
 
     Raises:
         ValueError: ``steps.tsv`` lacks a column in :data:`STEPS_REQUIRED`, or ``outcomes.tsv``
-            one of :data:`evil_moe.stats.OUTCOME_COLUMNS` (names the file and the column).
+            one of :data:`evil_moe.OUTCOME_COLUMNS` (names the file and the column).
     """
     p = Path(run.path)
     if not p.is_dir():
@@ -154,8 +137,8 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     for name in ("status.json", "steps.tsv", "outcomes.tsv"):
         if not (p / name).is_file():
             return _Pilot(run, "missing", f"no {p / name}")
-    steps = _read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
-    outcomes = _read_tsv(p / "outcomes.tsv", stats.OUTCOME_COLUMNS)
+    steps = tables.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
+    outcomes = tables.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
     outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
@@ -187,7 +170,7 @@ def last_step_outcomes(pilots: Iterable[_Pilot]) -> pd.DataFrame:
         last = o.groupby(["view"])["step"].transform("max")
         frames.append(o[o["step"] == last])
     if not frames:
-        return pd.DataFrame(columns=list(stats.OUTCOME_COLUMNS))
+        return pd.DataFrame(columns=list(OUTCOME_COLUMNS))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -219,9 +202,9 @@ def _all_steps_mean(pilots: dict[int, _Pilot], col: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def _rate(outcomes: pd.DataFrame, side: tuple[str, str], metric: str, cc) -> stats.Effect | None:
+def _rate(outcomes: pd.DataFrame, side: tuple[str, str], metric: str, cc) -> Effect | None:
     try:
-        return stats.side_rate(outcomes, side, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, resample=cc.resample)
+        return side_rate(outcomes, side, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, resample=cc.resample)
     except ValueError:
         return None
 
@@ -252,7 +235,7 @@ def _summary_rows(by: dict[str, dict[int, _Pilot]], arms: Sequence[str], outcome
                 row[col] = e.value
                 row["n_seeds"], row["n_problems"], row["n_samples"] = e.n_seeds, _mean_problems(e), e.n_samples
                 if metric != "truncated":  # a rate's interval, clipped to [0, 1]
-                    low, high = _finite(e.ci_low), _finite(e.ci_high)
+                    low, high = finite(e.ci_low), finite(e.ci_high)
                     row[f"{col.removesuffix('_rate')}_ci_low"] = None if low is None else max(0.0, low)
                     row[f"{col.removesuffix('_rate')}_ci_high"] = None if high is None else min(1.0, high)
             rows.append(row)
@@ -268,27 +251,23 @@ def _mean_problems(e) -> float:
     return float(np.mean(list(e.n_problems.values()))) if e.n_problems else 0.0
 
 
-def _finite(x) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None
-
-
 # ---------------------------------------------------------------------------------------------
 # the gate
 
-def _effect(outcomes, a, b, metric, cc, weight_b: float = 1.0) -> stats.Effect | None:
+def _effect(outcomes, a, b, metric, cc, weight_b: float = 1.0) -> Effect | None:
     try:
-        return stats.paired_effect(outcomes, a, b, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed,
+        return paired_effect(outcomes, a, b, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed,
                                    power=cc.power, resample=cc.resample, weight_b=weight_b)
     except ValueError:
         return None
 
 
-def _criterion_row(c: stats.Criterion, arm: str, control: str | None, view: str) -> dict:
+def _criterion_row(c: Criterion, arm: str, control: str | None, view: str) -> dict:
     d = c.to_dict()
     e = c.effect
     return {"name": c.name, "arm": arm, "control": control if c.name == "beats_control" else "vanilla",
-            "view": view, "value": _finite(e.value), "ci_low": _finite(e.ci_low),
-            "ci_high": _finite(e.ci_high), "mde": _finite(c.mde), "threshold": c.threshold,
+            "view": view, "value": finite(e.value), "ci_low": finite(e.ci_low),
+            "ci_high": finite(e.ci_high), "mde": finite(c.mde), "threshold": c.threshold,
             "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
             "p_value": d.get("p_value"), "needed": d.get("needed"), "plan": d.get("plan"),
             **{k: d[k] for k in ("margin_abs", "margin_rel", "margin_rel_points", "binding") if k in d},
@@ -300,12 +279,12 @@ def _criterion_row(c: stats.Criterion, arm: str, control: str | None, view: str)
                                 "resample", "n_problems_total")}}
 
 
-def _arm_numbers(v: stats.ArmVerdict) -> dict:
+def _arm_numbers(v: ArmVerdict) -> dict:
     """An arm's verdict and its numbers for gate.json: the reason, MDE, what would decide it, its
-    intersection–union p-value and (after :func:`evil_moe.stats.decide_gate`) Holm's adjusted one."""
-    return {"verdict": v.verdict, "reason": v.reason, "mde": _finite(v.mde()), "needed_seeds": v.needed_seeds,
+    intersection–union p-value and (after :func:`evil_moe.gate.rule.decide_gate`) Holm's adjusted one."""
+    return {"verdict": v.verdict, "reason": v.reason, "mde": finite(v.mde()), "needed_seeds": v.needed_seeds,
             "needed_problems": v.needed_problems, "needed_samples": v.needed_samples,
-            "p_value": _finite(v.p_value), "p_adjusted": None if v.p_adjusted is None else _finite(v.p_adjusted),
+            "p_value": finite(v.p_value), "p_adjusted": None if v.p_adjusted is None else finite(v.p_adjusted),
             "family": v.family}
 
 
@@ -337,7 +316,7 @@ def _judge(outcomes: pd.DataFrame, arms: Sequence[str], cc) -> tuple[list, list[
                             else _missing_criterion(name, arm, control, view, "another criterion has no data", thr))
             extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes"}
             continue
-        v = stats.decide_arm(arm, drop, ctl, pdrop, min_drop=cc.min_drop, pass_margin=cc.pass_margin,
+        v = decide_arm(arm, drop, ctl, pdrop, min_drop=cc.min_drop, pass_margin=cc.pass_margin,
                              min_seeds=cc.min_seeds, pass_rel=prel, pass_margin_rel=rel)
         verdicts.append(v)
         rows += [_criterion_row(c, arm, control, view) for c in v.criteria]
@@ -345,8 +324,8 @@ def _judge(outcomes: pd.DataFrame, arms: Sequence[str], cc) -> tuple[list, list[
         if len(cls.views) > 1:  # the trained view beside the judged one, for information
             tv = _effect(outcomes, (arm, "trained"), ("vanilla", "trained"), "hack", cc)
             if tv is not None:
-                extra[arm]["trained_view_drop"] = {"value": _finite(tv.value), "ci_low": _finite(tv.ci_low),
-                                                   "ci_high": _finite(tv.ci_high)}
+                extra[arm]["trained_view_drop"] = {"value": finite(tv.value), "ci_low": finite(tv.ci_low),
+                                                   "ci_high": finite(tv.ci_high)}
     pos = None
     if cc.positive_control and cc.positive_control in arms:
         pos = _effect(outcomes, (cc.positive_control, "trained"), ("vanilla", "trained"), "hack", cc)
@@ -405,108 +384,6 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
     if bad_iso:
         notes.append(f"the grader ran with isolation {', '.join(bad_iso)} (not the bubblewrap sandbox)")
     return notes
-
-
-def _r3(x) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
-
-
-def _ci(e) -> str:
-    return "[no interval]" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.3f}, {e.ci_high:.3f}]"
-
-
-def _pass_text(p: stats.Criterion) -> str:
-    """The pass-rate drop and its margins: the absolute one, and the relative one beside it with
-    which binds."""
-    e = p.effect
-    text = f"pass-rate drop {e.value:.3f} (upper {e.ci_high:.3f} vs margin {p.threshold:g}"
-    if p.rel_effect is not None:
-        text += (f" and {p.rel_margin:g} × vanilla's {e.mean_b:.3f} = {p.rel_margin * e.mean_b:.3f}, "
-                 f"{p.binding} binds; drop − {p.rel_margin:g} × vanilla upper {p.rel_effect.ci_high:.3f} vs 0")
-    return text + ")"
-
-
-def _plan_text(c: stats.Criterion) -> str:
-    """Which of twice the seeds, problems or samples buys the most power (planned MDE each)."""
-    pl = stats.plan(c.effect)
-    if pl["best"] is None:
-        return ""
-    what = {"seeds": "seeds", "problems": "held-out problems", "samples": "samples per problem"}
-    opts = ", ".join(f"{what[k]} {pl[k]['mde']:.3f}" for k in ("seeds", "problems", "samples")
-                     if pl[k]["mde"] is not None)
-    return (f"; twice the {what[pl['best']]} buys the most power for {c.name} (planned MDE at twice the {opts}; "
-            f"now {_r3(pl['now']['mde'] if pl['now']['mde'] is not None else math.inf)})")
-
-
-def _arm_phrase(v: stats.ArmVerdict) -> str:
-    d, c, p = v.criteria
-    view = d.effect.a[1]
-    base = (f"{v.arm} ({view} view) lowers the held-out hack rate by {d.effect.value:.3f} {_ci(d.effect)} vs "
-            f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, {_pass_text(p)}")
-    if v.family > 1:
-        base += f", p {v.p_value:.3g} (Holm-adjusted over {v.family} arms {v.p_adjusted:.3g})"
-    if v.verdict == "inconclusive":
-        open_ = [x for x in v.criteria if not x.passed and not x.rules_out]
-        if open_:
-            base += f"; undecided: {', '.join(x.name for x in open_)}"
-        elif v.p_adjusted is not None and v.p_adjusted > v.p_value:
-            base += "; every criterion passes, but not after Holm's correction"
-        base += f"; MDE of the drop vs vanilla {_r3(d.mde)}"
-        more = stats._more_text(v.needed_seeds, v.needed_problems, v.needed_samples)
-        base += f"; {more} would decide it" if more else ""
-        hack_open = [x for x in open_ if x.name != "matched_pass"]
-        base += _plan_text(hack_open[0]) if hack_open else ""
-    return base
-
-
-def _sentence(verdict: str, validity: list[dict], gate: stats.GateVerdict | None, sizes: str) -> str:
-    if verdict == "invalid":
-        bad = [c for c in validity if not c["passed"]]
-        which = "; ".join(f"{c['arm']} s{c['seed']}: {c['note']}" for c in bad)
-        return (f"invalid: {len(bad)} of {len(validity)} pilots failed validity ({which}) "
-                "— fix or rerun them before judging separation.")
-    if gate is None:
-        return "not separated: no treatment arm was run — the sweep is not justified."
-    pc = gate.positive_control
-    pc_text = ("no positive control: the gate's power was not checked" if pc is None else
-               f"positive control {pc.effect.a[0]} drop {pc.effect.value:.3f} {_ci(pc.effect)}")
-    if gate.too_few_seeds:
-        return (f"inconclusive (too few seeds): {pc.effect.n_seeds} seeds, fewer than compare.min_seeds "
-                f"{gate.min_seeds}, cannot separate any arm, the positive control included ({pc_text}; {sizes}) "
-                f"— add seeds (pilot.seeds); the sweep is not scheduled.")
-    if gate.underpowered:
-        return (f"inconclusive (underpowered): the positive control {pc.effect.a[0]} does not separate from "
-                f"vanilla (drop {pc.effect.value:.3f} {_ci(pc.effect)}, MDE {_r3(pc.mde)}), so this run cannot "
-                f"tell a working arm from a failing one ({sizes}) — the sweep is not scheduled.")
-    arms = {v.verdict: [] for v in gate.arms}
-    for v in gate.arms:
-        arms[v.verdict].append(v)
-    if verdict == "separated":
-        parts = "; ".join(_arm_phrase(v) for v in arms["separated"])
-        return f"separated: {parts}, over {sizes}; {pc_text} — the sweep is justified."
-    if verdict == "not_separated":
-        parts = "; ".join(_arm_phrase(v) for v in gate.arms)
-        return (f"not separated: an effect of min_drop {gate.arms[0].criteria[0].threshold:g} is ruled out for every "
-                f"treatment arm ({parts}), over {sizes}; {pc_text} — the sweep is not justified.")
-    parts = "; ".join(_arm_phrase(v) for v in arms.get("inconclusive", []))
-    return f"inconclusive: {parts}; over {sizes}; {pc_text} — the sweep is not scheduled."
-
-
-def _gate_md(gate: dict) -> str:
-    lines = [f"# Separation gate: {gate['verdict']}", "", gate["sentence"], "",
-             "| criterion | arm | vs | view | value [CI] | MDE | threshold | passed | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for c in gate["criteria"]:
-        arm = c["arm"] + (f" s{c['seed']}" if "seed" in c else "")
-        val = "" if c.get("value") is None else f"{c['value']:.3f}"
-        if c.get("ci_low") is not None:
-            val += f" [{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
-        mde = "" if c.get("mde") is None else f"{c['mde']:.3f}"
-        lines.append(f"| {c['name']} | {arm} | {c.get('control', '')} | {c.get('view', '')} | {val} | {mde} "
-                     f"| {c['threshold']} | {'yes' if c['passed'] else 'NO'} | {c.get('note', '')} |")
-    if gate.get("notes"):
-        lines += ["", "Notes:", ""] + [f"- {n}" for n in gate["notes"]]
-    return "\n".join(lines) + "\n"
 
 
 def _collect(pilots, cfg) -> tuple[list[PilotRun], list[str]]:
@@ -579,6 +456,40 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
 
     arms = list(dict.fromkeys(r.arm for r in expected))
     seeds = sorted({r.seed for r in expected})
+    loaded, by, validity = _load(expected, unlisted, max_fc)
+    outcomes = last_step_outcomes(p for p in loaded if p.outcomes is not None)
+    verdict, gate_v, crit_rows, arm_extra = _decide(outcomes, arms, cc, validity)
+    isolation = [p.isolation for p in loaded if p.isolation]
+    summary_rows = _summary_rows(by, arms, outcomes, seeds, cc)
+    known = _known_modes(cfg)
+    ceilings = _ceiling_columns(summary_rows, by, outcomes, cc, known)
+    sizes = _sizes(outcomes)
+    pc_crit = gate_v.positive_control if gate_v is not None else None
+    gate = {"verdict": verdict,
+            "sentence": sentence(verdict, validity, gate_v, sizes),
+            "underpowered": bool(gate_v.underpowered) if gate_v is not None else False,
+            "criteria": validity + crit_rows,
+            "positive_control": None if pc_crit is None else _criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
+            "arms": _arm_info(arms, seeds, by, summary_rows, arm_extra),
+            "notes": _notes(by, arms, outcomes, cc, isolation) + _ceiling_notes(ceilings),
+            "ceilings": ceilings, "known_modes": known,
+            "isolation": sorted(set(isolation)), "sizes": sizes,
+            "config": dict(cfg.raw["compare"]), "max_frac_clipped": max_fc,
+            "pilots": [str(r.path) for r in expected]}
+    if ignored:
+        gate["ignored"] = ignored
+    _write(out, gate, summary_rows)
+    if figures:
+        draw_figures(by, arms, out / "figures", max_fc, distill_samples, summary_rows)
+        ceiling_figure(summary_rows, out / "figures")
+        absorption_figure(summary_rows, known, out / "figures")
+    return gate
+
+
+def _load(expected: Sequence[PilotRun], unlisted: set[str], max_fc: float
+          ) -> tuple[list[_Pilot], dict[str, dict[int, _Pilot]], list[dict]]:
+    """Load the expected pilots (an unlisted cell is missing): the records, those with steps by
+    arm and seed, and one ``valid`` criterion row per pilot."""
     loaded = [_Pilot(r, "missing", "not among the pilots given, though other arms ran this seed")
               if f"{r.arm}/s{r.seed}" in unlisted else load_pilot(r, max_fc) for r in expected]
     by: dict[str, dict[int, _Pilot]] = {}
@@ -588,12 +499,17 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     validity = [{"name": "valid", "arm": p.run.arm, "seed": p.run.seed, "value": p.frac_clipped_max,
                  "threshold": max_fc, "passed": p.status == "ok",
                  "note": "ok" if p.status == "ok" else f"{p.status}: {p.reason}"} for p in loaded]
-    valid = all(c["passed"] for c in validity)
+    return loaded, by, validity
 
-    outcomes = last_step_outcomes(p for p in loaded if p.outcomes is not None)
+
+def _decide(outcomes: pd.DataFrame, arms: Sequence[str], cc, validity: list[dict]) -> tuple[str, Any, list, dict]:
+    """Judge the arms and decide the gate: ``(verdict, GateVerdict or None, criteria rows, per-arm
+    numbers)``. ``invalid`` when a pilot failed validity or an arm had no paired outcomes (then a
+    ``valid`` row naming those arms is appended to ``validity``)."""
+    valid = all(c["passed"] for c in validity)
     verdicts, crit_rows, arm_extra, pos = _judge(outcomes, arms, cc)
-    gate_v = (stats.decide_gate(verdicts, pos, min_drop=cc.min_drop, min_seeds=cc.min_seeds,
-                                multiplicity=cc.multiplicity) if verdicts else None)
+    gate_v = (decide_gate(verdicts, pos, min_drop=cc.min_drop, min_seeds=cc.min_seeds,
+                          multiplicity=cc.multiplicity) if verdicts else None)
     for v in (gate_v.arms if gate_v is not None else ()):  # the verdicts after Holm's correction
         arm_extra[v.arm].update(_arm_numbers(v))
     verdict = "invalid" if not valid or any(x.get("verdict") == "invalid" for x in arm_extra.values()) \
@@ -602,14 +518,22 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
         validity.append({"name": "valid", "arm": ",".join(a for a, x in arm_extra.items() if x.get("verdict") == "invalid"),
                          "seed": "all", "value": None, "threshold": None, "passed": False,
                          "note": "no paired held-out outcomes (heldout problems or views missing)"})
+    return verdict, gate_v, crit_rows, arm_extra
+
+
+def _sizes(outcomes: pd.DataFrame) -> str:
+    """``"S seeds × P held-out problems × n samples"`` of the compared outcomes (P: mean per seed;
+    n: the fewest samples of any (arm, view, seed, problem))."""
     n_prob = outcomes.groupby("seed")["problem_id"].nunique().mean() if not outcomes.empty else 0
     n_samp = int(outcomes.groupby(["arm", "view", "seed", "problem_id"]).size().min()) if not outcomes.empty else 0
-    sizes = (f"{outcomes['seed'].nunique() if not outcomes.empty else 0} seeds × {n_prob:.0f} held-out problems "
-             f"× {n_samp} samples")
-    isolation = [p.isolation for p in loaded if p.isolation]
-    summary_rows = _summary_rows(by, arms, outcomes, seeds, cc)
-    known = _known_modes(cfg)
-    ceilings = _ceiling_columns(summary_rows, by, outcomes, cc, known)
+    return (f"{outcomes['seed'].nunique() if not outcomes.empty else 0} seeds × {n_prob:.0f} held-out problems "
+            f"× {n_samp} samples")
+
+
+def _arm_info(arms: Sequence[str], seeds: Sequence[int], by: dict[str, dict[int, _Pilot]], summary_rows: list[dict],
+              arm_extra: dict) -> dict:
+    """``gate.json``'s ``arms``: per arm its role, control, views, per-seed status, summary rows and
+    (treatments) its verdict and numbers."""
     arm_info = {}
     for a in arms:
         cls = ARMS.get(a)
@@ -617,28 +541,14 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
                        "views": list(cls.views) if cls else [],
                        "status": {str(s): (by[a][s].status if s in by.get(a, {}) else "missing") for s in seeds},
                        "rates": [r for r in summary_rows if r["arm"] == a], **arm_extra.get(a, {})}
-    pc_crit = gate_v.positive_control if gate_v is not None else None
-    gate = {"verdict": verdict,
-            "sentence": _sentence(verdict, validity, gate_v, sizes),
-            "underpowered": bool(gate_v.underpowered) if gate_v is not None else False,
-            "criteria": validity + crit_rows,
-            "positive_control": None if pc_crit is None else _criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
-            "arms": arm_info, "notes": _notes(by, arms, outcomes, cc, isolation) + _ceiling_notes(ceilings),
-            "ceilings": ceilings, "known_modes": known,
-            "isolation": sorted(set(isolation)), "sizes": sizes,
-            "config": dict(cfg.raw["compare"]), "max_frac_clipped": max_fc,
-            "pilots": [str(r.path) for r in expected]}
-    if ignored:
-        gate["ignored"] = ignored
+    return arm_info
 
+
+def _write(out: Path, gate: dict, summary_rows: list[dict]) -> None:
+    """Write ``summary.tsv`` (rounded), ``gate.json`` (raw) and ``gate.md`` into ``out``."""
     tables.write_tsv(out / "summary.tsv", tables.COMPARE_SUMMARY, [_rounded(r) for r in summary_rows])
     tables.write_json(out / "gate.json", gate)
-    tables.atomic_write_bytes(out / "gate.md", _gate_md(gate).encode())
-    if figures:
-        draw_figures(by, arms, out / "figures", max_fc, distill_samples, summary_rows)
-        _ceiling_figure(summary_rows, out / "figures")
-        _absorption_figure(summary_rows, known, out / "figures")
-    return gate
+    tables.atomic_write_bytes(out / "gate.md", gate_md(gate).encode())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -656,11 +566,11 @@ def _known_modes(cfg) -> list[str]:
 def _ci_cols(row: dict, e, value: str, low: str, high: str, clip: bool = False) -> None:
     if e is None:
         return
-    lo, hi = _finite(e.ci_low), _finite(e.ci_high)
+    lo, hi = finite(e.ci_low), finite(e.ci_high)
     if clip:
         lo = None if lo is None else max(0.0, lo)
         hi = None if hi is None else min(1.0, hi)
-    row[value], row[low], row[high] = _finite(e.value), lo, hi
+    row[value], row[low], row[high] = finite(e.value), lo, hi
 
 
 def _ceiling_columns(rows: list[dict], by, outcomes: pd.DataFrame, cc, known: list[str]) -> dict:
@@ -685,7 +595,7 @@ def _ceiling_columns(rows: list[dict], by, outcomes: pd.DataFrame, cc, known: li
         kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
         for m in tables.MODES:
             e = mode_rates(outcomes, (arm, view), [m], **kw)
-            row[f"hack_rate_{m}"] = None if e is None else _finite(e.value)
+            row[f"hack_rate_{m}"] = None if e is None else finite(e.value)
         _ci_cols(row, mode_rates(outcomes, (arm, view), known, **kw), "hack_rate_known",
                  "hack_known_ci_low", "hack_known_ci_high", clip=True)
         if unknown:
@@ -702,7 +612,7 @@ def _ceiling_columns(rows: list[dict], by, outcomes: pd.DataFrame, cc, known: li
             continue
         ceil = _effect(outcomes, (cls.ceiling, view), ("vanilla", "trained"), "hack", cc)
         row["ceiling"] = cls.ceiling
-        row["ceiling_drop"] = None if ceil is None else _finite(ceil.value)
+        row["ceiling_drop"] = None if ceil is None else finite(ceil.value)
         try:
             ratio = crossed_ratio(outcomes, ((arm, view), ("vanilla", "trained")),
                                   ((cls.ceiling, view), ("vanilla", "trained")), **kw)
@@ -716,8 +626,8 @@ def _ceiling_columns(rows: list[dict], by, outcomes: pd.DataFrame, cc, known: li
             if cctl and (cctl, view) in present else None
 
         def eff(e):
-            return None if e is None else {"value": _finite(e.value), "ci_low": _finite(e.ci_low),
-                                           "ci_high": _finite(e.ci_high)}
+            return None if e is None else {"value": finite(e.value), "ci_low": finite(e.ci_low),
+                                           "ci_high": finite(e.ci_high)}
         out[arm] = {"ceiling": cls.ceiling, "view": view, "drop": eff(drop), "ceiling_drop": eff(ceil),
                     "ceiling_control": cctl, "ceiling_vs_control": eff(vs_ctl),
                     "share": None if ratio is None else {"value": ratio.value, "ci_low": ratio.ci_low,
@@ -741,315 +651,3 @@ def _ceiling_notes(ceilings: dict) -> list[str]:
                      f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
                      f"{iv(c['ceiling_vs_control'])} (reported beside the gate, never a criterion)")
     return notes
-
-
-def _ceiling_figure(rows: list[dict], folder: Path) -> None:
-    """Per treatment with a ceiling: its hack-rate drop vs vanilla beside its ceiling's and its
-    random-flag controls', with intervals."""
-    import matplotlib.pyplot as plt
-
-    by = {(r["arm"], r["view"]): r for r in rows}
-    items = []
-    for r in rows:
-        if not r.get("ceiling"):
-            continue
-        cls = ARMS[r["arm"]]
-        for a in (r["arm"], cls.control, r["ceiling"], ARMS[r["ceiling"]].control):
-            x = by.get((a, r["view"]))
-            if x is not None and x.get("drop_vs_vanilla") is not None:
-                items.append((f"{a} ({r['view']})", x))
-    fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(len(items), 3) + 1.4))
-    if not items:
-        ax.text(0.5, 0.5, "no treatment ran beside its ceiling\n(route_oracle, filter_oracle)",
-                ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-    y = np.arange(len(items))[::-1]
-    for yi, (label, x) in zip(y, items):
-        v, lo, hi = x["drop_vs_vanilla"], x.get("drop_ci_low"), x.get("drop_ci_high")
-        color = ARM_COLORS.get(x["arm"], "#777777")
-        if lo is not None and hi is not None:
-            ax.errorbar([v], [yi], xerr=[[v - lo], [hi - v]], fmt="o", color=color, capsize=3)
-        else:
-            ax.plot([v], [yi], "o", color=color)
-        share = x.get("ceiling_share")
-        ax.annotate(f"{v:.2f}" + (f"  ({share:.2f} of ceiling)" if share is not None else ""), (v, yi),
-                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-    if items:
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_yticks(y)
-        ax.set_yticklabels([i[0] for i in items], fontsize=8)
-        ax.set_xlabel("held-out hack-rate drop vs vanilla (95% CI)")
-    ax.set_title("each treatment beside its ceiling (true-label flags) and their random-flag controls", fontsize=9)
-    _save(fig, folder, "ceiling")
-
-
-def _absorption_figure(rows: list[dict], known: list[str], folder: Path) -> None:
-    """Held-out hack rate per arm and view on the modes the detector knows vs those it never saw."""
-    import matplotlib.pyplot as plt
-
-    items = [r for r in rows if r.get("hack_rate_known") is not None]
-    fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(len(items), 3) + 1.4))
-    y = np.arange(len(items))[::-1]
-    for yi, r in zip(y, items):
-        for col, lo, hi, off, label, color in (
-                ("hack_rate_known", "hack_known_ci_low", "hack_known_ci_high", 0.15, "known modes", "#1f77b4"),
-                ("hack_rate_unknown", "hack_unknown_ci_low", "hack_unknown_ci_high", -0.15, "never-seen modes", "#d62728")):
-            v = r.get(col)
-            if v is None:
-                continue
-            err = [[v - r[lo]], [r[hi] - v]] if r.get(lo) is not None and r.get(hi) is not None else None
-            ax.errorbar([v], [yi + off], xerr=err, fmt="o", color=color, capsize=3,
-                        label=label if yi == y[0] else None)
-    if items:
-        ax.set_yticks(y)
-        ax.set_yticklabels([f"{r['arm']} ({r['view']})" for r in items], fontsize=8)
-        ax.set_xlim(-0.02, 1.02)
-        ax.legend(fontsize=7, loc="best")
-    ax.set_xlabel("held-out hack rate (95% CI)")
-    ax.set_title(f"absorption: modes the detector knows ({', '.join(known)}) vs never saw", fontsize=9)
-    _save(fig, folder, "absorption")
-
-
-# ---------------------------------------------------------------------------------------------
-# figures
-
-def _save(fig, folder: Path, name: str) -> None:
-    import matplotlib.pyplot as plt
-
-    folder.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    for ext in ("png", "svg"):
-        tmp = folder / f".{name}.tmp.{ext}"
-        meta = {"Date": None} if ext == "svg" else {"Software": None}
-        fig.savefig(tmp, format=ext, dpi=120, metadata=meta)
-        tmp.replace(folder / f"{name}.{ext}")
-    plt.close(fig)
-
-
-def _series(pilots: dict[int, _Pilot], col: str) -> pd.DataFrame:
-    """Per step: mean, min and max of ``col`` over seeds."""
-    frames = [pd.DataFrame({"step": p.steps["step"], "v": pd.to_numeric(p.steps[col], errors="coerce")})
-              for p in pilots.values() if p.steps is not None and not p.steps.empty and col in p.steps.columns]
-    if not frames:
-        return pd.DataFrame(columns=["step", "mean", "min", "max"])
-    g = pd.concat(frames).groupby("step")["v"]
-    return pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max()}).reset_index().dropna()
-
-
-def _heldout_figure(summary_rows: list[dict], folder: Path) -> None:
-    """Held-out hack and pass rates per arm and view with their cluster-bootstrap intervals —
-    the comparison the gate makes."""
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in summary_rows if r.get("hack_rate") is not None]
-    fig, axes = plt.subplots(1, 2, figsize=(9.6, 0.45 * max(len(rows), 3) + 1.4), sharey=True)
-    labels = [f"{r['arm']} ({r['view']})" for r in rows]
-    y = np.arange(len(rows))[::-1]
-    for ax, metric, title in ((axes[0], "hack", "held-out hack rate"), (axes[1], "pass", "held-out pass rate")):
-        for yi, r in zip(y, rows):
-            v, lo, hi = r.get(f"{metric}_rate"), r.get(f"{metric}_ci_low"), r.get(f"{metric}_ci_high")
-            if v is None:
-                continue
-            color = ARM_COLORS.get(r["arm"], "#777777")
-            marker = "*" if r["view"] == "ablated" else "s" if r["view"] == "projected" else "o"
-            if lo is not None and hi is not None:
-                ax.errorbar([v], [yi], xerr=[[v - lo], [hi - v]], fmt=marker, color=color, ecolor=color,
-                            capsize=3, markersize=8 if marker == "*" else 5)
-            else:
-                ax.plot([v], [yi], marker, color=color)
-            ax.annotate(f"{v:.2f}", (v, yi), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-        ax.set_xlim(-0.02, 1.02)
-        ax.set_title(title, fontsize=10)
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(y)
-    axes[0].set_yticklabels(labels, fontsize=8)
-    fig.suptitle("held-out evaluation: rate and 95% cluster-bootstrap CI (seeds, problems)", fontsize=10)
-    _save(fig, folder, "heldout")
-
-
-def phase_seconds(by: dict[str, dict[int, _Pilot]], arms: Iterable[str]) -> pd.DataFrame:
-    """Mean seconds per training step of each phase, per arm (steps.tsv's ``seconds_*``).
-
-    For each arm, over every step of every loaded seed: the mean of ``seconds_sample``,
-    ``seconds_grade``, ``seconds_loss``, ``seconds_arm`` and ``seconds_optimiser``;
-    ``seconds_other`` = the mean of ``seconds`` minus those five (never below 0);
-    ``seconds_eval`` = the run's ``seconds_eval`` summed and divided by its steps (the held-out
-    evaluation runs after some steps only and is not part of ``seconds``), averaged over seeds.
-
-    Returns:
-        One row per arm that has the columns (arms without them, e.g. steps.tsv written before
-        the per-phase columns existed, are left out): ``arm``, ``seeds``, ``seconds_<phase>`` for
-        each of :data:`PHASES`, ``seconds_other``, ``seconds_eval`` and ``seconds_total`` (their
-        sum), in seconds.
-    """
-    cols = [f"seconds_{p}" for p in PHASES]
-    out = []
-    for arm in arms:
-        frames, evals = [], []
-        for pilot in by.get(arm, {}).values():
-            st = pilot.steps
-            if st is None or st.empty or not set(cols + ["seconds"]) <= set(st.columns):
-                continue
-            frames.append(st[cols + ["seconds"]].apply(pd.to_numeric, errors="coerce"))
-            ev = pd.to_numeric(st["seconds_eval"], errors="coerce") if "seconds_eval" in st else None
-            evals.append(float(ev.fillna(0).sum()) / len(st) if ev is not None else 0.0)
-        if not frames:
-            continue
-        means = pd.concat(frames).mean()
-        row = {"arm": arm, "seeds": len(frames)}
-        row.update({c: float(means[c]) for c in cols})
-        row["seconds_other"] = max(0.0, float(means["seconds"]) - sum(row[c] for c in cols))
-        row["seconds_eval"] = float(np.mean(evals))
-        row["seconds_total"] = sum(row[c] for c in (*cols, "seconds_other", "seconds_eval"))
-        out.append(row)
-    return pd.DataFrame(out, columns=["arm", "seeds", *cols, "seconds_other", "seconds_eval",
-                                      "seconds_total"])
-
-
-def _phases_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path) -> None:
-    """Where a training step's time goes, per arm: stacked mean seconds per phase."""
-    import matplotlib.pyplot as plt
-
-    table = phase_seconds(by, arms)
-    fig, ax = plt.subplots(figsize=(7.2, 0.45 * max(len(table), 3) + 1.6))
-    if table.empty:
-        ax.text(0.5, 0.5, "no per-phase seconds in steps.tsv", ha="center", va="center",
-                transform=ax.transAxes)
-        ax.set_axis_off()
-    else:
-        y = np.arange(len(table))[::-1]
-        left = np.zeros(len(table))
-        for phase in (*PHASES, "other", "eval"):
-            v = table[f"seconds_{phase}"].to_numpy(dtype=float)
-            ax.barh(y, v, left=left, color=PHASE_COLORS[phase], label=phase, height=0.7)
-            left += v
-        for yi, total in zip(y, left):
-            ax.annotate(f"{total:.2f} s", (total, yi), textcoords="offset points", xytext=(3, 0),
-                        va="center", fontsize=7)
-        ax.set_yticks(y)
-        ax.set_yticklabels([f"{a} (n={n})" for a, n in zip(table["arm"], table["seeds"])],
-                           fontsize=8)
-        ax.set_xlabel("mean seconds per training step (eval: held-out evaluation per step)")
-        ax.legend(fontsize=7, ncol=4, loc="lower right")
-        ax.grid(axis="x", alpha=0.3)
-    ax.set_title("where a step's time goes: steps.tsv's seconds_* per arm, mean over steps and seeds",
-                 fontsize=9)
-    _save(fig, folder, "phases")
-
-
-def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: str | Path,
-                 max_frac_clipped: float = 0.5, distill_samples: str | Path | None = None,
-                 summary_rows: list[dict] | None = None) -> list[Path]:
-    """Draw the compare figures (PNG and SVG, matplotlib Agg) into ``folder``.
-
-    ``heldout``: held-out hack and pass rates per arm and view with their intervals (the gate's
-    comparison); ``hack_rate``/``pass_rate``: training trajectories per arm (mean line, min–max
-    band over seeds); ``cin``: cin vs its isotropic (dashed) and empirical (dotted) nulls;
-    ``removed``: the energy share each arm removed per step and the update's span share;
-    ``frac_clipped``: per arm with the validity bound; ``cos_contrib``: the distill probe's
-    per-row ``cos_contrib`` histogram, hack vs clean rows; ``phases``: mean seconds per training
-    step of each phase per arm, stacked (:func:`phase_seconds`).
-
-    Returns:
-        The written files.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = "evil_moe"
-    folder = Path(folder)
-    arms = list(arms)
-    _heldout_figure(summary_rows or [], folder)
-
-    for col, title in (("hack_rate", "training hack rate (exploited)"), ("pass_rate", "training oracle pass rate")):
-        fig, ax = plt.subplots(figsize=(6.4, 4))
-        for arm in arms:
-            s = _series(by.get(arm, {}), col)
-            if s.empty:
-                continue
-            color = ARM_COLORS.get(arm)
-            ax.plot(s["step"], s["mean"], color=color, label=f"{arm} (n={len(by[arm])})")
-            ax.fill_between(s["step"].astype(float), s["min"].astype(float), s["max"].astype(float),
-                            color=color, alpha=0.15, linewidth=0)
-        ax.set_xlabel("step")
-        ax.set_ylabel(col)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{title}: mean and min–max over seeds", fontsize=10)
-        if ax.has_data():
-            ax.legend(fontsize=7, loc="best")
-        _save(fig, folder, col)
-
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    drew_null = False
-    for arm in arms:
-        s = _series(by.get(arm, {}), "cin")
-        if s.empty:
-            continue
-        ax.plot(s["step"], s["mean"], color=ARM_COLORS.get(arm), label=f"{arm} cin")
-        if not drew_null:
-            n = _series(by.get(arm, {}), "null_cin")
-            ax.plot(n["step"], n["mean"], color="black", linestyle="--", label="isotropic null")
-            e = _series(by.get(arm, {}), "null_cin_empirical")
-            if not e.empty:
-                ax.plot(e["step"], e["mean"], color="black", linestyle=":", label="empirical null (clean-clean)")
-            drew_null = True
-    ax.set_xlabel("step")
-    ax.set_ylabel("cosine")
-    ax.set_title("cin (hack-ward gradient fraction) vs its nulls", fontsize=10)
-    if ax.has_data():
-        ax.legend(fontsize=7)
-    _save(fig, folder, "cin")
-
-    fig, axes = plt.subplots(1, 2, figsize=(9.6, 4))
-    for arm in arms:
-        for ax, col in ((axes[0], "removed_frac"), (axes[1], "update_span_frac")):
-            s = _series(by.get(arm, {}), col)
-            if not s.empty:
-                ax.plot(s["step"], s["mean"], color=ARM_COLORS.get(arm), label=arm)
-    axes[0].set_title("energy share the arm removed (its own V)", fontsize=10)
-    axes[1].set_title("update energy share in span(v_hack)", fontsize=10)
-    for ax in axes:
-        ax.set_xlabel("step")
-        if ax.has_data():
-            ax.legend(fontsize=7)
-    _save(fig, folder, "removed")
-
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for arm in arms:
-        s = _series(by.get(arm, {}), "frac_clipped")
-        if s.empty:
-            continue
-        ax.plot(s["step"], s["max"], color=ARM_COLORS.get(arm), label=f"{arm} (max over seeds)")
-    ax.axhline(max_frac_clipped, color="black", linestyle=":", label=f"validity bound {max_frac_clipped:g}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("frac_clipped")
-    ax.set_title("fraction of tokens with the PPO clip active", fontsize=10)
-    ax.legend(fontsize=7)
-    _save(fig, folder, "frac_clipped")
-
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    if distill_samples is None:
-        ax.text(0.5, 0.5, "no distill samples given\n(run the distill probe and pass --distill-samples)",
-                ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-    else:
-        df = _read_tsv(Path(distill_samples), ("exploited", "cos_contrib"))
-        hack = df["exploited"].astype(str).str.lower().isin(["true", "1", "1.0"])
-        cos = pd.to_numeric(df["cos_contrib"], errors="coerce")
-        vals = cos.dropna()
-        bins = np.linspace(vals.min(), vals.max(), 25) if len(vals) and vals.min() < vals.max() else 10
-        for mask, label, color in ((hack, "hack rows", "#d62728"), (~hack, "clean rows", "#1f77b4")):
-            v = cos[mask].dropna()
-            if len(v):
-                ax.hist(v, bins=bins, alpha=0.5, color=color, label=f"{label} (n={len(v)}, mean {v.mean():.3f})")
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_xlabel("cos_contrib (row gradient along v_hack; > 0 = hack-ward)")
-        ax.set_ylabel("rows")
-        ax.set_title("distill probe: does v_hack light up on hacks?", fontsize=10)
-        if ax.has_data():
-            ax.legend(fontsize=7)
-    _save(fig, folder, "cos_contrib")
-    _phases_figure(by, arms, folder)
-    return [folder / f"{n}.{e}" for n in FIGURES if n not in ("ceiling", "absorption") for e in ("png", "svg")]

@@ -23,7 +23,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from evil_moe import stats, tables
+from evil_moe import tables
+from evil_moe.gate.effects import paired_effect
 from evil_moe.arms import ARMS
 from evil_moe.ceilings import mode_rates
 
@@ -111,7 +112,7 @@ def run_detector_sweep(pilots: Sequence[tuple[str, str | Path]], out_dir: str | 
             v = pd.to_numeric(allst[col], errors="coerce").dropna() if col in allst else pd.Series(dtype=float)
             return float(v.mean()) if len(v) else None
         try:
-            e = stats.paired_effect(outcomes, (tag, view), ("vanilla", "trained"), "hack", power=cc.power, **kw)
+            e = paired_effect(outcomes, (tag, view), ("vanilla", "trained"), "hack", power=cc.power, **kw)
         except ValueError:
             e = None
         unk = mode_rates(outcomes, (tag, view), unknown, **kw) if unknown else None
@@ -141,7 +142,7 @@ def draw_quality(rows: list[dict], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from evil_moe.stages.compare import ARM_COLORS, _save
+    from evil_moe.gate.figures import ARM_COLORS, save_figure
 
     plt.rcParams["svg.hashsalt"] = "evil_moe"
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -171,7 +172,7 @@ def draw_quality(rows: list[dict], out: Path) -> None:
     else:
         ax.text(0.5, 0.5, "no sweep pilot with held-out outcomes", ha="center", va="center",
                 transform=ax.transAxes)
-    _save(fig, out, "quality")
+    save_figure(fig, out, "quality")
 
 
 __all__ = ["run_detector_sweep", "parse_level", "draw_quality"]

@@ -728,9 +728,9 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
     World checks (``kind == "world"``; all must pass for ``planted_world`` to pass):
 
     * ``ceiling_beats_control``: erase_planted's hack drop vs random_v has CI low > 0
-      (:func:`evil_moe.stats.beats_control`) — erase works when V is right;
+      (:func:`evil_moe.gate.rule.beats_control`) — erase works when V is right;
     * ``ceiling_drop_vs_vanilla``: its drop vs vanilla passes
-      :func:`evil_moe.stats.drop_vs_vanilla` (``compare.min_drop``);
+      :func:`evil_moe.gate.rule.drop_vs_vanilla` (``compare.min_drop``);
     * ``control_not_separated``: random_v's drop vs vanilla does NOT pass ``drop_vs_vanilla``
       — a random V must not look like a method;
     * ``recovery``: per switch module, the extracted V's ``span_cos`` with the plant is above
@@ -748,7 +748,8 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
     Raises:
         ValueError: the outcomes hold no vanilla, random_v or erase_planted rows (names it).
     """
-    from evil_moe import stats
+    from evil_moe.gate.effects import paired_effect, side_rate
+    from evil_moe.gate.rule import beats_control, drop_vs_vanilla
 
     cc = cfg.compare
     kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, power=cc.power)
@@ -768,22 +769,22 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
                      "threshold": threshold, "passed": bool(passed), "note": note})
 
     def eff(a, b):
-        return stats.paired_effect(outcomes, (a, "trained"), (b, "trained"), "hack", **kw)
+        return paired_effect(outcomes, (a, "trained"), (b, "trained"), "hack", **kw)
 
     for arm in sorted(have, key=lambda a: (a != "vanilla", a)):
-        e = stats.side_rate(outcomes, (arm, "trained"), "hack", **kw)
+        e = side_rate(outcomes, (arm, "trained"), "hack", **kw)
         add("hack_rate", "info", arm, "", e, math.nan, True, "held-out hack rate (trained view)")
-    c = stats.beats_control(eff(PLANTED_CEILING, "random_v"), cc.min_drop, cc.min_seeds)
+    c = beats_control(eff(PLANTED_CEILING, "random_v"), cc.min_drop, cc.min_seeds)
     add("ceiling_beats_control", "world", PLANTED_CEILING, "random_v", c.effect, 0.0, c.passed, c.note)
-    c = stats.drop_vs_vanilla(eff(PLANTED_CEILING, "vanilla"), cc.min_drop, cc.min_seeds)
+    c = drop_vs_vanilla(eff(PLANTED_CEILING, "vanilla"), cc.min_drop, cc.min_seeds)
     add("ceiling_drop_vs_vanilla", "world", PLANTED_CEILING, "vanilla", c.effect, cc.min_drop, c.passed, c.note)
-    c = stats.drop_vs_vanilla(eff("random_v", "vanilla"), cc.min_drop, cc.min_seeds)
+    c = drop_vs_vanilla(eff("random_v", "vanilla"), cc.min_drop, cc.min_seeds)
     add("control_not_separated", "world", "random_v", "vanilla", c.effect, cc.min_drop, not c.passed,
         "random_v must not separate from vanilla: " + c.note)
     if "erase" in have:
-        c = stats.beats_control(eff("erase", "random_v"), cc.min_drop, cc.min_seeds)
+        c = beats_control(eff("erase", "random_v"), cc.min_drop, cc.min_seeds)
         add("treatment_beats_control", "info", "erase", "random_v", c.effect, 0.0, c.passed, c.note)
-        c = stats.drop_vs_vanilla(eff("erase", "vanilla"), cc.min_drop, cc.min_seeds)
+        c = drop_vs_vanilla(eff("erase", "vanilla"), cc.min_drop, cc.min_seeds)
         add("treatment_drop_vs_vanilla", "info", "erase", "vanilla", c.effect, cc.min_drop, c.passed, c.note)
         e = eff(PLANTED_CEILING, "erase")  # erase − erase_planted: how far erase is from its ceiling
         add("treatment_vs_ceiling", "info", "erase", PLANTED_CEILING, e, cc.min_drop,

@@ -1,0 +1,288 @@
+"""The one place the separation gate's verdict is put into words.
+
+Everything a reader is told about the verdict is written here, from the numbers of
+:mod:`evil_moe.gate.rule`:
+
+- :func:`sentence`: ``gate.json``'s one-sentence verdict with rounded numbers (the compare stage);
+- :func:`gate_md`: ``gate.md``, the criteria as a short markdown table;
+- :func:`verdict_line` and :func:`decision_text`: the report's first line and its criteria and
+  sweep decision (reStructuredText; ``rules/common.smk`` calls them for ``sweep_decision``);
+- :func:`arm_verdict_cell`: an arm's verdict in the first page's per-arm table
+  (:mod:`evil_moe.frontpage`);
+- :func:`arm_reason`, :func:`holm_reason`, :func:`underpowered_reason`, :func:`gate_reason`: the
+  ``reason`` of each arm's and the gate's verdict (:mod:`evil_moe.gate.rule` calls them);
+- :func:`more_text`: "about N seeds, … would decide it" (the reasons and the sentence).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+from evil_moe.gate.power import plan
+
+if TYPE_CHECKING:
+    from evil_moe.gate.effects import Effect
+    from evil_moe.gate.power import Needed
+    from evil_moe.gate.rule import ArmVerdict, Criterion, GateVerdict
+
+
+def more_text(seeds: int | None, problems: int | None, samples: int | None) -> str:
+    """What more data would decide: ``about 12 seeds, about 40 held-out problems or about 300
+    samples per problem`` (the parts given; empty when none is)."""
+    more = []
+    if seeds is not None:
+        more.append(f"about {seeds} seeds")
+    if problems is not None:
+        more.append(f"about {problems} held-out problems")
+    if samples is not None:
+        more.append(f"about {samples} samples per problem")
+    return ", ".join(more[:-1]) + (" or " if len(more) > 1 else "") + more[-1] if more else ""
+
+
+def arm_reason(arm: str, verdict: str, notes: Sequence[str], seeds: int | None = None,
+               problems: int | None = None, samples: int | None = None) -> str:
+    """An arm's ``reason`` (:func:`evil_moe.gate.rule.decide_arm`): ``"<arm>: <verdict> — "`` and
+    the notes of the criteria that decide it; for ``inconclusive``, what more would decide it
+    (``seeds``, ``problems``, ``samples``; :func:`more_text`) or that nothing reachable would."""
+    text = f"{arm}: {verdict.replace('_', ' ')} — " + "; ".join(notes)
+    if verdict != "inconclusive":
+        return text
+    more = more_text(seeds, problems, samples)
+    tail = (more + " would decide it if the observed means hold" if more else
+            "no reachable number of seeds, problems or samples would decide it at the observed means (a mean "
+            "near its boundary)")
+    return text + "; " + tail
+
+
+def holm_reason(v: ArmVerdict, p_adj: float, alpha: float, family: int, binds: str, nd: Needed) -> str:
+    """The ``reason`` of an arm separated before Holm's correction but not after it: its p-value,
+    the adjusted one, the criterion that binds, and what more would decide it (``nd``)."""
+    more = more_text(nd.seeds, nd.problems, nd.samples)
+    return (f"{v.arm}: inconclusive — every criterion passes at the unadjusted level, but not after Holm's "
+            f"correction for {family} treatment arms (p {v.p_value:.4f}, adjusted {p_adj:.4f} > {alpha:g}; "
+            f"{binds} binds)" + (f"; {more} would decide it if the observed means hold" if more else "")
+            + " — " + "; ".join(c.note for c in v.criteria))
+
+
+def underpowered_reason(positive_control: Effect, pc: Criterion, min_seeds: int) -> str:
+    """The gate's ``reason`` when its positive control fails drop_vs_vanilla: too few seeds (fewer
+    than ``min_seeds``) or underpowered."""
+    if positive_control.n_seeds < min_seeds:
+        return (f"inconclusive (too few seeds): {positive_control.n_seeds} seeds, fewer than "
+                f"min_seeds {min_seeds}, cannot separate any arm, the positive control included")
+    return (f"inconclusive (underpowered): the positive control {positive_control.a[0]} does not "
+            f"separate from vanilla ({pc.note}), so this experiment cannot tell a working arm "
+            f"from a failing one")
+
+
+def gate_reason(verdict: str, arms: Sequence[ArmVerdict], positive_control: Effect | None, pc: Criterion | None,
+                multiplicity: str, alpha: float) -> str:
+    """The gate's ``reason`` (:func:`evil_moe.gate.rule.decide_gate`) for ``separated`` (the
+    separated arms' reasons), ``not_separated`` (every arm's) or ``inconclusive`` (the inconclusive
+    arms'), with Holm's correction when it applied and the positive control's note."""
+    if verdict == "separated":
+        reason = "; ".join(a.reason for a in arms if a.verdict == "separated")
+    elif verdict == "not_separated":
+        reason = "; ".join(a.reason for a in arms)
+    else:
+        reason = "; ".join(a.reason for a in arms if a.verdict == "inconclusive")
+    K = len(arms)
+    if multiplicity == "holm" and K > 1:
+        reason += f" (Holm's correction over {K} treatment arms, family-wise one-sided level {alpha:g})"
+    reason += (f" (positive control {positive_control.a[0]}: {pc.note})" if pc is not None
+               else " (no positive control: the gate's power was not checked)")
+    return reason
+
+
+def _r3(x) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+
+def _ci(e) -> str:
+    return "[no interval]" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.3f}, {e.ci_high:.3f}]"
+
+
+def _pass_text(p: Criterion) -> str:
+    """The pass-rate drop and its margins: the absolute one, and the relative one beside it with
+    which binds."""
+    e = p.effect
+    text = f"pass-rate drop {e.value:.3f} (upper {e.ci_high:.3f} vs margin {p.threshold:g}"
+    if p.rel_effect is not None:
+        text += (f" and {p.rel_margin:g} × vanilla's {e.mean_b:.3f} = {p.rel_margin * e.mean_b:.3f}, "
+                 f"{p.binding} binds; drop − {p.rel_margin:g} × vanilla upper {p.rel_effect.ci_high:.3f} vs 0")
+    return text + ")"
+
+
+def _plan_text(c: Criterion) -> str:
+    """Which of twice the seeds, problems or samples buys the most power (planned MDE each)."""
+    pl = plan(c.effect)
+    if pl["best"] is None:
+        return ""
+    what = {"seeds": "seeds", "problems": "held-out problems", "samples": "samples per problem"}
+    opts = ", ".join(f"{what[k]} {pl[k]['mde']:.3f}" for k in ("seeds", "problems", "samples")
+                     if pl[k]["mde"] is not None)
+    return (f"; twice the {what[pl['best']]} buys the most power for {c.name} (planned MDE at twice the {opts}; "
+            f"now {_r3(pl['now']['mde'] if pl['now']['mde'] is not None else math.inf)})")
+
+
+def _arm_phrase(v: ArmVerdict) -> str:
+    """One arm in the sentence: its drops vs vanilla and vs its control with intervals, its pass
+    criterion, Holm's adjustment, and for an inconclusive arm what is open and what would decide."""
+    d, c, p = v.criteria
+    view = d.effect.a[1]
+    base = (f"{v.arm} ({view} view) lowers the held-out hack rate by {d.effect.value:.3f} {_ci(d.effect)} vs "
+            f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, {_pass_text(p)}")
+    if v.family > 1:
+        base += f", p {v.p_value:.3g} (Holm-adjusted over {v.family} arms {v.p_adjusted:.3g})"
+    if v.verdict == "inconclusive":
+        open_ = [x for x in v.criteria if not x.passed and not x.rules_out]
+        if open_:
+            base += f"; undecided: {', '.join(x.name for x in open_)}"
+        elif v.p_adjusted is not None and v.p_adjusted > v.p_value:
+            base += "; every criterion passes, but not after Holm's correction"
+        base += f"; MDE of the drop vs vanilla {_r3(d.mde)}"
+        more = more_text(v.needed_seeds, v.needed_problems, v.needed_samples)
+        base += f"; {more} would decide it" if more else ""
+        hack_open = [x for x in open_ if x.name != "matched_pass"]
+        base += _plan_text(hack_open[0]) if hack_open else ""
+    return base
+
+
+def sentence(verdict: str, validity: list[dict], gate: GateVerdict | None, sizes: str) -> str:
+    """``gate.json``'s ``sentence``: the verdict (``invalid``, ``separated``, ``not_separated``,
+    ``inconclusive``) in one sentence with rounded numbers, opening with the verdict word.
+
+    Args:
+        verdict: the overall verdict. validity: the ``valid`` criteria rows (one per pilot).
+        gate: the rule's :class:`~evil_moe.gate.rule.GateVerdict` (``None``: no treatment arm ran).
+        sizes: ``"S seeds × P held-out problems × n samples"``.
+    """
+    if verdict == "invalid":
+        bad = [c for c in validity if not c["passed"]]
+        which = "; ".join(f"{c['arm']} s{c['seed']}: {c['note']}" for c in bad)
+        return (f"invalid: {len(bad)} of {len(validity)} pilots failed validity ({which}) "
+                "— fix or rerun them before judging separation.")
+    if gate is None:
+        return "not separated: no treatment arm was run — the sweep is not justified."
+    pc = gate.positive_control
+    pc_text = ("no positive control: the gate's power was not checked" if pc is None else
+               f"positive control {pc.effect.a[0]} drop {pc.effect.value:.3f} {_ci(pc.effect)}")
+    if gate.too_few_seeds:
+        return (f"inconclusive (too few seeds): {pc.effect.n_seeds} seeds, fewer than compare.min_seeds "
+                f"{gate.min_seeds}, cannot separate any arm, the positive control included ({pc_text}; {sizes}) "
+                f"— add seeds (pilot.seeds); the sweep is not scheduled.")
+    if gate.underpowered:
+        return (f"inconclusive (underpowered): the positive control {pc.effect.a[0]} does not separate from "
+                f"vanilla (drop {pc.effect.value:.3f} {_ci(pc.effect)}, MDE {_r3(pc.mde)}), so this run cannot "
+                f"tell a working arm from a failing one ({sizes}) — the sweep is not scheduled.")
+    arms = {v.verdict: [] for v in gate.arms}
+    for v in gate.arms:
+        arms[v.verdict].append(v)
+    if verdict == "separated":
+        parts = "; ".join(_arm_phrase(v) for v in arms["separated"])
+        return f"separated: {parts}, over {sizes}; {pc_text} — the sweep is justified."
+    if verdict == "not_separated":
+        parts = "; ".join(_arm_phrase(v) for v in gate.arms)
+        return (f"not separated: an effect of min_drop {gate.arms[0].criteria[0].threshold:g} is ruled out for every "
+                f"treatment arm ({parts}), over {sizes}; {pc_text} — the sweep is not justified.")
+    parts = "; ".join(_arm_phrase(v) for v in arms.get("inconclusive", []))
+    return f"inconclusive: {parts}; over {sizes}; {pc_text} — the sweep is not scheduled."
+
+
+def gate_md(gate: dict) -> str:
+    """``gate.md``: the verdict, its sentence, the criteria as a markdown table and the notes,
+    from the ``gate.json`` dict."""
+    lines = [f"# Separation gate: {gate['verdict']}", "", gate["sentence"], "",
+             "| criterion | arm | vs | view | value [CI] | MDE | threshold | passed | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in gate["criteria"]:
+        arm = c["arm"] + (f" s{c['seed']}" if "seed" in c else "")
+        val = "" if c.get("value") is None else f"{c['value']:.3f}"
+        if c.get("ci_low") is not None:
+            val += f" [{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
+        mde = "" if c.get("mde") is None else f"{c['mde']:.3f}"
+        lines.append(f"| {c['name']} | {arm} | {c.get('control', '')} | {c.get('view', '')} | {val} | {mde} "
+                     f"| {c['threshold']} | {'yes' if c['passed'] else 'NO'} | {c.get('note', '')} |")
+    if gate.get("notes"):
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in gate["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+
+def verdict_line(gate: dict | None) -> str:
+    """The report's first line: ``**Verdict: <verdict>**`` and the sentence (reStructuredText),
+    the verdict word said once; a placeholder before the gate is decided (``gate`` ``None``)."""
+    if gate is None:
+        return "The separation gate has not been decided yet."
+    verdict, text = gate.get("verdict", "invalid"), gate.get("sentence", "")
+    # the sentence opens with the verdict word: say it once
+    if text.startswith(verdict):
+        return f"**Verdict: {verdict}**{text[len(verdict):]}"
+    return f"**Verdict: {verdict}.** {text}"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _criteria_lines(gate: dict) -> list[str]:
+    """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none)."""
+    criteria = [c for c in gate.get("criteria", []) if c.get("name") != "valid" or not c.get("passed")]
+    if not criteria:
+        return []
+    lines = ["Gate criteria:", ""]
+    for c in criteria:
+        mark = "met" if c.get("passed") else "not met"
+        who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
+        vs = f" vs {c['control']}" if c.get("control") else ""
+        ci = f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
+        mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
+        lines.append(f"- {mark}: {c.get('name')} {who}{vs}: {_num(c.get('value'))}{ci}{mde} "
+                     f"(threshold {c.get('threshold')})")
+    return lines + [""]
+
+
+def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
+    """Whether the sweep runs, and why (reStructuredText)."""
+    if verdict == "separated" and not (sweep_seeds or fold_modes):
+        return ("**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
+                "and no leave-one-mode-out folds (`sweep.folds: false`), so nothing more runs. Set "
+                "them (as config/pilot.yaml does) and rerun to schedule the sweep.")
+    if verdict == "separated":
+        seeds = ", ".join(map(str, sweep_seeds)) or "none"
+        folds = ", ".join(fold_modes) or "none"
+        return (f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
+                f"folds: {folds}); its comparison is under {sweep_dir}.")
+    if verdict == "inconclusive":
+        return ("**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
+                "shown at these sizes; the sentence above says roughly how many more seeds or "
+                "samples per problem would decide it (pilot.seeds, pilot.heldout_samples).")
+    return ("**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, "
+            f"leave-one-mode-out folds); the verdict is '{verdict}', so the sweep was not "
+            "justified (reasons above).")
+
+
+def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
+    """The report's first page below the figure and the tables: the gate's failed or deciding
+    criteria, its notes and the sweep decision (reStructuredText; empty before the gate).
+
+    Args:
+        gate: ``compare/gate.json``'s content, or ``None``.
+        sweep_seeds: ``sweep.seeds``. fold_modes: the leave-one-mode-out folds that would run.
+        sweep_dir: where the sweep's comparison goes (named in the text).
+    """
+    if gate is None:
+        return ""
+    lines = _criteria_lines(gate)
+    if gate.get("notes"):
+        lines += ["Notes:", ""] + [f"- {n}" for n in gate["notes"]] + [""]
+    lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
+    return "\n".join(lines)
+
+
+def arm_verdict_cell(role: str, arm_gate: dict) -> str:
+    """An arm's verdict on the first page's per-arm table: the gate's verdict for a treatment
+    (``gate.json`` ``arms[arm]``, a dash when absent), ``reported (<role>)`` for an arm the gate
+    never judges (a ceiling, the positive control)."""
+    return arm_gate.get("verdict", "–") if role == "treatment" else f"reported ({role.replace('_', ' ')})"
