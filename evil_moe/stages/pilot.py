@@ -952,10 +952,5 @@ def _draw_teacher(by_problem: dict, pid: str, k: int, seed: int, step: int, j: i
     return out
 
 
-def checkpoint_exists(out_dir: str) -> bool:
-    """True when ``out_dir`` holds a pilot checkpoint (a rerun will resume from it)."""
-    return (Path(out_dir) / "checkpoint.pt").exists()
-
-
 __all__ = ["run_pilot", "projection_vhack", "Trainer", "evaluate", "prompt_schedule", "refresh_vhack", "PilotInvalid",
-           "PilotInterrupted", "checkpoint_exists"]
+           "PilotInterrupted"]
