@@ -45,6 +45,27 @@ def test_registry_matches_schema_and_controls_are_registered():
         assert (cls.views[0] == "ablated") == cls.trains_delta_s_hack
 
 
+def test_eval_views_add_projected_only_for_a_declaring_arm_under_static_projection():
+    """The held-out views come from the arm's class: vanilla (projected_view) gains
+    ``projected`` under pilot.static_projection, no other arm does, and a new arm that declares
+    projected_view gets it too (no name check anywhere)."""
+    from evil_moe.arms import Arm
+
+    on, off = cfg_of("pilot.static_projection=true").pilot, cfg_of().pilot
+    assert get_arm("vanilla").eval_views(on) == ("trained", "projected")
+    assert get_arm("vanilla").eval_views(off) == ("trained",)
+    assert get_arm("route").eval_views(on) == ("ablated", "trained")
+    assert [n for n in ARMS if "projected" in get_arm(n).eval_views(on)] == ["vanilla"]
+
+    class NewArm(Arm):
+        name = "new_arm"
+        views = ("ablated", "trained")
+        projected_view = True
+
+    assert NewArm().eval_views(on) == ("ablated", "trained", "projected")
+    assert NewArm().eval_views(off) == ("ablated", "trained")
+
+
 def test_arm_set_is_validated_up_front():
     from evil_moe.config import ConfigError, load_config
 

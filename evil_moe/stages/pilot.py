@@ -725,7 +725,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     tables.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
     adapter.save(out / "adapter.safetensors", metadata={"arm": arm, "seed": seed, "config": digest})
     status = _write_status(status_path, "ok", "", pc.steps - 1, isolation=isolation,
-                           views=list(_views(arm_obj, pc)), role=arm_obj.role,
+                           views=list(arm_obj.eval_views(pc)), role=arm_obj.role,
                            control=arm_obj.control, torch_threads=torch.get_num_threads())
     # a finished run keeps no resume state: a later rerun (new inputs) starts afresh
     (out / "steps.partial.tsv").unlink(missing_ok=True)
@@ -832,14 +832,6 @@ def _progress(row: dict, steps: int) -> str:
 # held-out evaluation
 
 
-def _views(arm, pc) -> tuple[str, ...]:
-    """The arm's evaluated views, plus ``projected`` for vanilla with ``pilot.static_projection``."""
-    views = tuple(arm.views)
-    if arm.name == "vanilla" and pc.static_projection:
-        views += ("projected",)
-    return views
-
-
 @contextlib.contextmanager
 def _view(trainer: Trainer, view: str, init_ds: Sequence[torch.Tensor]):
     """Sampling context of a view: ``trained`` (δS + δS_hack), ``ablated`` (δS_hack = 0, the
@@ -890,7 +882,7 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds) -> tuple[list[dict],
     prompts = prompt_ids_for(tok, heldout)
     rows, outcomes = [], []
     chunk = max(1, pc.eval_chunk)
-    for view in _views(trainer.arm, pc):
+    for view in trainer.arm.eval_views(pc):
         recs = []
         with _view(trainer, view, init_ds):
             for c0 in range(0, len(heldout), chunk):
