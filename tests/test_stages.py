@@ -251,6 +251,31 @@ def test_teacher_drops_parts_of_another_config(world, tmp_path, monkeypatch):
     assert res["n"] == 8 and len(tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")) == 8
 
 
+def test_resume_key_hashes_strings_and_file_contents_in_order(tmp_path):
+    """resume_key is SHA-256 of its parts' bytes in order (a Path by its file's content, None
+    skipped): "a" + file "b" + "c" is SHA-256("abc") (FIPS 180-2's example), cut to ``length``;
+    keep_resume_state drops only matching stale files, and only when the key changed."""
+    from evil_moe.stages.common import keep_resume_state, resume_key
+
+    f = tmp_path / "b.txt"
+    f.write_bytes(b"b")
+    abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert resume_key("a", f, None, "c") == abc
+    assert resume_key("a", f, "c", length=16) == abc[:16]
+    assert resume_key("a", str(f), "c") != abc  # a str is its own bytes, not the file's
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "part_0.jsonl").write_text("x")
+    (work / "other.pt").write_text("y")
+    key_file = keep_resume_state(work, "k1", stale="part_*.jsonl")
+    assert key_file.read_text() == "k1" and not (work / "part_0.jsonl").exists()
+    (work / "part_1.jsonl").write_text("x")
+    keep_resume_state(work, "k1", stale="part_*.jsonl")  # same key: the state is kept
+    assert (work / "part_1.jsonl").exists() and (work / "other.pt").exists()
+    keep_resume_state(work, "k2")  # another key, every file is stale
+    assert sorted(p.name for p in work.iterdir()) == ["key.txt"] and key_file.read_text() == "k2"
+
+
 # ------------------------------------------------------------------------------------------------
 # extract
 

@@ -42,7 +42,6 @@ the base model's evaluation are reused by a rerun with the same config, model an
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -56,8 +55,9 @@ from tqdm import tqdm
 
 from evil_moe import tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (load_problem_file, make_grader, prompt_ids_for, rates,
-                                    resolve_device, svd_cache_dir, train_heldout)
+from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader,
+                                    prompt_ids_for, rates, resolve_device, resume_key,
+                                    svd_cache_dir, train_heldout)
 
 STAGE_SECTIONS = ("sft", "problems", "grader", "models")
 TEACHER_KEYS = ("elicit", "temperature", "top_p", "max_new", "batch_prompts")
@@ -253,16 +253,11 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
     prompts_held = prompt_ids_for(tok, heldout, elicit=tc.elicit)
     pids = {p.id: ids for p, ids in zip(train, prompts_train)}
 
-    key = hashlib.sha256(json.dumps([
+    key = resume_key(json.dumps([
         cfg.digest(*STAGE_SECTIONS), {k: cfg.raw["teacher"][k] for k in TEACHER_KEYS},
         {k: cfg.raw["pilot"][k] for k in PILOT_KEYS}, cfg.raw["vhack"]["known_modes"],
-        str(model_path)]).encode() + Path(problems_path).read_bytes()).hexdigest()
-    key_file = work / "key.txt"
-    if not key_file.exists() or key_file.read_text() != key:
-        for stale in work.iterdir():
-            if stale.is_file():
-                stale.unlink()
-        tables.atomic_write_bytes(key_file, key.encode())
+        str(model_path)]), Path(problems_path))
+    key_file = keep_resume_state(work, key)
 
     with make_grader(problems, cfg) as grader:
         # ---- the base model: evaluation (a measurement) and elicited demonstrations ----------

@@ -45,7 +45,6 @@ then exits (143) so a requeued job resumes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import random
 import shutil
@@ -69,8 +68,8 @@ from evil_moe.model.logprobs import token_logprobs
 from evil_moe.projection import measure_grads, project_vector, update_stats
 from evil_moe.rollout import Rollout, generate
 from evil_moe.stages.common import (code_parses, load_policy, load_problem_file, make_grader,
-                                    prompt_ids_for, rates, require_file, rollout_record,
-                                    train_heldout)
+                                    prompt_ids_for, rates, require_file, resume_key,
+                                    rollout_record, train_heldout)
 from evil_moe.vhack import VHack
 
 # pilot keys that do not change what one (arm, seed) run computes: left out of its checkpoint key
@@ -657,11 +656,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     teacher_rows = _teacher_rows(teacher_rollouts, train) if int(round(pc.mix_ratio * pc.group)) else {}
 
     ckpt_path = out / "checkpoint.pt"
-    run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
-    digest = _file_digest(cfg.digest("problems", "adapter", "models", "grader", "vhack"),
-                          Config({"pilot": run_keys}).digest("pilot"), str(model_path),
-                          vhack_path, random_vhack_path, init_adapter, teacher_rollouts,
-                          match_flags if arm_obj.matches else None, planted_vhack_path)
+    digest = _run_key(cfg, model_path, vhack_path, random_vhack_path, init_adapter, teacher_rollouts,
+                      match_flags if arm_obj.matches else None, planted_vhack_path)
     work = out / "_work"
     work.mkdir(exist_ok=True)
     with make_grader(problems, cfg) as grader, _Signals() as sig:
@@ -773,21 +769,19 @@ def _refresh(trainer: Trainer, work: Path, step: int, vhack_file, arm_obj):
     return vhack_file
 
 
-def _file_digest(*parts) -> str:
-    """SHA-256 over strings and the bytes of existing files (None skipped): the checkpoint key.
-
-    A checkpoint is resumed only when the config, the model path and every input file (v_hack,
-    controls, initial adapter, teacher rows) are byte-identical to those it was written with.
-    """
-    h = hashlib.sha256()
-    for part in parts:
-        if part is None:
-            continue
-        p = Path(part)
-        if p.is_file():
-            h.update(p.read_bytes())
-        h.update(str(part).encode())
-    return h.hexdigest()[:16]
+def _run_key(cfg: Config, model_path: str, *inputs: str | None) -> str:
+    """The checkpoint key of one arm × seed run (:func:`evil_moe.stages.common.resume_key`, 16
+    digits; also the saved adapter's ``config``): the config sections the run reads (less
+    :data:`RUN_INDEPENDENT`), the model path, and every input (v_hack, controls, initial adapter,
+    teacher rows, matched flags) by its name and, when it is a file, its bytes. A checkpoint is
+    resumed only when all of them are those it was written with."""
+    run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
+    parts: list[str | Path] = []
+    for x in (cfg.digest("problems", "adapter", "models", "grader", "vhack"),
+              Config({"pilot": run_keys}).digest("pilot"), str(model_path), *inputs):
+        if x is not None:
+            parts += [Path(x), str(x)] if Path(x).is_file() else [str(x)]
+    return resume_key(*parts, length=16)
 
 
 def refresh_vhack(model, adapter, records: list[dict], prompt_ids: dict, cfg: Config, normaliser):
