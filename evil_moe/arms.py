@@ -1,7 +1,7 @@
 """Arms: what one pilot trains on, and what it does to per-sample gradients and to the update.
 
 An arm is a small class in one registry (:data:`ARMS`). The pilot's trainer
-(:mod:`evil_moe.stages.pilot`) calls its hooks at fixed points of every step and never asks for
+(:mod:`evil_moe.trainer`) calls its hooks at fixed points of every step and never asks for
 an arm by name; the compare stage asks each arm for its matched control, its role and its views.
 Adding an arm is one class here plus its tests.
 

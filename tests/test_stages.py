@@ -500,7 +500,7 @@ N_STEPS = 2  # pilot.steps in stage_fixtures.BASE_SETS
 
 
 def test_pilot_outputs(world, erase_run):
-    from evil_moe.stages.pilot import prompt_schedule
+    from evil_moe.trainer import prompt_schedule
 
     assert header(erase_run / "steps.tsv") == tables.names(tables.STEPS)
     rows = read_tsv(erase_run / "steps.tsv")
@@ -536,7 +536,7 @@ def test_pilot_outputs(world, erase_run):
 
 
 def test_prompt_schedule_is_epochwise_and_seeded():
-    from evil_moe.stages.pilot import prompt_schedule
+    from evil_moe.trainer import prompt_schedule
 
     seq = [i for s in range(9) for i in prompt_schedule(9, 2, 0, s)]
     assert sorted(seq[:9]) == list(range(9)) and sorted(seq[9:18]) == list(range(9))
@@ -603,7 +603,8 @@ def _first_step_with_gradient(erase_run) -> int:
 
 def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
     import evil_moe.grpo
-    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.trainer import PilotInvalid
 
     real = evil_moe.grpo.dr_grpo_loss
 
@@ -622,7 +623,8 @@ def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
 
 def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
     """Teacher rows (mix_ratio > 0) carry the teacher's log-probs: ρ ≠ 1 and the clip engages."""
-    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.trainer import PilotInvalid
 
     cfg = cfg_of("pilot.mix_ratio=0.34", "pilot.max_frac_clipped=0.0")
     with pytest.raises(PilotInvalid, match="frac_clipped"):
@@ -634,7 +636,8 @@ def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
 
 def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch):
     import evil_moe.grpo
-    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.trainer import PilotInvalid
 
     real = evil_moe.grpo.dr_grpo_loss
 
