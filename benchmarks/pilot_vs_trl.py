@@ -116,18 +116,19 @@ def run_ours(cfg, world: dict, arm: str, out_dir: Path, every_row: bool = False)
     """One ``run_pilot`` block; per-step wall times from stamps at the top of each step.
     ``every_row``: push every row through the loss, as TRL does (rows of zero-variance groups
     have zero advantage, so the gradient is the same; only the time changes)."""
+    from evil_moe import trainer
     from evil_moe.stages import pilot
 
     stamps: list[float] = []
-    orig_sched, orig_eval = pilot.prompt_schedule, pilot.evaluate
-    orig_adv = pilot.Trainer.advantages
+    orig_sched, orig_eval = trainer.prompt_schedule, pilot.evaluate
+    orig_adv = trainer.Trainer.advantages
 
     def all_rows(self, R):
         adv, _ = orig_adv(self, R)
         return adv, list(range(R.numel()))
 
     if every_row:
-        pilot.Trainer.advantages = all_rows
+        trainer.Trainer.advantages = all_rows
 
     def sched(*a, **k):
         stamps.append((time.perf_counter(), time.process_time()))
@@ -137,14 +138,14 @@ def run_ours(cfg, world: dict, arm: str, out_dir: Path, every_row: bool = False)
         stamps.append((time.perf_counter(), time.process_time()))
         return orig_eval(*a, **k)
 
-    pilot.prompt_schedule, pilot.evaluate = sched, ev
+    trainer.prompt_schedule, pilot.evaluate = sched, ev
     try:
         pilot.run_pilot(cfg, problems_path=world["problems"], model_path=world["model"],
                         vhack_path=world["vhack"], random_vhack_path=world["vhack"], arm=arm,
                         seed=0, out_dir=str(out_dir))
     finally:
-        pilot.prompt_schedule, pilot.evaluate = orig_sched, orig_eval
-        pilot.Trainer.advantages = orig_adv
+        trainer.prompt_schedule, pilot.evaluate = orig_sched, orig_eval
+        trainer.Trainer.advantages = orig_adv
     with open(out_dir / "steps.tsv") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     return {"step_s": [b[0] - a[0] for a, b in zip(stamps, stamps[1:])],
@@ -163,7 +164,7 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
     from evil_moe.env.grader import Grader
     from evil_moe.env.problems import build_messages
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
-    from evil_moe.stages.pilot import prompt_schedule
+    from evil_moe.trainer import prompt_schedule
 
     pc, g = cfg.pilot, cfg.grader
     torch.manual_seed(0)

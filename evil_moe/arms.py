@@ -1,7 +1,7 @@
 """Arms: what one pilot trains on, and what it does to per-sample gradients and to the update.
 
 An arm is a small class in one registry (:data:`ARMS`). The pilot's trainer
-(:mod:`evil_moe.stages.pilot`) calls its hooks at fixed points of every step and never asks for
+(:mod:`evil_moe.trainer`) calls its hooks at fixed points of every step and never asks for
 an arm by name; the compare stage asks each arm for its matched control, its role and its views.
 Adding an arm is one class here plus its tests.
 
@@ -311,6 +311,9 @@ class Arm:
             (:class:`FlagRateMatch`), else None.
         reads_label: the arm's flags are the true hack label (ceilings only).
         views: evaluated views, the judged one first.
+        projected_view: with ``pilot.static_projection`` the arm is also evaluated in the view
+            ``projected`` (its final δS with the hack-ward part of its total update removed once:
+            the static counterpart of ``subtract``); see :meth:`eval_views`.
         vhack: the V the arm acts along: ``real`` (v_hack), ``random`` (the random control) or
             ``planted`` (the planted world's known direction, ``toy.plant``).
         trains_delta_s_hack: δS_hack is trained (and ``ablated`` is then a meaningful view).
@@ -325,6 +328,7 @@ class Arm:
     matches: ClassVar[str | None] = None
     reads_label: ClassVar[bool] = False
     views: ClassVar[tuple[str, ...]] = ("trained",)
+    projected_view: ClassVar[bool] = False
     vhack: ClassVar[str] = "real"
     trains_delta_s_hack: ClassVar[bool] = False
     needs_sample_grads: ClassVar[bool] = False
@@ -332,6 +336,12 @@ class Arm:
 
     def __init__(self, pass_reward: float = 1.0):
         self.pass_reward = float(pass_reward)  # the grader's pass reward (oracle_reward uses it)
+
+    def eval_views(self, cfg) -> tuple[str, ...]:
+        """The views the held-out evaluation samples, in order: :attr:`views`, then ``projected``
+        when the arm declares :attr:`projected_view` and ``cfg.static_projection`` is set
+        (``cfg`` is the pilot section)."""
+        return tuple(self.views) + (("projected",) if self.projected_view and cfg.static_projection else ())
 
     def reward(self, grade) -> float:
         """Reward of one graded completion (:class:`evil_moe.env.grader.Reward`): the foolable
@@ -370,6 +380,7 @@ class Arm:
 
 class Vanilla(Arm):
     name = "vanilla"
+    projected_view = True  # beside subtract: vanilla's update with its hack-ward part removed once
     description = "Dr.GRPO on the loophole reward; measures cin and the update's span energy only"
 
 

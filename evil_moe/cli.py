@@ -488,7 +488,8 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, pla
     """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
     from evil_moe.stages.common import use_threads
     from evil_moe.runlock import LockHeld
-    from evil_moe.stages.pilot import PilotInterrupted, PilotInvalid, run_pilot
+    from evil_moe.stages.pilot import PilotInterrupted, run_pilot
+    from evil_moe.trainer import PilotInvalid
 
     cfg = use_threads(cfg, "pilot", threads)
     try:

@@ -185,11 +185,91 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
     prompts = [list(map(int, p)) for p in prompt_ids]
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("need at least one non-empty prompt")
-    device = next(model.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = _eos_ids(model, tokenizer)
-
     rows = [p for p in prompts for _ in range(n)]
+    T_eff = 1.0 if temperature == 0 else float(temperature)
+    knobs = dict(max_new=max_new, temperature=temperature, top_p=top_p, seed=seed, eos=eos,
+                 pad_id=int(pad_id))
+    engine_logp = scores = None
+    if engine is not None:  # pilot.sampler vllm: the engine samples, our forward scores
+        if behaviour == "generate":
+            raise ValueError("behaviour='generate' needs the HF sampler; an engine gives ids only")
+        behaviour = "forward"
+        seqs, engine_logp = _engine_sample(engine, model, adapter, prompts, n, **knobs)
+    else:
+        behaviour = _behaviour_source(behaviour, model, tokenizer, len(rows), max_new)
+        seqs, scores = _hf_sample(model, adapter, rows, T_eff, with_logits=behaviour == "generate",
+                                  **knobs)
+    seqs = seqs.cpu()
+    cuts = [next((j + 1 for j, t in enumerate(seqs[i].tolist()) if t in eos), None)  # eos kept
+            for i in range(len(rows))]
+    if behaviour == "forward":
+        truncating = temperature != 0 and top_p < 1.0
+        scores = _forward_scores(model, adapter, rows, seqs, cuts, int(pad_id), T_eff,
+                                 top_p if truncating else None)
+    picked, ent, sampler = scores
+    if engine_logp is not None:  # the sampler's log-probs are the engine's own
+        sampler = torch.zeros_like(picked)
+        for i, lp in enumerate(engine_logp):
+            L = min(len(lp), sampler.shape[1])
+            sampler[i, :L] = lp[:L]
+    return [_rollout(tokenizer, i, n, p, seqs[i].tolist(), cuts[i], picked[i], ent[i], sampler[i],
+                     source, temperature) for i, p in enumerate(rows)]
+
+
+def _rollout(tokenizer, i: int, n: int, prompt: list[int], toks: list[int], cut: int | None,
+             picked: torch.Tensor, ent: torch.Tensor, sampler: torch.Tensor, source: str,
+             temperature: float) -> Rollout:
+    """Row ``i`` (prompt-major, ``n`` per prompt) as a :class:`Rollout`: its ids cut after the
+    first eos (``cut``; None = truncated at ``max_new``) and its per-token values cut to match."""
+    comp = toks[:cut] if cut is not None else toks
+    L = len(comp)
+    return Rollout(
+        prompt_index=i // n, sample_index=i % n, prompt_ids=prompt, completion_ids=comp,
+        behaviour_logp=picked[:L].clone(), entropy=ent[:L].clone(),
+        text=tokenizer.decode(comp, skip_special_tokens=True),
+        truncated=cut is None, source=source, temperature=float(temperature),
+        sampler_logp=sampler[:L].clone(),
+    )
+
+
+def _behaviour_source(behaviour: str, model, tokenizer, n_rows: int, max_new: int) -> str:
+    """``"generate"`` or ``"forward"``: ``"auto"`` is ``generate`` when its logit store (raw
+    logits and processed scores, ``2 × N × T × V`` fp32) is at most 2 GiB.
+
+    Raises:
+        ValueError: ``behaviour`` is none of auto, generate, forward.
+    """
+    if behaviour == "auto":
+        vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
+        behaviour = "generate" if 2 * n_rows * max_new * vocab * 4 <= 2 * 2**30 else "forward"
+    if behaviour not in ("generate", "forward"):
+        raise ValueError(f"behaviour must be 'auto', 'generate' or 'forward', got {behaviour!r}")
+    return behaviour
+
+
+def _engine_sample(engine, model, adapter, prompts, n: int, *, max_new, temperature, top_p, seed,
+                   eos, pad_id):
+    """Sample with an external engine synced to the (merged) weights of the adapter's current
+    mode: ``(seqs (N, T') long, padded with pad_id; the engine's per-token log-probs)``."""
+    engine.sync(model, adapter)
+    outs = engine.sample(prompts, n=n, max_new=max_new, temperature=temperature,
+                         top_p=top_p, seed=seed, eos=sorted(eos))
+    seqs = torch.full((len(prompts) * n, max(1, max(len(t) for t, _ in outs))), int(pad_id),
+                      dtype=torch.long)
+    for i, (toks, _) in enumerate(outs):
+        seqs[i, :len(toks)] = torch.tensor(toks, dtype=torch.long)
+    return seqs, [torch.tensor(lp, dtype=torch.float32) for _, lp in outs]
+
+
+def _hf_sample(model, adapter, rows, T_eff: float, *, with_logits: bool, max_new, temperature,
+               top_p, seed, eos, pad_id):
+    """One seeded ``model.generate`` over the left-padded ``rows`` inside ``adapter.merged()``
+    (global RNG restored). Returns ``(seqs (N, T'), scores)``: ``scores`` is ``(behaviour_logp,
+    entropy, sampler_logp)``, each ``(N, T')`` on the CPU, from ``output_logits`` /
+    ``output_scores`` when ``with_logits``, else None (a forward scores the ids)."""
+    device = next(model.parameters()).device
     Lp = max(len(p) for p in rows)
     ids = torch.full((len(rows), Lp), int(pad_id), dtype=torch.long)
     att = torch.zeros(len(rows), Lp, dtype=torch.long)
@@ -197,95 +277,65 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
         ids[i, Lp - len(p):] = torch.tensor(p)
         att[i, Lp - len(p):] = 1
     ids, att = ids.to(device), att.to(device)
+    gcfg = sampling_config(temperature=temperature, top_p=top_p, max_new=max_new, eos=sorted(eos),
+                           pad_id=int(pad_id), with_logits=with_logits)
+    merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
+    devices = [device] if device.type == "cuda" else []
+    scores = None
+    with torch.random.fork_rng(devices=devices), merge, _plain_generation_config(model, eos, pad_id):
+        torch.manual_seed(seed)
+        out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
+        seqs = out.sequences[:, Lp:]  # (N, T')
+        if with_logits:
+            scores = _generate_scores(out, seqs, T_eff)
+        del out
+    return seqs, scores
 
-    greedy = temperature == 0
-    T_eff = 1.0 if greedy else float(temperature)
-    engine_logp = None
-    if engine is not None:  # pilot.sampler vllm: the engine samples, our forward scores
-        if behaviour == "generate":
-            raise ValueError("behaviour='generate' needs the HF sampler; an engine gives ids only")
-        behaviour = "forward"
-        engine.sync(model, adapter)
-        outs = engine.sample(prompts, n=n, max_new=max_new, temperature=temperature,
-                             top_p=top_p, seed=seed, eos=sorted(eos))
-        seqs = torch.full((len(rows), max(1, max(len(t) for t, _ in outs))), int(pad_id),
-                          dtype=torch.long)
-        for i, (toks, _) in enumerate(outs):
-            seqs[i, :len(toks)] = torch.tensor(toks, dtype=torch.long)
-        engine_logp = [torch.tensor(lp, dtype=torch.float32) for _, lp in outs]
-    else:
-        if behaviour == "auto":
-            vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
-            # generate keeps the raw logits and the processed scores: 2 × N × T × V fp32
-            behaviour = "generate" if 2 * len(rows) * max_new * vocab * 4 <= 2 * 2**30 else "forward"
-        if behaviour not in ("generate", "forward"):
-            raise ValueError(f"behaviour must be 'auto', 'generate' or 'forward', got {behaviour!r}")
-        gcfg = sampling_config(temperature=temperature, top_p=top_p, max_new=max_new, eos=sorted(eos),
-                               pad_id=int(pad_id), with_logits=behaviour == "generate")
-        merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
-        devices = [device] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), merge, _plain_generation_config(model, eos, pad_id):
-            torch.manual_seed(seed)
-            out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
-            seqs = out.sequences[:, Lp:]  # (N, T')
-            if behaviour == "generate":
-                samp_l = []
-                for t, step_scores in enumerate(out.scores):  # processed: what the sampler drew from
-                    lz = torch.log_softmax(step_scores.float(), dim=-1)
-                    samp_l.append(lz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
-                sampler = torch.stack(samp_l, 1).cpu() if samp_l else torch.zeros(len(rows), 0)
-                picked_l, ent_l = [], []
-                for t, step_logits in enumerate(out.logits):  # each (N, V), raw (fp32 from generate)
-                    z = step_logits.float() / T_eff
-                    logz = torch.log_softmax(z, dim=-1)
-                    picked_l.append(logz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
-                    ent_l.append(-(logz.exp() * logz).sum(-1))
-                picked = torch.stack(picked_l, 1).cpu() if picked_l else torch.zeros(len(rows), 0)
-                ent = torch.stack(ent_l, 1).cpu() if ent_l else torch.zeros(len(rows), 0)
-            del out
-    seqs = seqs.cpu()
-    cuts = []
-    for i in range(len(rows)):
-        toks = seqs[i].tolist()
-        cuts.append(next((j + 1 for j, t in enumerate(toks) if t in eos), None))
-    if behaviour == "forward":
-        from evil_moe.model.logprobs import build_batch, token_logprobs
 
-        comps = [seqs[i, :c].tolist() if c is not None else seqs[i].tolist() for i, c in enumerate(cuts)]
-        T_out = max(len(c) for c in comps)
-        picked = torch.zeros(len(rows), T_out)
-        ent = torch.zeros(len(rows), T_out)
-        sampler = torch.zeros(len(rows), T_out)
-        truncating = not greedy and top_p < 1.0
-        with adapter.merged() if adapter is not None else contextlib.nullcontext():
-            for r0 in range(0, len(rows), FORWARD_ROWS):
-                sl = slice(r0, r0 + FORWARD_ROWS)
-                b = build_batch(rows[sl], comps[sl], pad_id, device=device)
-                lp, en = token_logprobs(model, b, T_eff, with_entropy=True)
-                sp = token_logprobs(model, b, T_eff, top_p=top_p) if truncating else lp
-                for j, c in enumerate(comps[sl]):
-                    p0 = len(rows[r0 + j])
-                    picked[r0 + j, :len(c)] = lp[j, p0:p0 + len(c)].float().cpu()
-                    ent[r0 + j, :len(c)] = en[j, p0:p0 + len(c)].float().cpu()
-                    sampler[r0 + j, :len(c)] = sp[j, p0:p0 + len(c)].float().cpu()
+def _generate_scores(out, seqs: torch.Tensor, T_eff: float):
+    """``(behaviour_logp, entropy, sampler_logp)`` of the sampled ids ``seqs (N, T')`` from
+    ``generate``'s raw logits (``log_softmax(logits / T)``) and processed scores (what the sampler
+    drew from), each ``(N, T')`` fp32 on the CPU."""
+    n_rows = seqs.shape[0]
+    samp_l = []
+    for t, step_scores in enumerate(out.scores):  # processed: what the sampler drew from
+        lz = torch.log_softmax(step_scores.float(), dim=-1)
+        samp_l.append(lz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
+    sampler = torch.stack(samp_l, 1).cpu() if samp_l else torch.zeros(n_rows, 0)
+    picked_l, ent_l = [], []
+    for t, step_logits in enumerate(out.logits):  # each (N, V), raw (fp32 from generate)
+        z = step_logits.float() / T_eff
+        logz = torch.log_softmax(z, dim=-1)
+        picked_l.append(logz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
+        ent_l.append(-(logz.exp() * logz).sum(-1))
+    picked = torch.stack(picked_l, 1).cpu() if picked_l else torch.zeros(n_rows, 0)
+    ent = torch.stack(ent_l, 1).cpu() if ent_l else torch.zeros(n_rows, 0)
+    return picked, ent, sampler
 
-    if engine_logp is not None:  # the sampler's log-probs are the engine's own
-        sampler = torch.zeros_like(picked)
-        for i, lp in enumerate(engine_logp):
-            L = min(len(lp), sampler.shape[1])
-            sampler[i, :L] = lp[:L]
 
-    rollouts = []
-    for i, p in enumerate(rows):
-        toks = seqs[i].tolist()
-        cut = cuts[i]
-        comp = toks[:cut] if cut is not None else toks
-        L = len(comp)
-        rollouts.append(Rollout(
-            prompt_index=i // n, sample_index=i % n, prompt_ids=p, completion_ids=comp,
-            behaviour_logp=picked[i, :L].clone(), entropy=ent[i, :L].clone(),
-            text=tokenizer.decode(comp, skip_special_tokens=True),
-            truncated=cut is None, source=source, temperature=float(temperature),
-            sampler_logp=sampler[i, :L].clone(),
-        ))
-    return rollouts
+def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int, T_eff: float,
+                    top_p: float | None):
+    """``(behaviour_logp, entropy, sampler_logp)`` of the completions (``seqs`` cut after the
+    first eos) from ``no_grad`` forwards of :data:`FORWARD_ROWS` rows under the same merged
+    model; ``sampler_logp`` applies transformers' top-p warper when ``top_p`` is given (else it
+    is the behaviour log-prob). Each ``(N, T_out)`` fp32, zero-padded."""
+    from evil_moe.model.logprobs import build_batch, token_logprobs
+
+    device = next(model.parameters()).device
+    comps = [seqs[i, :c].tolist() if c is not None else seqs[i].tolist() for i, c in enumerate(cuts)]
+    T_out = max(len(c) for c in comps)
+    picked = torch.zeros(len(rows), T_out)
+    ent = torch.zeros(len(rows), T_out)
+    sampler = torch.zeros(len(rows), T_out)
+    with adapter.merged() if adapter is not None else contextlib.nullcontext():
+        for r0 in range(0, len(rows), FORWARD_ROWS):
+            sl = slice(r0, r0 + FORWARD_ROWS)
+            b = build_batch(rows[sl], comps[sl], pad_id, device=device)
+            lp, en = token_logprobs(model, b, T_eff, with_entropy=True)
+            sp = token_logprobs(model, b, T_eff, top_p=top_p) if top_p is not None else lp
+            for j, c in enumerate(comps[sl]):
+                p0 = len(rows[r0 + j])
+                picked[r0 + j, :len(c)] = lp[j, p0:p0 + len(c)].float().cpu()
+                ent[r0 + j, :len(c)] = en[j, p0:p0 + len(c)].float().cpu()
+                sampler[r0 + j, :len(c)] = sp[j, p0:p0 + len(c)].float().cpu()
+    return picked, ent, sampler

@@ -269,6 +269,30 @@ def _orient(D: torch.Tensor, V: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return V, agreement
 
 
+def _check_extract_args(D: dict[str, torch.Tensor], k: int, control: str,
+                        ratio_floor: float | None, quantile_floor: float | None) -> int:
+    """:func:`extract_vhack`'s argument checks; returns ``n_pairs`` (the rows of every module's D).
+
+    Raises:
+        ValueError: as :func:`extract_vhack`.
+    """
+    if not D:
+        raise ValueError("empty D")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if control not in ("none", "shuffled", "clean_clean"):
+        raise ValueError(f"control must be 'none', 'clean_clean' or 'shuffled' (random: random_vhack), "
+                         f"got {control!r}")
+    if quantile_floor is not None and not 0.0 <= quantile_floor < 1.0:
+        raise ValueError(f"quantile_floor must be in [0, 1), got {quantile_floor}")
+    if ratio_floor is not None and not 0.0 <= ratio_floor <= 1.0:
+        raise ValueError(f"ratio_floor must be in [0, 1], got {ratio_floor}")
+    n_pairs = {int(d.shape[0]) for d in D.values()}
+    if len(n_pairs) != 1:
+        raise ValueError(f"modules disagree on n_pairs: {sorted(n_pairs)}")
+    return n_pairs.pop()
+
+
 def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | None = None,
                   quantile_floor: float | None = None, control: str = "none", seed: int = 0,
                   modes: Sequence[str] = (), meta: dict | None = None,
@@ -298,21 +322,7 @@ def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | No
         ValueError: empty ``D``, ``k < 1``, modules with different ``n_pairs``, unknown control,
         floors out of range.
     """
-    if not D:
-        raise ValueError("empty D")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if control not in ("none", "shuffled", "clean_clean"):
-        raise ValueError(f"control must be 'none', 'clean_clean' or 'shuffled' (random: random_vhack), "
-                         f"got {control!r}")
-    if quantile_floor is not None and not 0.0 <= quantile_floor < 1.0:
-        raise ValueError(f"quantile_floor must be in [0, 1), got {quantile_floor}")
-    if ratio_floor is not None and not 0.0 <= ratio_floor <= 1.0:
-        raise ValueError(f"ratio_floor must be in [0, 1], got {ratio_floor}")
-    n_pairs = {int(d.shape[0]) for d in D.values()}
-    if len(n_pairs) != 1:
-        raise ValueError(f"modules disagree on n_pairs: {sorted(n_pairs)}")
-    n = n_pairs.pop()
+    n = _check_extract_args(D, k, control, ratio_floor, quantile_floor)
     flips = None
     if control == "shuffled":
         g = torch.Generator().manual_seed(seed)

@@ -45,6 +45,27 @@ def test_registry_matches_schema_and_controls_are_registered():
         assert (cls.views[0] == "ablated") == cls.trains_delta_s_hack
 
 
+def test_eval_views_add_projected_only_for_a_declaring_arm_under_static_projection():
+    """The held-out views come from the arm's class: vanilla (projected_view) gains
+    ``projected`` under pilot.static_projection, no other arm does, and a new arm that declares
+    projected_view gets it too (no name check anywhere)."""
+    from evil_moe.arms import Arm
+
+    on, off = cfg_of("pilot.static_projection=true").pilot, cfg_of().pilot
+    assert get_arm("vanilla").eval_views(on) == ("trained", "projected")
+    assert get_arm("vanilla").eval_views(off) == ("trained",)
+    assert get_arm("route").eval_views(on) == ("ablated", "trained")
+    assert [n for n in ARMS if "projected" in get_arm(n).eval_views(on)] == ["vanilla"]
+
+    class NewArm(Arm):
+        name = "new_arm"
+        views = ("ablated", "trained")
+        projected_view = True
+
+    assert NewArm().eval_views(on) == ("ablated", "trained", "projected")
+    assert NewArm().eval_views(off) == ("ablated", "trained")
+
+
 def test_arm_set_is_validated_up_front():
     from evil_moe.config import ConfigError, load_config
 
@@ -252,7 +273,7 @@ def _run(world, tmp_path, arm, *sets, **kw):
 
 def _trainer(world, arm, cfg, grader):
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
-    from evil_moe.stages.pilot import Trainer
+    from evil_moe.trainer import Trainer
     from evil_moe.vhack import VHack
 
     train, _ = train_heldout(load_problem_file(world.problems), cfg)
@@ -298,10 +319,10 @@ def test_random_v_acts_along_the_random_v_not_the_real_one(world):
 def test_route_flagged_gradients_never_reach_delta_s(world, tmp_path, monkeypatch):
     """route with every sample flagged: δS never moves (its gradient is exactly zero) while
     δS_hack learns; route_random flags as many samples, at random."""
-    import evil_moe.stages.pilot as pilot_mod
+    import evil_moe.trainer as trainer_mod
     from safetensors.torch import load_file
 
-    monkeypatch.setattr(pilot_mod, "pattern_flag", lambda *a, **k: True)
+    monkeypatch.setattr(trainer_mod, "pattern_flag", lambda *a, **k: True)
     rows = _run(world, tmp_path, "route", "pilot.detector=pattern", "pilot.steps=2")
     live = [r for r in rows if r["flag_rate"] != ""]
     assert live and all(float(r["flag_rate"]) == 1.0 for r in live)
@@ -323,7 +344,8 @@ def test_ablated_view_really_ablates(world, tmp_path):
     """The ablated view samples with δS_hack = 0: its outcomes equal the trained view's after
     δS_hack is zeroed by hand (same seeds)."""
     from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
-    from evil_moe.stages.pilot import Trainer, _view, evaluate
+    from evil_moe.evaluation import _view, evaluate
+    from evil_moe.trainer import Trainer
     from evil_moe.vhack import VHack
 
     cfg = cfg_of("pilot.heldout_samples=2")
@@ -377,7 +399,7 @@ def test_training_at_another_temperature_shows_in_the_sampler_gap(world):
     from evil_moe.model.logprobs import token_logprobs
     from evil_moe.rollout import generate
     from evil_moe.stages.common import load_problem_file, prompt_ids_for
-    from evil_moe.stages.pilot import Trainer
+    from evil_moe.trainer import Trainer
 
     model, tok = load_model(str(world.student), device="cpu")
     ids = prompt_ids_for(tok, load_problem_file(world.problems)[:2])
@@ -656,7 +678,7 @@ def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_explo
 
     from evil_moe.grpo import group_advantages
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.stages.pilot import StepBatch, StepGradients
+    from evil_moe.trainer import StepBatch, StepGradients
 
     cfg = cfg_of("pilot.group=6", "pilot.prompts_per_step=1")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
@@ -756,7 +778,7 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
 def test_rate_match_balance_survives_a_checkpoint(world):
     """The random-flag control's running balance is part of the trainer's checkpoint state."""
     from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
-    from evil_moe.stages.pilot import Trainer
+    from evil_moe.trainer import Trainer
     from evil_moe.vhack import VHack
 
     cfg = cfg_of("pilot.steps=3")

@@ -33,7 +33,7 @@ def _policy(world, cfg):
 
 
 def _trainer(cfg, arm, policy, grader, *, vhack, proj_v, seed=0):
-    from evil_moe.stages.pilot import Trainer
+    from evil_moe.trainer import Trainer
 
     train, _, model, tok, adapter, device = policy
     return Trainer(cfg, arm=arm, seed=seed, model=model, tok=tok, adapter=adapter, device=device,
@@ -142,18 +142,18 @@ def test_run_pilot_gives_random_v_the_random_v_and_measures_against_the_real_v(w
 
 
 def _recording_generate(monkeypatch):
-    """Wrap the pilot's ``generate``; returns the list it appends ``(prompts, n, seed, rollouts)``
-    of every call to."""
-    import evil_moe.stages.pilot as pilot_mod
+    """Wrap the held-out evaluation's ``generate``; returns the list it appends ``(prompts, n,
+    seed, rollouts)`` of every call to."""
+    import evil_moe.evaluation as evaluation_mod
 
-    calls, real = [], pilot_mod.generate
+    calls, real = [], evaluation_mod.generate
 
     def wrapped(model, tok, prompts, **kw):
         rolls = real(model, tok, prompts, **kw)
         calls.append((tuple(tuple(p) for p in prompts), kw["n"], kw["seed"], rolls))
         return rolls
 
-    monkeypatch.setattr(pilot_mod, "generate", wrapped)
+    monkeypatch.setattr(evaluation_mod, "generate", wrapped)
     return calls
 
 
@@ -162,8 +162,8 @@ def test_heldout_sampling_is_paired_across_arms(world, monkeypatch):
     every view of every arm makes the same generate calls (same chunk of prompts, same seed) as
     vanilla, gets the same completions and writes the same outcomes. Seed 1 gets other
     completions, so the comparison can fail."""
+    from evil_moe.evaluation import evaluate
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.stages.pilot import evaluate
     from evil_moe.vhack import VHack
 
     cfg = cfg_of("pilot.heldout_samples=2", "pilot.eval_chunk=2")
@@ -211,8 +211,8 @@ def test_heldout_truncated_marks_completions_that_hit_max_new(world, monkeypatch
     tokens and no eos (worked out from the sampled token ids), and eval.tsv's
     ``truncated_rate`` is its mean per mode. At ``max_new`` 48 the toy student ends some
     completions and runs others to the limit, so both values occur."""
+    from evil_moe.evaluation import evaluate
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.stages.pilot import evaluate
     from evil_moe.vhack import VHack
 
     cfg = cfg_of("pilot.heldout_samples=4", "pilot.max_new=48")

@@ -251,6 +251,31 @@ def test_teacher_drops_parts_of_another_config(world, tmp_path, monkeypatch):
     assert res["n"] == 8 and len(tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")) == 8
 
 
+def test_resume_key_hashes_strings_and_file_contents_in_order(tmp_path):
+    """resume_key is SHA-256 of its parts' bytes in order (a Path by its file's content, None
+    skipped): "a" + file "b" + "c" is SHA-256("abc") (FIPS 180-2's example), cut to ``length``;
+    keep_resume_state drops only matching stale files, and only when the key changed."""
+    from evil_moe.stages.common import keep_resume_state, resume_key
+
+    f = tmp_path / "b.txt"
+    f.write_bytes(b"b")
+    abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert resume_key("a", f, None, "c") == abc
+    assert resume_key("a", f, "c", length=16) == abc[:16]
+    assert resume_key("a", str(f), "c") != abc  # a str is its own bytes, not the file's
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "part_0.jsonl").write_text("x")
+    (work / "other.pt").write_text("y")
+    key_file = keep_resume_state(work, "k1", stale="part_*.jsonl")
+    assert key_file.read_text() == "k1" and not (work / "part_0.jsonl").exists()
+    (work / "part_1.jsonl").write_text("x")
+    keep_resume_state(work, "k1", stale="part_*.jsonl")  # same key: the state is kept
+    assert (work / "part_1.jsonl").exists() and (work / "other.pt").exists()
+    keep_resume_state(work, "k2")  # another key, every file is stale
+    assert sorted(p.name for p in work.iterdir()) == ["key.txt"] and key_file.read_text() == "k2"
+
+
 # ------------------------------------------------------------------------------------------------
 # extract
 
@@ -475,7 +500,7 @@ N_STEPS = 2  # pilot.steps in stage_fixtures.BASE_SETS
 
 
 def test_pilot_outputs(world, erase_run):
-    from evil_moe.stages.pilot import prompt_schedule
+    from evil_moe.trainer import prompt_schedule
 
     assert header(erase_run / "steps.tsv") == tables.names(tables.STEPS)
     rows = read_tsv(erase_run / "steps.tsv")
@@ -511,7 +536,7 @@ def test_pilot_outputs(world, erase_run):
 
 
 def test_prompt_schedule_is_epochwise_and_seeded():
-    from evil_moe.stages.pilot import prompt_schedule
+    from evil_moe.trainer import prompt_schedule
 
     seq = [i for s in range(9) for i in prompt_schedule(9, 2, 0, s)]
     assert sorted(seq[:9]) == list(range(9)) and sorted(seq[9:18]) == list(range(9))
@@ -578,7 +603,8 @@ def _first_step_with_gradient(erase_run) -> int:
 
 def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
     import evil_moe.grpo
-    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.trainer import PilotInvalid
 
     real = evil_moe.grpo.dr_grpo_loss
 
@@ -597,7 +623,8 @@ def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
 
 def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
     """Teacher rows (mix_ratio > 0) carry the teacher's log-probs: ρ ≠ 1 and the clip engages."""
-    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.trainer import PilotInvalid
 
     cfg = cfg_of("pilot.mix_ratio=0.34", "pilot.max_frac_clipped=0.0")
     with pytest.raises(PilotInvalid, match="frac_clipped"):
@@ -609,7 +636,8 @@ def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
 
 def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch):
     import evil_moe.grpo
-    from evil_moe.stages.pilot import PilotInvalid, run_pilot
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.trainer import PilotInvalid
 
     real = evil_moe.grpo.dr_grpo_loss
 

@@ -478,9 +478,5 @@ class SVDAdapter(nn.Module):
                 knob.delta_s_hack.copy_(tensors[f"{n}.delta_s_hack"].to(knob.delta_s.dtype))
         return meta
 
-    def state_vectors(self, which: str = "delta_s") -> dict[str, torch.Tensor]:
-        """Detached fp32 copies of a knob per module (``which``: delta_s | delta_s_hack)."""
-        return {n: getattr(k, which).detach().clone() for n, k in self.modules_.items()}
-
     def extra_repr(self) -> str:
         return f"modules={len(self._names)}, params={sum(k.r for k in self.modules_.values())}×2"

@@ -5,13 +5,46 @@ Each stage reads and writes files only; nothing here calls another stage.
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import os
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from evil_moe import tables
 from evil_moe.config import Config
+
+
+def resume_key(*parts: str | Path | None, length: int = 64) -> str:
+    """The key a stage files its resume state under: SHA-256 over ``parts`` in order, hex, first
+    ``length`` digits. A ``str`` part counts by its UTF-8 bytes, a :class:`~pathlib.Path` part by
+    its file's bytes, ``None`` is skipped. Resume state is reused only when the key is the one it
+    was written with (the same config, model and input files).
+
+    Raises:
+        FileNotFoundError: a ``Path`` part is not a readable file.
+    """
+    h = hashlib.sha256()
+    for part in parts:
+        if part is not None:
+            h.update(part.read_bytes() if isinstance(part, Path) else part.encode())
+    return h.hexdigest()[:length]
+
+
+def keep_resume_state(work: Path, key: str, stale: str = "*") -> Path:
+    """Keep the resume state in ``work`` only when it was written under ``key``
+    (:func:`resume_key`): otherwise delete the files of ``work`` whose names match the glob
+    ``stale`` and record ``key`` in ``work/key.txt``. Returns the key file (a finished stage
+    removes it)."""
+    key_file = work / "key.txt"
+    if not key_file.exists() or key_file.read_text() != key:
+        for old in work.iterdir():
+            if old.is_file() and fnmatch.fnmatch(old.name, stale):
+                old.unlink()
+        tables.atomic_write_bytes(key_file, key.encode())
+    return key_file
 
 
 def resolve_device(name: str) -> torch.device:

@@ -99,7 +99,7 @@ def run_detector_sweep(pilots: Sequence[tuple[str, str | Path]], out_dir: str | 
     rows = []
     for (level, arm), sts in sorted(steps.items()):
         cls = ARMS.get(arm)
-        if arm == "vanilla" or cls is None:
+        if cls is None or cls.role == "reference":  # the reference: what every level is compared with
             continue
         if level == "main" and cls.role != "ceiling":
             continue

@@ -62,9 +62,8 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         ValueError: no teacher row to train on (e.g. ``rows: hack`` and the teacher never hacked).
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.grpo import DrGRPONormaliser, nll_loss
-    from evil_moe.model.logprobs import build_batch, token_logprobs
-    from evil_moe.projection import project
+    from evil_moe.grpo import DrGRPONormaliser
+    from evil_moe.model.logprobs import build_batch
     from evil_moe.vhack import VHack
 
     dc, pc = cfg.distill, cfg.pilot
@@ -77,29 +76,70 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     records = [r for r in tables.read_jsonl(rollouts_path)
                if r["problem_id"] in pids and r["completion_ids"]]
     normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
-    names, params = adapter.names, adapter.delta_s_params()
 
     def batch_of(rows):
         return build_batch([pids[r["problem_id"]] for r in rows], [r["completion_ids"] for r in rows],
                            tok.pad_token_id, device=device)
 
-    # replay analyser at δS = 0: one gradient per teacher row
+    samples = replay_samples(model, adapter, vhack, records, batch_of, normaliser, pc.temperature)
+    out = Path(out_dir)
+    tables.write_tsv(out / "samples.tsv", tables.DISTILL_SAMPLES, samples)
+    train_rows = [r for r in records if r["exploited"]] if dc.rows == "hack" else records
+    if not train_rows:
+        raise ValueError(f"no teacher rows to distill on (distill.rows={dc.rows})")
+    steps = _distill_steps(model, adapter, vhack, train_rows, batch_of, normaliser, cfg)
+    tables.write_tsv(out / "steps.tsv", tables.DISTILL_STEPS, steps)
+    adapter.save(out / "student_adapter.safetensors",
+                 metadata={"stage": "distill", "rows": dc.rows, "steps": dc.steps})
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    hack_c = mean([s["cos_contrib"] for s in samples if s["exploited"]])
+    clean_c = mean([s["cos_contrib"] for s in samples if not s["exploited"]])
+    sentence = (f"distill: cin {mean([s['cin'] for s in steps]):.3f} (null "
+                f"{mean([s['null_cin'] for s in steps]):.3f}), coverage "
+                f"{mean([s['coverage'] for s in steps]):.2f}; cos_contrib hack {hack_c:+.3f} vs "
+                f"clean {clean_c:+.3f} over {len(samples)} teacher rows")
+    return {"sentence": sentence, "steps": steps, "n_rows": len(samples)}
+
+
+def replay_samples(model, adapter, vhack, records: list[dict], batch_of, normaliser,
+                   temperature: float) -> list[dict]:
+    """The replay analyser at the adapter's current ``δS``: per teacher row, the signed cosine
+    (``cos_contrib``, mean over modules) of that row's own NLL gradient with ``v_hack``
+    (:data:`evil_moe.tables.DISTILL_SAMPLES` rows). ``batch_of(rows)`` builds the rows' batch."""
+    from evil_moe.grpo import nll_loss
+    from evil_moe.model.logprobs import token_logprobs
+
+    names, params = adapter.names, adapter.delta_s_params()
     samples = []
     for i, rec in enumerate(records):
         b = batch_of([rec])
-        loss = nll_loss(token_logprobs(model, b, pc.temperature), b.completion_mask, normaliser)
+        loss = nll_loss(token_logprobs(model, b, temperature), b.completion_mask, normaliser)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
         samples.append({"row": i, "problem_id": rec["problem_id"], "mode": rec["mode"],
                         "exploited": bool(rec["exploited"]), "gt_correct": bool(rec["gt_correct"]),
                         "cos_contrib": _signed_cos(vhack, names, grads)})
-    out = Path(out_dir)
-    tables.write_tsv(out / "samples.tsv", tables.DISTILL_SAMPLES, samples)
+    return samples
 
-    train_rows = [r for r in records if r["exploited"]] if dc.rows == "hack" else records
-    if not train_rows:
-        raise ValueError(f"no teacher rows to distill on (distill.rows={dc.rows})")
-    opt = torch.optim.AdamW(params, lr=dc.lr, betas=tuple(pc.betas), weight_decay=0.0)
+
+def _distill_steps(model, adapter, vhack, train_rows: list[dict], batch_of, normaliser,
+                   cfg: Config) -> list[dict]:
+    """``distill.steps`` AdamW steps of the NLL on ``distill.batch_size`` rows drawn without
+    replacement per step (``numpy.random.default_rng(distill.seed)``), in micro-batches; each
+    step's gradient measured against ``v_hack`` (:data:`evil_moe.tables.DISTILL_STEPS` rows).
+
+    Raises:
+        FloatingPointError: a non-finite NLL (names the step).
+    """
+    from evil_moe.grpo import nll_loss
+    from evil_moe.model.logprobs import token_logprobs
+    from evil_moe.projection import project
+
+    dc, pc = cfg.distill, cfg.pilot
+    opt = torch.optim.AdamW(adapter.delta_s_params(), lr=dc.lr, betas=tuple(pc.betas), weight_decay=0.0)
     rng = np.random.default_rng(dc.seed)
     steps = []
     for step in range(dc.steps):
@@ -121,17 +161,4 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         steps.append({"step": step, "nll": loss, "grad_norm": st.grad_norm, "cin": st.cin,
                       "null_cin": st.null_cin, "frac_fired": st.frac_fired, "coverage": st.coverage,
                       "seconds": round(time.time() - t0, 3)})
-    tables.write_tsv(out / "steps.tsv", tables.DISTILL_STEPS, steps)
-    adapter.save(out / "student_adapter.safetensors",
-                 metadata={"stage": "distill", "rows": dc.rows, "steps": dc.steps})
-
-    def mean(xs):
-        return sum(xs) / len(xs) if xs else float("nan")
-
-    hack_c = mean([s["cos_contrib"] for s in samples if s["exploited"]])
-    clean_c = mean([s["cos_contrib"] for s in samples if not s["exploited"]])
-    sentence = (f"distill: cin {mean([s['cin'] for s in steps]):.3f} (null "
-                f"{mean([s['null_cin'] for s in steps]):.3f}), coverage "
-                f"{mean([s['coverage'] for s in steps]):.2f}; cos_contrib hack {hack_c:+.3f} vs "
-                f"clean {clean_c:+.3f} over {len(samples)} teacher rows")
-    return {"sentence": sentence, "steps": steps, "n_rows": len(samples)}
+    return steps

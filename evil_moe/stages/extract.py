@@ -40,6 +40,7 @@ pair at random), ``{name}.tsv`` (:data:`evil_moe.tables.VHACK`, per module) and
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from evil_moe import tables
@@ -423,9 +424,7 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         extraction half.
     """
     from evil_moe.grpo import DrGRPONormaliser
-    from evil_moe.projection import null_cin
-    from evil_moe.vhack import (completion_gradients, extract_vhack,
-                                module_pair_cin, pair_cin, random_vhack, sample_scores)
+    from evil_moe.vhack import extract_vhack, random_vhack
 
     vc, pc = cfg.vhack, cfg.pilot
     modes = list(known_modes) if known_modes else (list(vc.known_modes) if vc.known_modes else None)
@@ -433,38 +432,18 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     train, _ = train_heldout(problems, cfg)
     model, tok, adapter, _ = load_policy(model_path, cfg)
     pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
-    if vc.source == "templates":
-        pairs = template_pairs(train, pids, tok, modes, vc.max_pairs)
-        null_pairs = {k: template_null_pairs(train, pids, tok, modes, k, vc.max_pairs)
-                      for k in ("clean", "hack")}
-    else:
-        records = tables.read_jsonl(rollouts_path)
-        pairs = build_pairs(records, pids, modes, vc.max_pairs)
-        null_pairs = {k: same_kind_pairs(records, pids, modes, k, vc.max_pairs) for k in ("clean", "hack")}
+    pairs, null_pairs = _extraction_pairs(vc, train, pids, tok, modes, rollouts_path)
     ext_ids, held_ids = split_problems([p.problem_id for p in pairs], vc.heldout_frac, vc.seed)
     normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
-
-    # every completion's NLL gradient once: hack−clean pairs, then clean−clean, then hack−hack
-    groups = [("hack_clean", pairs), ("clean_clean", null_pairs["clean"]), ("hack_hack", null_pairs["hack"])]
-    flat = [(kind, i, p) for kind, ps in groups for i, p in enumerate(ps)]
-    prompts = [p.prompt_ids for _, _, p in flat for _ in (0, 1)]
-    comps = [c for _, _, p in flat for c in (p.hack_ids, p.clean_ids)]
-    G = completion_gradients(model, adapter, prompts, comps, normaliser, pc.temperature)
-    first = {n: g[0::2] for n, g in G.items()}
-    second = {n: g[1::2] for n, g in G.items()}
-    rows_of = {k: [j for j, (kind, _, _) in enumerate(flat) if kind == k] for k, _ in groups}
-    d_all = {n: first[n] - second[n] for n in G}  # row j: first − second completion of pair j
-
-    def diff(kind, keep=lambda p: True):
-        idx = [j for j in rows_of[kind] if keep(flat[j][2])]
-        return idx, _select(d_all, idx) if idx else None
-
-    in_ext = lambda p: p.problem_id in ext_ids  # noqa: E731
-    ext_idx, D_ext = diff("hack_clean", in_ext)
-    if D_ext is None:
+    g = PairGradients.compute(model, adapter, [("hack_clean", pairs), ("clean_clean", null_pairs["clean"]),
+                                               ("hack_hack", null_pairs["hack"])],
+                              normaliser, pc.temperature, ext_ids, held_ids)
+    ext_idx = g.rows("hack_clean", "ext")
+    if not ext_idx:
         raise ValueError("no (hack, clean) pair in the extraction half of the problems")
-    mean_dir = removed_mean(first, second, ext_idx, vc.remove_mean)
-    used = sorted({flat[j][2].mode for j in ext_idx})
+    D_ext = _select(g.d_all, ext_idx)
+    mean_dir = removed_mean(g.first, g.second, ext_idx, vc.remove_mean)
+    used = sorted({g.modes[j] for j in ext_idx})
     meta = {"model": str(model_path), "config": cfg.digest("vhack", "pilot", "adapter"),
             "source": vc.source, "extraction_problems": sorted(map(str, ext_ids)),
             "heldout_problems": sorted(map(str, held_ids))}
@@ -474,107 +453,8 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
                              remove=mean_dir if remove is None else remove, **kw)
 
     v = extract(D_ext, modes=used, meta=meta)
-    null_mean = sum(null_cin(int(V.shape[0]), v.r[m]) for m, V in v.V.items() if V.shape[0]) / \
-        max(1, sum(1 for V in v.V.values() if V.shape[0]))
-
-    # every check is a function of the rows (pairs of `flat`) it is computed from: the point
-    # estimate uses every row once, a bootstrap replicate a resample of them (resample_rows)
-    kinds = [kind for kind, _, _ in flat]
-    halves = ["ext" if p.problem_id in ext_ids else "held" if p.problem_id in held_ids else "other"
-              for _, _, p in flat]
-    row_modes = [p.mode for _, _, p in flat]
-    cc_fallback = not any(k == "clean_clean" and h == "held" for k, h in zip(kinds, halves))
-    all_modes = sorted({row_modes[j] for j in rows_of["hack_clean"]})
-
-    def values(rows):
-        return pair_checks(d_all, first, second, kinds, halves, row_modes, rows, extract,
-                           remove_mean=vc.remove_mean, cc_fallback=cc_fallback, lomo_modes=all_modes)
-
-    every = list(range(len(flat)))
-    point = values(every)
-    units, strata = bootstrap_units(flat, kinds, halves, vc.bootstrap_unit)
-    reps = [values(resample_rows(units, strata, rng)) for rng in _replicate_rngs(vc.bootstrap, vc.seed)]
-    held_idx = [j for j in rows_of["hack_clean"] if halves[j] == "held"]
-    cc_rows = [j for j in rows_of["clean_clean"] if cc_fallback or halves[j] == "held"]
-    hh_rows = [j for j in rows_of["hack_hack"] if halves[j] == "held"]
-    cc_note = "all clean-clean pairs (none on held-out problems)" if cc_fallback else "held-out problems"
-    cc_ext = [j for j in rows_of["clean_clean"] if halves[j] == "ext"]
-    checks = []
-
-    def check(name, n, unit, note):
-        lo, hi, nb = percentile_interval([r.get(name) for r in reps], vc.ci_level)
-        value = point.get(name)
-        checks.append({"check": name, "n": n, "value": None if value is None else float(value),
-                       "ci_low": lo, "ci_high": hi, "boot_n": nb, "unit": unit, "note": note})
-
-    check("extraction_hack_clean", len(ext_idx), "cosine",
-          "in-sample cin of the extraction pairs against V (optimistic)")
-    check("heldout_hack_clean", len(held_idx), "cosine",
-          "cin of held-out hack-clean pairs against V: the signal")
-    check("heldout_clean_clean", len(cc_rows), "cosine",
-          f"empirical null: clean-clean pair differences against V ({cc_note})")
-    check("heldout_cin_excess", len(held_idx), "cosine",
-          "heldout_hack_clean minus heldout_clean_clean (the same V and bootstrap replicate): "
-          "the signal above its empirical null")
-    check("heldout_hack_hack", len(hh_rows), "cosine",
-          "hack-hack pair differences against V (held-out problems)")
-    checks.append({"check": "isotropic_null", "n": None, "value": null_mean, "ci_low": None,
-                   "ci_high": None, "boot_n": 0, "unit": "cosine",
-                   "note": "sqrt(k/(2r)) averaged over modules"})
-    if cc_rows:
-        v.null_cin = module_pair_cin(v, _select(d_all, cc_rows))
-    if cc_ext:
-        check("clean_clean_extraction", len(cc_ext), "cosine",
-              "in-sample cin of a V extracted from clean-clean pairs (compare extraction_hack_clean)")
-    if mean_dir is not None:
-        check("mean_removed", len(ext_idx), "fraction",
-              "share of D's energy along the mean NLL gradient, removed before the SVD")
-
-    # the detector's empirical null: per-completion scores of held-out clean and hack completions
-    held_rows = held_idx if held_idx else ext_idx
-    scores_h = sample_scores(v, _select(first, held_rows)).tolist()
-    scores_c = sample_scores(v, _select(second, held_rows)).tolist()
-    v.meta["detector_null_scores"] = sorted(round(x, 6) for x in scores_c)
-    v.meta["detector_hack_scores"] = sorted(round(x, 6) for x in scores_h)
-    check("detector_auc", len(held_rows), "probability",
-          "P(score of a hack completion > score of a clean one), held-out"
-          + ("" if held_idx else " (no held-out pairs: in-sample)"))
-
-    # leave-one-mode-out: V from the other modes' extraction pairs, cin of this mode's pairs
-    for mode in all_modes:
-        this = [j for j in rows_of["hack_clean"] if row_modes[j] == mode]
-        if point.get(f"lomo_{mode}") is None:
-            checks.append({"check": f"lomo_{mode}", "n": len(this), "value": None, "ci_low": None,
-                           "ci_high": None, "boot_n": 0, "unit": "cosine",
-                           "note": "no pairs of the other modes"})
-            continue
-        check(f"lomo_{mode}", len(this), "cosine",
-              "cin of this mode's pairs against V from the other modes (compare heldout_clean_clean)")
-
-    # held-out cin and its empirical null as the number of extraction pairs grows
-    ext_rows = [j for j in rows_of["hack_clean"] if halves[j] == "ext"]
-    fixed = [j for j in every if not (kinds[j] == "hack_clean" and halves[j] == "ext")]
-    curve = []
-    for n, sub in nested_subsets(len(ext_rows), vc.curve_pairs, vc.seed):
-        rows_n = sorted([ext_rows[i] for i in sub] + fixed)
-
-        def cin_values(rows):
-            return pair_checks(d_all, first, second, kinds, halves, row_modes, rows, extract,
-                               remove_mean=vc.remove_mean, cc_fallback=cc_fallback, only_cin=True)
-
-        pt = cin_values(rows_n)
-        reps_n = [cin_values(resample_rows(units, strata, rng, rows_n))
-                  for rng in _replicate_rngs(vc.bootstrap, vc.seed)]
-        row = {"n_pairs": n, "n_problems": len({flat[ext_rows[i]][2].problem_id for i in sub}),
-               "n_heldout": len(held_idx), "n_null": len(cc_rows)}
-        for key, col in (("heldout_hack_clean", "cin"), ("heldout_clean_clean", "null"),
-                         ("heldout_cin_excess", "excess")):
-            lo, hi, nb = percentile_interval([r.get(key) for r in reps_n], vc.ci_level)
-            row.update({col: pt.get(key), f"{col}_ci_low": lo, f"{col}_ci_high": hi})
-        row["boot_n"] = nb
-        curve.append(row)
-    v.meta["checks"] = checks
-
+    null_mean = _isotropic_null(v)
+    checks, curve = honesty_checks(v, g, extract, vc, null_mean, mean_removed=mean_dir is not None)
     out = Path(out_dir)
     files = {
         "hack": v,
@@ -586,6 +466,208 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         path = out / f"{name}_{kind}.safetensors"
         vh.save(path)
         written.append(str(path))
+    tables.write_tsv(out / f"{name}.tsv", tables.VHACK, _module_rows(v))
+    tables.write_tsv(out / f"{name}_checks.tsv", tables.VHACK_CHECKS, checks)
+    tables.write_tsv(out / f"{name}_curve.tsv", tables.VHACK_CURVE, curve)
+    curve_figure(curve, null_mean, out / f"{name}_curve")
+    return {"n_pairs": len(ext_idx), "modes": used, "files": written, "checks": checks,
+            "curve": curve}
+
+
+def _extraction_pairs(vc, train, pids: dict, tok, modes, rollouts_path: str) -> tuple[list, dict]:
+    """``(hack−clean pairs, {"clean": clean−clean, "hack": hack−hack pairs})`` from the answer
+    templates (``vhack.source: templates``) or the teacher's rollouts."""
+    if vc.source == "templates":
+        pairs = template_pairs(train, pids, tok, modes, vc.max_pairs)
+        null_pairs = {k: template_null_pairs(train, pids, tok, modes, k, vc.max_pairs)
+                      for k in ("clean", "hack")}
+    else:
+        records = tables.read_jsonl(rollouts_path)
+        pairs = build_pairs(records, pids, modes, vc.max_pairs)
+        null_pairs = {k: same_kind_pairs(records, pids, modes, k, vc.max_pairs) for k in ("clean", "hack")}
+    return pairs, null_pairs
+
+
+@dataclass
+class PairGradients:
+    """Every pair of the extract stage as one row ``j``: ``flat[j]`` ``(kind, index, Pair)``,
+    ``first``/``second`` the two completions' NLL gradients and ``d_all`` their difference
+    (``{module: (n_rows, r)}``), ``kinds[j]`` ``hack_clean | clean_clean | hack_hack``,
+    ``halves[j]`` ``ext | held | other`` (the pair's problem is in the extraction half, the
+    held-out half, or neither) and ``modes[j]`` its loophole mode."""
+
+    flat: list
+    first: dict
+    second: dict
+    d_all: dict
+    kinds: list
+    halves: list
+    modes: list
+
+    @classmethod
+    def compute(cls, model, adapter, groups, normaliser, temperature: float, ext_ids,
+                held_ids) -> "PairGradients":
+        """Every completion's NLL gradient once (:func:`evil_moe.vhack.completion_gradients`),
+        the ``groups`` ``[(kind, pairs)]`` in order."""
+        from evil_moe.vhack import completion_gradients
+
+        flat = [(kind, i, p) for kind, ps in groups for i, p in enumerate(ps)]
+        prompts = [p.prompt_ids for _, _, p in flat for _ in (0, 1)]
+        comps = [c for _, _, p in flat for c in (p.hack_ids, p.clean_ids)]
+        G = completion_gradients(model, adapter, prompts, comps, normaliser, temperature)
+        first = {n: g[0::2] for n, g in G.items()}
+        second = {n: g[1::2] for n, g in G.items()}
+        halves = ["ext" if p.problem_id in ext_ids else "held" if p.problem_id in held_ids else "other"
+                  for _, _, p in flat]
+        return cls(flat, first, second, {n: first[n] - second[n] for n in G},
+                   [kind for kind, _, _ in flat], halves, [p.mode for _, _, p in flat])
+
+    def rows(self, kind: str, half: str | None = None) -> list[int]:
+        """The rows of one kind (and half, when given), in order."""
+        return [j for j, k in enumerate(self.kinds) if k == kind and (half is None or self.halves[j] == half)]
+
+    def values(self, rows, extract, *, remove_mean: str, cc_fallback: bool, lomo_modes=(),
+               only_cin: bool = False) -> dict:
+        """:func:`pair_checks` of these rows."""
+        return pair_checks(self.d_all, self.first, self.second, self.kinds, self.halves, self.modes,
+                           rows, extract, remove_mean=remove_mean, cc_fallback=cc_fallback,
+                           lomo_modes=lomo_modes, only_cin=only_cin)
+
+
+def _isotropic_null(v) -> float:
+    """``sqrt(k/(2r))`` averaged over the modules with a direction."""
+    from evil_moe.projection import null_cin
+
+    return sum(null_cin(int(V.shape[0]), v.r[m]) for m, V in v.V.items() if V.shape[0]) / \
+        max(1, sum(1 for V in v.V.values() if V.shape[0]))
+
+
+def honesty_checks(v, g: PairGradients, extract, vc, null_mean: float, *,
+                   mean_removed: bool) -> tuple[list[dict], list[dict]]:
+    """The checks table (:data:`evil_moe.tables.VHACK_CHECKS`) and the n-pairs curve
+    (:data:`evil_moe.tables.VHACK_CURVE`) of ``v`` (module docstring): every check is a function
+    of the rows it is computed from (:meth:`PairGradients.values`); the point estimate uses
+    every row once, a cluster bootstrap replicate (``vhack.bootstrap`` of them,
+    ``vhack.bootstrap_unit``) a resample. Also stores the empirical null in ``v``
+    (``v.null_cin``, ``v.meta["detector_null_scores"]``, ``"detector_hack_scores"``,
+    ``"checks"``)."""
+    from evil_moe.vhack import module_pair_cin
+
+    cc_fallback = not any(k == "clean_clean" and h == "held" for k, h in zip(g.kinds, g.halves))
+    all_modes = sorted({g.modes[j] for j in g.rows("hack_clean")})
+    point = g.values(list(range(len(g.flat))), extract, remove_mean=vc.remove_mean,
+                     cc_fallback=cc_fallback, lomo_modes=all_modes)
+    units, strata = bootstrap_units(g.flat, g.kinds, g.halves, vc.bootstrap_unit)
+    reps = [g.values(resample_rows(units, strata, rng), extract, remove_mean=vc.remove_mean,
+                     cc_fallback=cc_fallback, lomo_modes=all_modes)
+            for rng in _replicate_rngs(vc.bootstrap, vc.seed)]
+    ext_idx, held_idx = g.rows("hack_clean", "ext"), g.rows("hack_clean", "held")
+    cc_rows = g.rows("clean_clean", None if cc_fallback else "held")
+    cc_ext = g.rows("clean_clean", "ext")
+    cc_note = "all clean-clean pairs (none on held-out problems)" if cc_fallback else "held-out problems"
+    table = _ChecksTable(point, reps, vc.ci_level)
+    table.check("extraction_hack_clean", len(ext_idx), "cosine",
+                "in-sample cin of the extraction pairs against V (optimistic)")
+    table.check("heldout_hack_clean", len(held_idx), "cosine",
+                "cin of held-out hack-clean pairs against V: the signal")
+    table.check("heldout_clean_clean", len(cc_rows), "cosine",
+                f"empirical null: clean-clean pair differences against V ({cc_note})")
+    table.check("heldout_cin_excess", len(held_idx), "cosine",
+                "heldout_hack_clean minus heldout_clean_clean (the same V and bootstrap replicate): "
+                "the signal above its empirical null")
+    table.check("heldout_hack_hack", len(g.rows("hack_hack", "held")), "cosine",
+                "hack-hack pair differences against V (held-out problems)")
+    table.fixed("isotropic_null", None, null_mean, "sqrt(k/(2r)) averaged over modules")
+    if cc_rows:
+        v.null_cin = module_pair_cin(v, _select(g.d_all, cc_rows))
+    if cc_ext:
+        table.check("clean_clean_extraction", len(cc_ext), "cosine",
+                    "in-sample cin of a V extracted from clean-clean pairs (compare extraction_hack_clean)")
+    if mean_removed:
+        table.check("mean_removed", len(ext_idx), "fraction",
+                    "share of D's energy along the mean NLL gradient, removed before the SVD")
+    held_rows = held_idx if held_idx else ext_idx
+    _store_detector_null(v, g, held_rows)
+    table.check("detector_auc", len(held_rows), "probability",
+                "P(score of a hack completion > score of a clean one), held-out"
+                + ("" if held_idx else " (no held-out pairs: in-sample)"))
+    for mode in all_modes:  # leave-one-mode-out: V from the other modes' extraction pairs
+        n = sum(1 for j in g.rows("hack_clean") if g.modes[j] == mode)
+        if point.get(f"lomo_{mode}") is None:
+            table.fixed(f"lomo_{mode}", n, None, "no pairs of the other modes")
+        else:
+            table.check(f"lomo_{mode}", n, "cosine",
+                        "cin of this mode's pairs against V from the other modes (compare heldout_clean_clean)")
+    curve = n_pairs_curve(g, extract, vc, cc_fallback, units, strata, n_heldout=len(held_idx),
+                          n_null=len(cc_rows))
+    v.meta["checks"] = table.rows
+    return table.rows, curve
+
+
+class _ChecksTable:
+    """Rows of the checks table: a point estimate with its percentile bootstrap interval over the
+    replicates (:func:`percentile_interval`), or a fixed value without one."""
+
+    def __init__(self, point: dict, reps: list[dict], level: float):
+        self.point, self.reps, self.level = point, reps, level
+        self.rows: list[dict] = []
+
+    def check(self, name: str, n: int, unit: str, note: str) -> None:
+        lo, hi, nb = percentile_interval([r.get(name) for r in self.reps], self.level)
+        value = self.point.get(name)
+        self.rows.append({"check": name, "n": n, "value": None if value is None else float(value),
+                          "ci_low": lo, "ci_high": hi, "boot_n": nb, "unit": unit, "note": note})
+
+    def fixed(self, name: str, n: int | None, value: float | None, note: str) -> None:
+        self.rows.append({"check": name, "n": n, "value": value, "ci_low": None, "ci_high": None,
+                          "boot_n": 0, "unit": "cosine", "note": note})
+
+
+def _store_detector_null(v, g: PairGradients, rows: list[int]) -> None:
+    """The detector's empirical null: per-completion scores (:func:`evil_moe.vhack.sample_scores`)
+    of the clean (second) and hack (first) completions of ``rows``, sorted, in ``v.meta``."""
+    from evil_moe.vhack import sample_scores
+
+    scores_h = sample_scores(v, _select(g.first, rows)).tolist()
+    scores_c = sample_scores(v, _select(g.second, rows)).tolist()
+    v.meta["detector_null_scores"] = sorted(round(x, 6) for x in scores_c)
+    v.meta["detector_hack_scores"] = sorted(round(x, 6) for x in scores_h)
+
+
+def n_pairs_curve(g: PairGradients, extract, vc, cc_fallback: bool, units, strata, *,
+                  n_heldout: int, n_null: int) -> list[dict]:
+    """Held-out cin, its empirical null and their difference as the number of extraction pairs
+    grows (:func:`nested_subsets` of ``vhack.curve_pairs``), each with its bootstrap interval
+    (:data:`evil_moe.tables.VHACK_CURVE` rows)."""
+    ext_rows = g.rows("hack_clean", "ext")
+    fixed = [j for j in range(len(g.flat)) if not (g.kinds[j] == "hack_clean" and g.halves[j] == "ext")]
+    curve = []
+    for n, sub in nested_subsets(len(ext_rows), vc.curve_pairs, vc.seed):
+        rows_n = sorted([ext_rows[i] for i in sub] + fixed)
+
+        def cin_values(rows):
+            return g.values(rows, extract, remove_mean=vc.remove_mean, cc_fallback=cc_fallback,
+                            only_cin=True)
+
+        pt = cin_values(rows_n)
+        reps_n = [cin_values(resample_rows(units, strata, rng, rows_n))
+                  for rng in _replicate_rngs(vc.bootstrap, vc.seed)]
+        row = {"n_pairs": n, "n_problems": len({g.flat[ext_rows[i]][2].problem_id for i in sub}),
+               "n_heldout": n_heldout, "n_null": n_null}
+        for key, col in (("heldout_hack_clean", "cin"), ("heldout_clean_clean", "null"),
+                         ("heldout_cin_excess", "excess")):
+            lo, hi, nb = percentile_interval([r.get(key) for r in reps_n], vc.ci_level)
+            row.update({col: pt.get(key), f"{col}_ci_low": lo, f"{col}_ci_high": hi})
+        row["boot_n"] = nb
+        curve.append(row)
+    return curve
+
+
+def _module_rows(v) -> list[dict]:
+    """Per module: k, r, the top two singular values and the isotropic and empirical nulls
+    (:data:`evil_moe.tables.VHACK` rows)."""
+    from evil_moe.projection import null_cin
+
     rows = []
     for mod in v.names:
         s = v.singular_values[mod].tolist()
@@ -593,12 +675,7 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         rows.append({"module": mod, "k": k, "r": v.r[mod], "sigma_1": s[0] if s else None,
                      "sigma_2": s[1] if len(s) > 1 else None, "null_cin": null_cin(k, v.r[mod]) if k else None,
                      "null_cin_empirical": v.null_cin.get(mod)})
-    tables.write_tsv(out / f"{name}.tsv", tables.VHACK, rows)
-    tables.write_tsv(out / f"{name}_checks.tsv", tables.VHACK_CHECKS, checks)
-    tables.write_tsv(out / f"{name}_curve.tsv", tables.VHACK_CURVE, curve)
-    curve_figure(curve, null_mean, out / f"{name}_curve")
-    return {"n_pairs": len(ext_idx), "modes": used, "files": written, "checks": checks,
-            "curve": curve}
+    return rows
 
 
 def curve_figure(curve: list[dict], isotropic: float | None, prefix) -> None:
@@ -748,16 +825,38 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
     Raises:
         ValueError: the outcomes hold no vanilla, random_v or erase_planted rows (names it).
     """
-    from evil_moe.gate.effects import paired_effect, side_rate
-    from evil_moe.gate.rule import beats_control, drop_vs_vanilla
-
     cc = cfg.compare
-    kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, power=cc.power)
     have = set(outcomes["arm"].astype(str))
     for arm in ("vanilla", "random_v", PLANTED_CEILING):
         if arm not in have:
             raise ValueError(f"planted checks: no held-out outcomes for arm {arm!r} (pilot.arms "
                              "must list vanilla, random_v and erase_planted)")
+    rows = _behaviour_rows(outcomes, have, cc)
+    main = [r for r in recovery if r["v_hack"] == "main_hack"]
+    for r in main:
+        rows.append({"check": "recovery", "kind": "world", "arm": "", "control": r["module"],
+                     "value": r["span_cos"], "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 0,
+                     "threshold": r["null_q"], "passed": bool(r["above_null"]),
+                     "note": f"|cos| of u with span(v_hack) in {r['module']} (k={r['k']}, r={r['r']}): "
+                             f"{r['span_cos']:.3f} vs random null mean {r['null_mean']:.3f}, "
+                             f"q95 {r['null_q']:.3f}, p = {r['p_value']:.2g}"})
+    rows += _switch_rows(plant_meta or {})
+    world = [r for r in rows if r["kind"] == "world"]
+    ok = bool(main) and all(r["passed"] for r in world)
+    rows.append({"check": "planted_world", "kind": "world", "arm": "", "control": "", "value": math.nan,
+                 "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 0, "threshold": math.nan,
+                 "passed": ok, "note": "every world check passed" if ok else "failed: " + ", ".join(
+                     sorted({r["check"] for r in world if not r["passed"]} or {"no recovery rows"}))})
+    return rows
+
+
+def _behaviour_rows(outcomes, have: set, cc) -> list[dict]:
+    """:func:`planted_checks`' rows from the held-out outcomes: per arm its ``hack_rate``
+    (info), the ceiling's and the control's world checks, and erase's info rows when it ran."""
+    from evil_moe.gate.effects import paired_effect, side_rate
+    from evil_moe.gate.rule import beats_control, drop_vs_vanilla
+
+    kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, power=cc.power)
     rows = []
 
     def add(check, kind, arm, control, e, threshold, passed, note):
@@ -790,15 +889,13 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
         add("treatment_vs_ceiling", "info", "erase", PLANTED_CEILING, e, cc.min_drop,
             e.ci_high < cc.min_drop, "erase's hack rate minus the ceiling's; passes when its CI "
             f"high is below min_drop {cc.min_drop:g} (erase within min_drop of the ceiling)")
-    main = [r for r in recovery if r["v_hack"] == "main_hack"]
-    for r in main:
-        rows.append({"check": "recovery", "kind": "world", "arm": "", "control": r["module"],
-                     "value": r["span_cos"], "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 0,
-                     "threshold": r["null_q"], "passed": bool(r["above_null"]),
-                     "note": f"|cos| of u with span(v_hack) in {r['module']} (k={r['k']}, r={r['r']}): "
-                             f"{r['span_cos']:.3f} vs random null mean {r['null_mean']:.3f}, "
-                             f"q95 {r['null_q']:.3f}, p = {r['p_value']:.2g}"})
-    meta = plant_meta or {}
+    return rows
+
+
+def _switch_rows(meta: dict) -> list[dict]:
+    """The switch's world checks from the planted v_hack's ``meta["plant"]``
+    (:func:`run_planted_vhack`): ``switch_on`` and ``deploy_ablates``; a missing value fails."""
+    rows = []
     for check, key, thr, ok_of, what in (
             ("switch_on", "shift_on", SWITCH_MIN_SHIFT, lambda x: x >= SWITCH_MIN_SHIFT,
              "hack-vs-clean log-likelihood shift (nats) with delta_s = scale*u, trained view"),
@@ -810,12 +907,6 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
                      "ci_high": math.nan, "threshold": thr,
                      "passed": x is not None and bool(ok_of(float(x))),
                      "note": what if x is not None else what + ": not measured"})
-    world = [r for r in rows if r["kind"] == "world"]
-    ok = bool(main) and all(r["passed"] for r in world)
-    rows.append({"check": "planted_world", "kind": "world", "arm": "", "control": "", "value": math.nan,
-                 "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 0, "threshold": math.nan,
-                 "passed": ok, "note": "every world check passed" if ok else "failed: " + ", ".join(
-                     sorted({r["check"] for r in world if not r["passed"]} or {"no recovery rows"}))})
     return rows
 
 

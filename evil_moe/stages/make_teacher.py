@@ -42,7 +42,6 @@ the base model's evaluation are reused by a rerun with the same config, model an
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -56,8 +55,9 @@ from tqdm import tqdm
 
 from evil_moe import tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (load_problem_file, make_grader, prompt_ids_for, rates,
-                                    resolve_device, svd_cache_dir, train_heldout)
+from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader,
+                                    prompt_ids_for, rates, resolve_device, resume_key,
+                                    svd_cache_dir, train_heldout)
 
 STAGE_SECTIONS = ("sft", "problems", "grader", "models")
 TEACHER_KEYS = ("elicit", "temperature", "top_p", "max_new", "batch_prompts")
@@ -216,14 +216,10 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
             with another module (a tied ``lm_head``: folding it would change the embedding).
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.grpo import DrGRPONormaliser, nll_loss
-    from evil_moe.model.adapter import SVDAdapter
-    from evil_moe.model.load import load_model, save_model
-    from evil_moe.model.logprobs import build_batch, token_logprobs
-    from evil_moe.rollout import generate
+    from evil_moe.model.load import load_model
 
     t_start = time.time()
-    sc, tc, pc = cfg.sft, cfg.teacher, cfg.pilot
+    sc, tc = cfg.sft, cfg.teacher
     out = Path(out_dir)
     work = out / "_work"
     work.mkdir(parents=True, exist_ok=True)
@@ -233,147 +229,216 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
     known = known_modes_of(cfg, [p.mode for p in problems])
     device = resolve_device(cfg.models.device)
     model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
-    if sc.method == "svd":
-        adapter = SVDAdapter.attach(model, sc.target_modules, base_model_id=str(model_path),
-                                    cache_dir=svd_cache_dir())
-        shared = adapter.shared_weight_names()
-        if shared:
-            raise ValueError(f"sft.target_modules: {shared[0]!r} shares its weight with another "
-                             "module (tied embedding): folding delta_s into it would change that "
-                             "module too; leave it out of sft.target_modules")
-        params = adapter.delta_s_params()
-        for p in adapter.delta_s_hack_params():
-            p.requires_grad_(False)
-        base_view = adapter.zeroed
-    else:  # full: the target Linears' own weights (and biases) are trained
-        adapter = None
-        params = target_weights(model, sc.target_modules)
-        base_view = contextlib.nullcontext
-    prompts_train = prompt_ids_for(tok, train, elicit=tc.elicit)
-    prompts_held = prompt_ids_for(tok, heldout, elicit=tc.elicit)
-    pids = {p.id: ids for p, ids in zip(train, prompts_train)}
-
-    key = hashlib.sha256(json.dumps([
-        cfg.digest(*STAGE_SECTIONS), {k: cfg.raw["teacher"][k] for k in TEACHER_KEYS},
-        {k: cfg.raw["pilot"][k] for k in PILOT_KEYS}, cfg.raw["vhack"]["known_modes"],
-        str(model_path)]).encode() + Path(problems_path).read_bytes()).hexdigest()
-    key_file = work / "key.txt"
-    if not key_file.exists() or key_file.read_text() != key:
-        for stale in work.iterdir():
-            if stale.is_file():
-                stale.unlink()
-        tables.atomic_write_bytes(key_file, key.encode())
-
+    adapter, params, base_view = _trainable(model, sc, model_path)
+    splits = {"train": (train, prompt_ids_for(tok, train, elicit=tc.elicit)),
+              "heldout": (heldout, prompt_ids_for(tok, heldout, elicit=tc.elicit))}
+    key_file = keep_resume_state(work, _resume_key(cfg, model_path, problems_path))
     with make_grader(problems, cfg) as grader:
-        # ---- the base model: evaluation (a measurement) and elicited demonstrations ----------
-        base_file = work / "base.json"
-        if base_file.exists():
-            base = json.loads(base_file.read_text())
-        else:
-            base = {"summary": [], "train": [], "heldout": [], "elicited": []}
-            if sc.eval_base:
-                with base_view():
-                    for split, probs, prompts in (("train", train, prompts_train),
-                                                  ("heldout", heldout, prompts_held)):
-                        rows, recs = _sample_eval(model, tok, probs, prompts, grader,
-                                                  n=sc.eval_samples, tc=tc, seed=sc.seed,
-                                                  known=known, who="base", split=split)
-                        base["summary"] += rows
-                        base[split] = recs
-            if sc.elicited_samples:
-                idx = [i for i, p in enumerate(train) if p.mode in known]
-                with base_view():
-                    rolls = generate(model, tok, [prompts_train[i] for i in idx],
-                                     n=sc.elicited_samples, max_new=tc.max_new,
-                                     temperature=tc.temperature, top_p=tc.top_p,
-                                     seed=sc.seed * 1_000_003 + 7, source="elicited")
-                probs = [train[idx[r.prompt_index]] for r in rolls]
-                graded = grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
-                # the foolable grade only (a weak detector's view): the oracle is never read here
-                base["elicited"] = [[p.id, r.completion_ids] for p, r, w in zip(probs, rolls, graded)
-                                    if w.passed and w.format_ok and r.completion_ids]
-            tables.atomic_write_bytes(base_file, json.dumps(base).encode())
-
-        # ---- demonstrations -------------------------------------------------------------------
-        demos = template_demos(train, pids, tok, known, sc.demos_per_problem)
-        mode_of = {p.id: p.mode for p in train}
-        demos += [Demo(pid, mode_of[pid], tuple(pids[pid]), tuple(ids), "elicited")
-                  for pid, ids in base["elicited"]]
-
-        # ---- NLL training of delta_s (or of the target weights) -------------------------------
-        opt = torch.optim.AdamW(params, lr=sc.lr, betas=tuple(pc.betas), weight_decay=0.0)
-        normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
-        ckpt = work / "checkpoint.pt"
-        steps: list[dict] = []
-        start = 0
-        if ckpt.exists():
-            ck = torch.load(ckpt, weights_only=False)
-            with torch.no_grad():
-                for p, v in zip(params, ck["params"]):
-                    p.copy_(v)
-            opt.load_state_dict(ck["optimizer"])
-            steps, start = ck["steps"], ck["step"]
-            print(f"make-teacher: resuming from step {start}", flush=True)
-
-        def save_checkpoint(next_step: int) -> None:
-            tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.tmp")
-            torch.save({"step": next_step, "steps": steps, "optimizer": opt.state_dict(),
-                        "params": [p.detach().cpu().clone() for p in params]}, tmp)
-            os.replace(tmp, ckpt)
-
-        model.train(False)  # no dropout: the NLL is the model's own
-        bar = tqdm(range(start, sc.steps), desc="make-teacher", unit="step", initial=start,
-                   total=sc.steps)
-        for step in bar:
-            t0 = time.time()
-            rows = [demos[i] for i in batch_indices(len(demos), sc.batch_size, sc.seed, step)]
-            opt.zero_grad(set_to_none=True)
-            mb = sc.micro_batch or len(rows)
-            loss, tokens = 0.0, 0
-            for r0 in range(0, len(rows), mb):  # micro-batch gradients sum to the batch gradient
-                part_rows = rows[r0:r0 + mb]
-                b = build_batch([d.prompt_ids for d in part_rows],
-                                [d.completion_ids for d in part_rows], tok.pad_token_id,
-                                device=device)
-                part = nll_loss(token_logprobs(model, b, 1.0), b.completion_mask, normaliser)
-                if not torch.isfinite(part):
-                    raise FloatingPointError(f"make-teacher: non-finite NLL at step {step}")
-                part.backward()
-                loss += float(part.detach())
-                tokens += int(b.completion_mask.sum())
-            grad_norm = float(torch.sqrt(sum((p.grad.float() ** 2).sum() for p in params
-                                             if p.grad is not None)))
-            opt.step()
-            steps.append({"step": step, "nll": loss,
-                          "nll_token": loss * normaliser.constant / max(tokens, 1),
-                          "grad_norm": grad_norm, "tokens": tokens,
-                          "seconds": round(time.time() - t0, 3)})
-            bar.set_postfix(nll_token=f"{steps[-1]['nll_token']:.3f}")
-            if (step + 1) % sc.checkpoint_every == 0 and step + 1 < sc.steps:
-                save_checkpoint(step + 1)
-            if stop_after is not None and step + 1 - start >= stop_after:
-                bar.close()
-                return None
-
-        # ---- fold delta_s into the weights: a plain model --------------------------------------
-        if adapter is not None:
-            adapter.fold_into_weights()
-        for p in params:
-            p.grad = None
-        model.eval()
-
-        # ---- the made teacher's evaluation ----------------------------------------------------
-        summary = list(base["summary"])
-        t_recs = {}
-        for split, probs, prompts in (("train", train, prompts_train),
-                                      ("heldout", heldout, prompts_held)):
-            rows, t_recs[split] = _sample_eval(model, tok, probs, prompts, grader,
-                                               n=sc.eval_samples, tc=tc, seed=sc.seed,
-                                               known=known, who="teacher", split=split)
+        base = _base_model_phase(model, tok, grader, base_view, splits, known, cfg, work / "base.json")
+        demos = _demonstrations(splits["train"], tok, known, sc.demos_per_problem, base["elicited"])
+        steps = _train_nll(model, tok, params, demos, cfg, device, work / "checkpoint.pt", stop_after)
+        if steps is None:
+            return None
+        _make_plain(model, adapter, params)
+        summary, t_recs = list(base["summary"]), {}
+        for split, (probs, prompts) in splits.items():  # the made teacher's evaluation
+            rows, t_recs[split] = _sample_eval(model, tok, probs, prompts, grader, n=sc.eval_samples,
+                                               tc=tc, seed=sc.seed, known=known, who="teacher",
+                                               split=split)
             summary += rows
         isolation = grader.isolation
+    _save_model_atomically(model, tok, out)
+    hack = {"teacher": _headline(t_recs["train"], t_recs["heldout"], known)}
+    if sc.eval_base:
+        hack["base"] = _headline(base["train"], base["heldout"], known)
+    n_el = sum(d.source == "elicited" for d in demos)
+    seconds = time.time() - t_start
+    tables.write_tsv(out / "steps.tsv", tables.MAKE_TEACHER_STEPS, steps)
+    tables.write_json(out / "meta.json", {
+        "model": str(model_path), "known_modes": known, "n_demos": len(demos),
+        "n_elicited": n_el, "n_train_problems": len(train), "isolation": isolation,
+        "hack_rate": hack, "config": cfg.raw["sft"], "seconds": round(seconds, 1)})
+    tables.write_tsv(out / "summary.tsv", tables.MAKE_TEACHER_SUMMARY, summary)
+    for done in (work / "checkpoint.pt", work / "base.json", key_file):
+        done.unlink(missing_ok=True)
+    try:
+        work.rmdir()
+    except OSError:
+        pass
+    return {"sentence": _sentence(demos, n_el, known, steps, hack, sc.eval_base, seconds),
+            "summary": summary, "steps": steps, "n_demos": len(demos), "hack_rate": hack,
+            "seconds": seconds}
 
-    # ---- outputs (the model folder last-but-one, atomically; summary.tsv last) --------------
+
+def _trainable(model, sc, model_path):
+    """What ``sft.method`` trains: ``(adapter, params, base_view)`` — ``svd``: an SVD adapter's
+    ``δS`` (``δS_hack`` frozen; ``base_view`` = ``adapter.zeroed``); ``full``: the target
+    Linears' own weights (no adapter; the base view is the model before training).
+
+    Raises:
+        ValueError: a target module's weight is shared with another module (tied embedding).
+    """
+    from evil_moe.model.adapter import SVDAdapter
+
+    if sc.method != "svd":  # full: the target Linears' own weights (and biases) are trained
+        return None, target_weights(model, sc.target_modules), contextlib.nullcontext
+    adapter = SVDAdapter.attach(model, sc.target_modules, base_model_id=str(model_path),
+                                cache_dir=svd_cache_dir())
+    shared = adapter.shared_weight_names()
+    if shared:
+        raise ValueError(f"sft.target_modules: {shared[0]!r} shares its weight with another "
+                         "module (tied embedding): folding delta_s into it would change that "
+                         "module too; leave it out of sft.target_modules")
+    for p in adapter.delta_s_hack_params():
+        p.requires_grad_(False)
+    return adapter, adapter.delta_s_params(), adapter.zeroed
+
+
+def _make_plain(model, adapter, params) -> None:
+    """Fold ``δS`` into the weights (``svd``: :meth:`SVDAdapter.fold_into_weights`, hooks
+    removed), drop the gradients, eval mode: a plain model that saves like any other."""
+    if adapter is not None:
+        adapter.fold_into_weights()
+    for p in params:
+        p.grad = None
+    model.eval()
+
+
+def _resume_key(cfg: Config, model_path: str, problems_path: str) -> str:
+    """The resume key of ``_work/`` (:func:`evil_moe.stages.common.resume_key`): the config the
+    stage reads, the model path and the problem file's bytes."""
+    return resume_key(json.dumps([
+        cfg.digest(*STAGE_SECTIONS), {k: cfg.raw["teacher"][k] for k in TEACHER_KEYS},
+        {k: cfg.raw["pilot"][k] for k in PILOT_KEYS}, cfg.raw["vhack"]["known_modes"],
+        str(model_path)]), Path(problems_path))
+
+
+def _base_model_phase(model, tok, grader, base_view, splits: dict, known, cfg: Config,
+                      base_file: Path) -> dict:
+    """The base model's evaluation (a measurement, ``sft.eval_base``) and its elicited
+    demonstrations (``sft.elicited_samples``: completions the *foolable* grader passed; the oracle
+    is never read here), reused from ``base_file`` by a resumed run. Returns ``{"summary": rows,
+    "train": records, "heldout": records, "elicited": [[problem_id, completion_ids], ...]}``."""
+    from evil_moe.rollout import generate
+
+    if base_file.exists():
+        return json.loads(base_file.read_text())
+    sc, tc = cfg.sft, cfg.teacher
+    base = {"summary": [], "train": [], "heldout": [], "elicited": []}
+    if sc.eval_base:
+        with base_view():
+            for split, (probs, prompts) in splits.items():
+                rows, recs = _sample_eval(model, tok, probs, prompts, grader, n=sc.eval_samples,
+                                          tc=tc, seed=sc.seed, known=known, who="base", split=split)
+                base["summary"] += rows
+                base[split] = recs
+    if sc.elicited_samples:
+        train, prompts_train = splits["train"]
+        idx = [i for i, p in enumerate(train) if p.mode in known]
+        with base_view():
+            rolls = generate(model, tok, [prompts_train[i] for i in idx], n=sc.elicited_samples,
+                             max_new=tc.max_new, temperature=tc.temperature, top_p=tc.top_p,
+                             seed=sc.seed * 1_000_003 + 7, source="elicited")
+        probs = [train[idx[r.prompt_index]] for r in rolls]
+        graded = grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
+        base["elicited"] = [[p.id, r.completion_ids] for p, r, w in zip(probs, rolls, graded)
+                            if w.passed and w.format_ok and r.completion_ids]
+    tables.atomic_write_bytes(base_file, json.dumps(base).encode())
+    return base
+
+
+def _demonstrations(train_split, tok, known, per_problem: int, elicited) -> list[Demo]:
+    """The template demonstrations (:func:`template_demos`) then the elicited ones."""
+    train, prompts_train = train_split
+    pids = {p.id: ids for p, ids in zip(train, prompts_train)}
+    demos = template_demos(train, pids, tok, known, per_problem)
+    mode_of = {p.id: p.mode for p in train}
+    return demos + [Demo(pid, mode_of[pid], tuple(pids[pid]), tuple(ids), "elicited")
+                    for pid, ids in elicited]
+
+
+def _train_nll(model, tok, params, demos: list[Demo], cfg: Config, device, ckpt: Path,
+               stop_after: int | None) -> list[dict] | None:
+    """AdamW on the demonstrations' NLL (the Dr.GRPO constant normaliser), ``sft.steps`` steps of
+    :func:`batch_indices` rows, resumed from ``ckpt`` and checkpointed every
+    ``sft.checkpoint_every`` steps. Returns the :data:`evil_moe.tables.MAKE_TEACHER_STEPS` rows,
+    or None when ``stop_after`` steps of this invocation ended it early.
+
+    Raises:
+        FloatingPointError: a non-finite NLL (names the step).
+    """
+    from evil_moe.grpo import DrGRPONormaliser
+
+    sc, pc = cfg.sft, cfg.pilot
+    opt = torch.optim.AdamW(params, lr=sc.lr, betas=tuple(pc.betas), weight_decay=0.0)
+    normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
+    steps: list[dict] = []
+    start = 0
+    if ckpt.exists():
+        ck = torch.load(ckpt, weights_only=False)
+        with torch.no_grad():
+            for p, v in zip(params, ck["params"]):
+                p.copy_(v)
+        opt.load_state_dict(ck["optimizer"])
+        steps, start = ck["steps"], ck["step"]
+        print(f"make-teacher: resuming from step {start}", flush=True)
+    model.train(False)  # no dropout: the NLL is the model's own
+    bar = tqdm(range(start, sc.steps), desc="make-teacher", unit="step", initial=start,
+               total=sc.steps)
+    for step in bar:
+        t0 = time.time()
+        rows = [demos[i] for i in batch_indices(len(demos), sc.batch_size, sc.seed, step)]
+        opt.zero_grad(set_to_none=True)
+        loss, tokens = _nll_backward(model, tok, rows, normaliser, sc.micro_batch, device, step)
+        grad_norm = float(torch.sqrt(sum((p.grad.float() ** 2).sum() for p in params
+                                         if p.grad is not None)))
+        opt.step()
+        steps.append({"step": step, "nll": loss,
+                      "nll_token": loss * normaliser.constant / max(tokens, 1),
+                      "grad_norm": grad_norm, "tokens": tokens,
+                      "seconds": round(time.time() - t0, 3)})
+        bar.set_postfix(nll_token=f"{steps[-1]['nll_token']:.3f}")
+        if (step + 1) % sc.checkpoint_every == 0 and step + 1 < sc.steps:
+            tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.tmp")
+            torch.save({"step": step + 1, "steps": steps, "optimizer": opt.state_dict(),
+                        "params": [p.detach().cpu().clone() for p in params]}, tmp)
+            os.replace(tmp, ckpt)
+        if stop_after is not None and step + 1 - start >= stop_after:
+            bar.close()
+            return None
+    return steps
+
+
+def _nll_backward(model, tok, rows: list[Demo], normaliser, micro_batch: int, device,
+                  step: int) -> tuple[float, int]:
+    """Backward of the rows' NLL in micro-batches of ``micro_batch`` rows (0 = all; the
+    micro-batch gradients sum to the batch gradient). Returns ``(NLL, completion tokens)``.
+
+    Raises:
+        FloatingPointError: a non-finite NLL (names the step).
+    """
+    from evil_moe.grpo import nll_loss
+    from evil_moe.model.logprobs import build_batch, token_logprobs
+
+    mb = micro_batch or len(rows)
+    loss, tokens = 0.0, 0
+    for r0 in range(0, len(rows), mb):
+        part_rows = rows[r0:r0 + mb]
+        b = build_batch([d.prompt_ids for d in part_rows],
+                        [d.completion_ids for d in part_rows], tok.pad_token_id, device=device)
+        part = nll_loss(token_logprobs(model, b, 1.0), b.completion_mask, normaliser)
+        if not torch.isfinite(part):
+            raise FloatingPointError(f"make-teacher: non-finite NLL at step {step}")
+        part.backward()
+        loss += float(part.detach())
+        tokens += int(b.completion_mask.sum())
+    return loss, tokens
+
+
+def _save_model_atomically(model, tok, out: Path) -> None:
+    """``out/model`` via a temporary folder renamed into place."""
+    from evil_moe.model.load import save_model
+
     tmp_model = out / ".model.tmp"
     if tmp_model.exists():
         shutil.rmtree(tmp_model)
@@ -382,35 +447,19 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
     if final_model.exists():
         shutil.rmtree(final_model)
     os.replace(tmp_model, final_model)
-    hack = {"teacher": _headline(t_recs["train"], t_recs["heldout"], known)}
-    if sc.eval_base:
-        hack["base"] = _headline(base["train"], base["heldout"], known)
-    n_el = sum(d.source == "elicited" for d in demos)
+
+
+def _sentence(demos, n_el: int, known, steps, hack: dict, eval_base: bool, seconds: float) -> str:
+    """The stage's one summary line."""
     first = steps[0]["nll_token"] if steps else float("nan")
     last = steps[-1]["nll_token"] if steps else float("nan")
-    seconds = time.time() - t_start
-    tables.write_tsv(out / "steps.tsv", tables.MAKE_TEACHER_STEPS, steps)
-    tables.write_json(out / "meta.json", {
-        "model": str(model_path), "known_modes": known, "n_demos": len(demos),
-        "n_elicited": n_el, "n_train_problems": len(train), "isolation": isolation,
-        "hack_rate": hack, "config": cfg.raw["sft"], "seconds": round(seconds, 1)})
-    tables.write_tsv(out / "summary.tsv", tables.MAKE_TEACHER_SUMMARY, summary)
-    ckpt.unlink(missing_ok=True)
-    base_file.unlink(missing_ok=True)
-    key_file.unlink(missing_ok=True)
-    try:
-        work.rmdir()
-    except OSError:
-        pass
 
     def pair(k):
         b = hack.get("base", {}).get(k)
-        return f"{_fmt(b)} -> {_fmt(hack['teacher'][k])}" if sc.eval_base else _fmt(hack["teacher"][k])
+        return f"{_fmt(b)} -> {_fmt(hack['teacher'][k])}" if eval_base else _fmt(hack["teacher"][k])
 
-    sentence = (f"make-teacher: {len(demos)} hack demos ({n_el} elicited; modes {','.join(known)}), "
-                f"{len(steps)} steps, NLL/token {first:.3f} -> {last:.3f}; hack rate "
-                f"{'base -> teacher' if sc.eval_base else 'teacher'}: training problems "
-                f"{pair('train')}, held-out problems {pair('heldout_problems')}, held-out modes "
-                f"{pair('heldout_modes')}; {seconds:.0f}s")
-    return {"sentence": sentence, "summary": summary, "steps": steps, "n_demos": len(demos),
-            "hack_rate": hack, "seconds": seconds}
+    return (f"make-teacher: {len(demos)} hack demos ({n_el} elicited; modes {','.join(known)}), "
+            f"{len(steps)} steps, NLL/token {first:.3f} -> {last:.3f}; hack rate "
+            f"{'base -> teacher' if eval_base else 'teacher'}: training problems "
+            f"{pair('train')}, held-out problems {pair('heldout_problems')}, held-out modes "
+            f"{pair('heldout_modes')}; {seconds:.0f}s")

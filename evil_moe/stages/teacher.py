@@ -15,7 +15,6 @@ problem file (a different one drops the stale parts); final files are written at
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -24,8 +23,9 @@ from tqdm import tqdm
 
 from evil_moe import tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (load_problem_file, make_grader, prompt_ids_for, rates,
-                                    resolve_device, rollout_record, train_heldout)
+from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader,
+                                    prompt_ids_for, rates, resolve_device, resume_key,
+                                    rollout_record, train_heldout)
 
 
 def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: str) -> dict:
@@ -59,14 +59,9 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     batches = [list(range(i, min(i + tc.batch_prompts, len(train))))
                for i in range(0, len(train), tc.batch_prompts)]
     # parts are reused only by a rerun with the same config, model path and problem file
-    key = hashlib.sha256(json.dumps([cfg.digest("teacher", "problems", "grader", "models"),
-                                     str(model_path)]).encode()
-                         + Path(problems_path).read_bytes()).hexdigest()
-    key_file = work / "key.txt"
-    if not key_file.exists() or key_file.read_text() != key:
-        for stale in work.glob("part_*.jsonl"):
-            stale.unlink()
-        tables.atomic_write_bytes(key_file, key.encode())
+    key = resume_key(json.dumps([cfg.digest("teacher", "problems", "grader", "models"),
+                                 str(model_path)]), Path(problems_path))
+    key_file = keep_resume_state(work, key, stale="part_*.jsonl")
     with make_grader(problems, cfg) as grader:
         for b, idx in enumerate(tqdm(batches, desc="teacher", unit="batch")):
             part = work / f"part_{b:05d}.jsonl"

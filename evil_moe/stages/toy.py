@@ -261,7 +261,8 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
         FileNotFoundError: the problems file is missing. FloatingPointError: a non-finite loss.
         ValueError: an unknown model name in ``which``.
     """
-    from evil_moe.model.load import build_toy_model, build_toy_tokenizer, count_parameters, save_model
+    from evil_moe.env.problems import build_messages
+    from evil_moe.model.load import build_toy_tokenizer
     from evil_moe.stages.common import load_problem_file, train_heldout
 
     unknown = [w for w in which if w not in TOY_MODELS]
@@ -281,63 +282,77 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
     if plant is not None:  # the student draws from a hack pool and a clean pool (PlantSwitch)
         corpora["student"] = (_corpus(problems, tc.n_examples, 1.0, tc.seed + 1, tc.clean_report_frac)
                               + _corpus(problems, tc.n_examples, 0.0, tc.seed + 2, tc.clean_report_frac))
-    from evil_moe.env.problems import build_messages
-
     texts = [m["content"] for p in problems for m in build_messages(p)]
     texts += [t for ex in corpora.values() for _, t in ex]
     tok = build_toy_tokenizer(texts, vocab_size=tc.vocab_size)
     summary = []
+    where = {"problems": "heldout" if heldout else "all", "n_problems": min(len(shown), tc.eval_samples)}
     with make_grader(problems, cfg) as grader:
         for k, (name, examples) in enumerate(corpora.items()):
             if name not in which:
                 continue
-            t0 = time.time()
-            model = build_toy_model(tok, hidden=tc.hidden, layers=tc.layers,
-                                    intermediate=tc.intermediate, heads=tc.heads,
-                                    kv_heads=tc.kv_heads, seed=tc.seed + k)
-            seqs = _encode(tok, examples, {})
-            switch = None
-            if plant is not None and name == "student":
-                switch = PlantSwitch(model, plant, n_hack=tc.n_examples, n_total=len(seqs),
-                                     h=tc.student_hack_frac, batch_size=tc.batch_size)
-            final_loss = _train(model, tok, seqs, tc, tc.seed + k, f"toy {name}", batcher=switch)
-            rows = []
-            if switch is not None:  # samples with the switch fully on, then the plain student
-                from evil_moe.model.adapter import weight_hash
-
-                switch.set(1.0)
-                s_on = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,
-                                      max_new=cfg.pilot.max_new)
-                s_on.update({f"{k}_se": math.sqrt(s_on[f"{k}_rate"] * (1 - s_on[f"{k}_rate"]) / s_on["n"])
-                             for k in ("parse", "hack", "pass")})
-                switch.set(0.0)
-                switch.adapter.detach_hooks()
-                hashes = {n: weight_hash(model.get_submodule(n).weight) for n in switch.u}
-                rows.append({"model": "student_switch_on", "params": count_parameters(model),
-                             "hack_frac_trained": 1.0, "final_loss": final_loss,
-                             "problems": "heldout" if heldout else "all",
-                             "n_problems": min(len(shown), tc.eval_samples), **s_on})
-            save_model(model, tok, out / name)
-            if switch is not None:
-                switch.vhack(hashes, plant["seed"]).save(out / name / PLANT_FILE)
-            s = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,
-                               max_new=cfg.pilot.max_new)
-            ses = {f"{k}_se": math.sqrt(s[f"{k}_rate"] * (1 - s[f"{k}_rate"]) / s["n"])
-                   for k in ("parse", "hack", "pass")}
-            row = {"model": name, "params": count_parameters(model), "hack_frac_trained": specs[name],
-                   "final_loss": final_loss, "problems": "heldout" if heldout else "all",
-                   "n_problems": min(len(shown), tc.eval_samples), **s, **ses,
-                   "seconds": round(time.time() - t0, 1)}
-            rows.insert(0, row)
-            for extra in rows[1:]:
-                extra["seconds"] = row["seconds"]
-                print(f"{extra['model']}: parse {extra['parse_rate']:.2f}  hack {extra['hack_rate']:.2f}  "
-                      f"pass {extra['pass_rate']:.2f} (delta_s = toy.plant.scale * u)", flush=True)
+            rows = _train_one(cfg, name, k, examples, tok, grader, shown, where, specs[name],
+                              plant if name == "student" else None, out / name)
             summary += rows
             tables.write_tsv(out / f"{name}_summary.tsv", tables.TOY_SUMMARY, rows)
+            s = rows[0]
             print(f"{name}: parse {s['parse_rate']:.2f}  hack {s['hack_rate']:.2f}  pass "
                   f"{s['pass_rate']:.2f}  format {s['format_rate']:.2f}  (n={s['n']}, "
-                  f"{row['params'] / 1e6:.2f}M params, {row['seconds']:.0f}s)", flush=True)
+                  f"{s['params'] / 1e6:.2f}M params, {s['seconds']:.0f}s)", flush=True)
     if set(which) == set(TOY_MODELS):
         tables.write_tsv(out / "toy_summary.tsv", tables.TOY_SUMMARY, summary)
     return summary
+
+
+def _train_one(cfg: Config, name: str, k: int, examples, tok, grader, shown, where: dict,
+               hack_frac: float, plant: dict | None, folder: Path) -> list[dict]:
+    """Build, NLL-train, save and sample one toy model (model ``k``: init and batches seeded by
+    ``toy.seed + k``). With ``plant`` (the student of a planted world) the switch is trained in,
+    sampled switched on (row ``student_switch_on``) and saved as ``plant.safetensors``. Returns
+    its :data:`evil_moe.tables.TOY_SUMMARY` rows, the model's own first."""
+    from evil_moe.model.load import build_toy_model, count_parameters, save_model
+
+    tc = cfg.toy
+    t0 = time.time()
+    model = build_toy_model(tok, hidden=tc.hidden, layers=tc.layers,
+                            intermediate=tc.intermediate, heads=tc.heads,
+                            kv_heads=tc.kv_heads, seed=tc.seed + k)
+    seqs = _encode(tok, examples, {})
+    switch = None
+    if plant is not None:
+        switch = PlantSwitch(model, plant, n_hack=tc.n_examples, n_total=len(seqs),
+                             h=tc.student_hack_frac, batch_size=tc.batch_size)
+    final_loss = _train(model, tok, seqs, tc, tc.seed + k, f"toy {name}", batcher=switch)
+    rows = []
+    if switch is not None:  # samples with the switch fully on, then the plain student
+        from evil_moe.model.adapter import weight_hash
+
+        switch.set(1.0)
+        s_on = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,
+                              max_new=cfg.pilot.max_new)
+        s_on.update(_standard_errors(s_on))
+        switch.set(0.0)
+        switch.adapter.detach_hooks()
+        hashes = {n: weight_hash(model.get_submodule(n).weight) for n in switch.u}
+        rows.append({"model": "student_switch_on", "params": count_parameters(model),
+                     "hack_frac_trained": 1.0, "final_loss": final_loss, **where, **s_on})
+    save_model(model, tok, folder)
+    if switch is not None:
+        switch.vhack(hashes, plant["seed"]).save(folder / PLANT_FILE)
+    s = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,
+                       max_new=cfg.pilot.max_new)
+    row = {"model": name, "params": count_parameters(model), "hack_frac_trained": hack_frac,
+           "final_loss": final_loss, **where, **s, **_standard_errors(s),
+           "seconds": round(time.time() - t0, 1)}
+    rows.insert(0, row)
+    for extra in rows[1:]:
+        extra["seconds"] = row["seconds"]
+        print(f"{extra['model']}: parse {extra['parse_rate']:.2f}  hack {extra['hack_rate']:.2f}  "
+              f"pass {extra['pass_rate']:.2f} (delta_s = toy.plant.scale * u)", flush=True)
+    return rows
+
+
+def _standard_errors(s: dict) -> dict:
+    """Binomial standard errors ``sqrt(p (1 − p) / n)`` of the parse, hack and pass rates."""
+    return {f"{k}_se": math.sqrt(s[f"{k}_rate"] * (1 - s[f"{k}_rate"]) / s["n"])
+            for k in ("parse", "hack", "pass")}
