@@ -16,7 +16,9 @@ zeroed, and their gradients accumulated across steps); δS_hack is frozen (vanil
 only); the ``lm_head`` knob is a parametrisation of ``lm_head.weight`` (``W + U diag(δS) Vh``, its
 forward hook bypassed), so a loss that reads the head's weight instead of calling the module
 (TRL's fused LM head, ``trl.trainer.utils.add_fused_lm_head``: ``hidden @ lm_head.weight`` in
-tiles) still sees and trains it. A callback checks, at every step, that every δS (the lm_head's
+tiles) still sees and trains it; during TRL's sampling (``_generate_single_turn``, no gradient)
+the head's weight is formed once per call (``parametrize.cached``), not at every decoding step,
+so TRL pays no per-token cost for it. A callback checks, at every step, that every δS (the lm_head's
 included) has a non-zero gradient before the optimiser step, that the clipped norm is at most
 ``max_grad_norm``, that every δS moved in the step and that the gradients are zero after it,
 and that TRL's advantages are Dr.GRPO's of our grader's rewards; on the first step of each block
@@ -243,6 +245,15 @@ def run_trl(cfg, world: dict, out_dir: Path, verify_steps: int = 1) -> dict:
         return compute_loss(model, inputs, *a, **k)
 
     trainer.compute_loss = seen_compute_loss
+    generate_single_turn = trainer._generate_single_turn
+
+    def cached_generate(*a, **k):  # the lm_head's W + U diag(δS) Vh formed once per generation
+        from torch.nn.utils import parametrize
+
+        with parametrize.cached():
+            return generate_single_turn(*a, **k)
+
+    trainer._generate_single_turn = cached_generate
     try:
         trainer.train()
     finally:
