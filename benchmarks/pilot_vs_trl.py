@@ -15,10 +15,17 @@ and ``model.zero_grad()`` zeroes them after each step (without it δS were neith
 zeroed, and their gradients accumulated across steps); δS_hack is frozen (vanilla trains δS
 only); the ``lm_head`` knob is a parametrisation of ``lm_head.weight`` (``W + U diag(δS) Vh``, its
 forward hook bypassed), so a loss that reads the head's weight instead of calling the module
-(TRL's fused selective log-softmax head) still sees and trains it. A callback checks, at every
-step, that every δS (the lm_head's included) has a gradient before the optimiser step, that the
-clipped norm is at most ``max_grad_norm``, and that the gradients are zero after the step; the
-benchmark stops if not. Ours skips the rows of zero-variance groups (zero advantage: exactly
+(TRL's fused LM head, ``trl.trainer.utils.add_fused_lm_head``: ``hidden @ lm_head.weight`` in
+tiles) still sees and trains it; during TRL's sampling (``_generate_single_turn``, no gradient)
+the head's weight is formed once per call (``parametrize.cached``), not at every decoding step,
+so TRL pays no per-token cost for it. A callback checks, at every step, that every δS (the lm_head's
+included) has a non-zero gradient before the optimiser step, that the clipped norm is at most
+``max_grad_norm``, that every δS moved in the step and that the gradients are zero after it,
+and that TRL's advantages are Dr.GRPO's of our grader's rewards; on the first step of each block
+(the untimed warm-up step; ``--verify-steps``) the δS gradient TRL clipped and applied must
+equal, to a relative error of 1e-3, the one our loss gives on TRL's batch (a second copy of the
+student with our adapter's hooks, our log-probs, loss, normaliser and clipping). The benchmark
+stops if not. Ours skips the rows of zero-variance groups (zero advantage: exactly
 zero gradient at beta = 0) where TRL backpropagates every row; each of our arms is therefore
 timed twice, as published (``ours:ARM``) and with every row through the loss
 (``ours:ARM+every_row``, the same gradient), and both ratios are printed.
@@ -154,54 +161,65 @@ def run_ours(cfg, world: dict, arm: str, out_dir: Path, every_row: bool = False)
             "reward": [float(r["reward_mean"]) for r in rows]}
 
 
-def run_trl(cfg, world: dict, out_dir: Path) -> dict:
-    """One TRL ``GRPOTrainer`` block of ``pilot.steps`` steps on the same student, adapter, prompts."""
+def run_trl(cfg, world: dict, out_dir: Path, verify_steps: int = 1) -> dict:
+    """One TRL ``GRPOTrainer`` block of ``pilot.steps`` steps on the same student, adapter, prompts.
+
+    Every step is checked (:class:`TrlChecks`): each δS has a gradient (the lm_head's included),
+    the joint norm is clipped, every δS moved in the optimiser step, the gradients are zeroed
+    after it. The first ``verify_steps`` steps (the first is the block's warm-up step, dropped from
+    the timings) are also checked against our own loss: the δS gradient TRL clipped and applied
+    equals the one our trainer computes on TRL's batch (:class:`OurGradients`).
+    """
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from evil_moe.env.grader import Grader
     from evil_moe.env.problems import build_messages
-    from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
+    from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
     from evil_moe.trainer import prompt_schedule
 
-    pc, g = cfg.pilot, cfg.grader
+    pc = cfg.pilot
     torch.manual_seed(0)
     problems = load_problem_file(world["problems"])
     train, _ = train_heldout(problems, cfg)
     model, tok, adapter, _ = load_policy(world["model"], cfg)
     knobs = give_trl_the_adapter(model, adapter)
+    ours = None
+    if verify_steps:
+        ref_model, ref_tok, ref_adapter, _ = load_policy(world["model"], cfg)
+        ours = OurGradients(ref_model, ref_tok, ref_adapter, pc)
     order = [i for s in range(pc.steps) for i in prompt_schedule(len(train), pc.prompts_per_step, 0, s)]
     data = Dataset.from_list([{"prompt": build_messages(train[i]), "problem_id": train[i].id}
                               for i in order])
-    grader = Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
-                    timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers)
+    grader = make_grader(problems, cfg)  # the grader our pilot builds (same settings)
     tokens: list[int] = []
+    rewards: list[list[float]] = []
 
     def reward_fn(prompts, completions, problem_id, completion_ids=None, **_kw):
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         if completion_ids is not None:
             tokens.append(sum(len(c) for c in completion_ids))
-        return [w.reward for w in grader.grade_many(list(zip(problem_id, texts)))]
+        out = [w.reward for w in grader.grade_many(list(zip(problem_id, texts)))]
+        rewards.append(out)
+        return out
 
     reward_fn.__name__ = "evil_moe_grader"
-    stamps: list[float] = []
-
-    checks: list[dict] = []
+    stamps: list[tuple[float, float]] = []
+    checks = TrlChecks(knobs, pc, ours, verify_steps, rewards)
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
             stamps.append((time.perf_counter(), time.process_time()))
 
         def on_pre_optimizer_step(self, args, state, control, **kw):
-            checks.append(check_gradients(knobs, pc.max_grad_norm))
+            checks.before_step(state.global_step)
+
+        def on_optimizer_step(self, args, state, control, **kw):
+            checks.after_step(state.global_step)
 
         def on_step_end(self, args, state, control, **kw):
-            zero = all(p.grad is None or not p.grad.any() for p in knobs.values())
-            if not checks or not zero:
-                raise RuntimeError(f"TRL step {state.global_step}: δS gradients "
-                                   + ("never seen" if not checks else "not zeroed after the step"))
+            checks.zeroed(state.global_step)
             if state.global_step >= pc.steps:
                 stamps.append((time.perf_counter(), time.process_time()))
 
@@ -221,21 +239,162 @@ def run_trl(cfg, world: dict, out_dir: Path) -> dict:
                             weight_decay=pc.weight_decay)
     trainer = GRPOTrainer(model=model, reward_funcs=[reward_fn], args=args, train_dataset=data,
                           processing_class=tok, callbacks=[Clock()], optimizers=(opt, None))
+    compute_loss = trainer.compute_loss
+
+    def seen_compute_loss(model, inputs, *a, **k):  # the batch TRL's loss sees (for OurGradients)
+        checks.inputs = inputs
+        return compute_loss(model, inputs, *a, **k)
+
+    trainer.compute_loss = seen_compute_loss
+    generate_single_turn = trainer._generate_single_turn
+
+    def cached_generate(*a, **k):  # the lm_head's W + U diag(δS) Vh formed once per generation
+        from torch.nn.utils import parametrize
+
+        with parametrize.cached():
+            return generate_single_turn(*a, **k)
+
+    trainer._generate_single_turn = cached_generate
     try:
         trainer.train()
     finally:
         grader.close()
+    if len(checks.steps) != pc.steps:
+        raise RuntimeError(f"TRL ran {len(checks.steps)} checked steps, expected {pc.steps}")
     logs = [x for x in trainer.state.log_history if "reward" in x]
     return {"step_s": [b[0] - a[0] for a, b in zip(stamps, stamps[1:])],
             "cpu_s": [b[1] - a[1] for a, b in zip(stamps, stamps[1:])], "tokens": tokens,
             "reward": [float(x["reward"]) for x in logs],
             "grad_norm": [float(x.get("grad_norm", float("nan"))) for x in logs],
-            "checks": checks}
+            "checks": checks.steps}
+
+
+class OurGradients:
+    """Our trainer's clipped δS gradient of a batch TRL trained on (the reference TRL's must equal).
+
+    A second copy of the student with our adapter (its forward hooks, the lm_head's included, as
+    our pilot trains it), its δS and δS_hack set to TRL's before the step; the loss is ours
+    (:func:`evil_moe.model.logprobs.token_logprobs`, :func:`evil_moe.grpo.dr_grpo_loss` with the
+    on-policy behaviour log-probs and the ``G · max_new · P`` normaliser) on TRL's prompt and
+    completion tokens and advantages, and the gradient is clipped to ``pilot.max_grad_norm`` as in
+    ``Trainer.optimiser_step`` (one joint norm over the trained δS)."""
+
+    def __init__(self, model, tok, adapter, pc):
+        """``model`` with our ``adapter`` attached (hooks on every module, none bypassed), its
+        tokenizer ``tok`` (``pad_token_id``) and the run's ``pilot`` config section ``pc``."""
+        from evil_moe.grpo import DrGRPONormaliser
+
+        self.model, self.tok, self.adapter, self.pc = model, tok, adapter, pc
+        self.norm = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
+
+    def __call__(self, trl_adapter_knobs: dict, inputs: dict) -> dict:
+        """``{module name: (r,) clipped gradient}`` for TRL's batch ``inputs`` (``prompt_ids``,
+        ``prompt_mask`` left-padded ``(B, Tp)``; ``completion_ids``, ``completion_mask``
+        ``(B, Tc)``; ``advantages (B,)``) at the δS values of ``trl_adapter_knobs`` (name ->
+        SVDKnob of the adapter TRL trains)."""
+        import torch
+
+        from evil_moe.grpo import dr_grpo_loss, on_policy_behaviour
+        from evil_moe.model.logprobs import build_batch, token_logprobs
+
+        mods = self.adapter.modules_
+        with torch.no_grad():
+            for name, knob in trl_adapter_knobs.items():
+                mods[name].delta_s.copy_(knob.delta_s)
+                mods[name].delta_s_hack.copy_(knob.delta_s_hack)
+        rows = lambda ids, m: [x[k.bool()].tolist() for x, k in zip(ids.cpu(), m.cpu())]  # noqa: E731
+        prompts = rows(inputs["prompt_ids"], inputs["prompt_mask"])
+        comps = rows(inputs["completion_ids"], inputs["completion_mask"])
+        batch = build_batch(prompts, comps, self.tok.pad_token_id)
+        # TRL's completion mask is a prefix of each completion (up to its EOS), as ours
+        if int(batch.completion_mask.sum()) != int(inputs["completion_mask"].sum()):
+            raise RuntimeError("TRL's completion mask is not a prefix of each completion")
+        logp = token_logprobs(self.model, batch, temperature=self.pc.temperature)
+        loss, _ = dr_grpo_loss(logp, on_policy_behaviour(logp), inputs["advantages"].float().cpu(),
+                               batch.completion_mask, self.norm, clip_eps=self.pc.clip_eps)
+        ds = [mods[n].delta_s for n in trl_adapter_knobs]
+        grads = torch.autograd.grad(loss, ds, allow_unused=True)
+        for p, g in zip(ds, grads):
+            p.grad = torch.zeros_like(p) if g is None else g.detach()
+        torch.nn.utils.clip_grad_norm_(ds, self.pc.max_grad_norm)  # as Trainer.optimiser_step
+        out = {n: p.grad.clone() for n, p in zip(trl_adapter_knobs, ds)}
+        for p in ds:
+            p.grad = None
+        return out
+
+
+class TrlChecks:
+    """The per-step checks of the TRL side (raise RuntimeError naming the step and the knob).
+
+    Before the optimiser step (HF Trainer has clipped): every δS has a non-zero gradient (the
+    lm_head's included) unless every advantage of the batch is zero (then all are zero), the joint
+    norm is at most ``max_grad_norm``, TRL's advantages equal Dr.GRPO's of the rewards our grader
+    gave (as multisets: TRL shuffles the rows), and for the first ``verify_steps`` steps the
+    gradients equal :class:`OurGradients`' (relative error of the joint vector <= 1e-3). After the
+    optimiser step: every δS with a gradient moved; at the step's end: the gradients are zeroed.
+    """
+
+    def __init__(self, knobs: dict, pc, ours: OurGradients | None, verify_steps: int,
+                 rewards: list[list[float]]):
+        self.knobs, self.pc, self.ours, self.verify_steps = knobs, pc, ours, verify_steps
+        self.rewards = rewards
+        self.inputs: dict | None = None
+        self.steps: list[dict] = []
+        self._before: list | None = None
+
+    def before_step(self, step: int) -> None:
+        import torch
+
+        from evil_moe.grpo import group_advantages
+
+        if self.inputs is None:
+            raise RuntimeError(f"TRL step {step}: no batch seen by compute_loss")
+        adv = self.inputs["advantages"].detach().float().cpu().flatten()
+        pc = self.pc
+        ours_adv = group_advantages(torch.tensor(self.rewards[-1]).reshape(pc.prompts_per_step, pc.group),
+                                    scale_std=False).flat()
+        if not torch.allclose(adv.sort().values, ours_adv.float().sort().values, atol=1e-6):
+            raise RuntimeError(f"TRL step {step}: advantages differ from Dr.GRPO's of the rewards")
+        live = bool(ours_adv.any())  # TRL's zero-variance rows may carry rounding crumbs
+        params = {n: k.delta_s for n, k in self.knobs.items()}
+        stats = check_gradients(params, pc.max_grad_norm, expect_zero=not live)
+        stats.update(step=step, live=live, rel_err=None)
+        if self.ours is not None and step < self.verify_steps:
+            ref = self.ours(self.knobs, self.inputs)
+            trl = torch.cat([p.grad.detach().flatten() if p.grad is not None
+                             else torch.zeros_like(p).flatten() for p in params.values()])
+            want = torch.cat([ref[n].flatten() for n in params])
+            stats["rel_err"] = float((trl - want).norm() / want.norm().clamp_min(1e-30))
+            stats["ours_norm"] = float(want.norm())
+            if stats["rel_err"] > 1e-3:
+                raise RuntimeError(f"TRL step {step}: δS gradient differs from ours (relative "
+                                   f"error {stats['rel_err']:.2e}, norms {stats['norm']:.4g} vs "
+                                   f"{stats['ours_norm']:.4g})")
+        self._before = [p.detach().clone() for p in params.values()]
+        self.steps.append(stats)
+        self.inputs = None
+
+    def after_step(self, step: int) -> None:
+        stats = self.steps[-1]
+        if not stats["live"]:
+            return
+        still = [n for (n, k), b in zip(self.knobs.items(), self._before) if k.delta_s.equal(b)]
+        if still:
+            raise RuntimeError(f"TRL step {step}: δS of {still[:3]} did not move in the optimiser "
+                               f"step ({len(still)} of {len(self.knobs)} knobs)")
+        stats["moved"] = True
+
+    def zeroed(self, step: int) -> None:
+        if not self.steps:
+            raise RuntimeError(f"TRL step {step}: δS gradients never seen")
+        if not all(k.delta_s.grad is None or not k.delta_s.grad.any() for k in self.knobs.values()):
+            raise RuntimeError(f"TRL step {step}: δS gradients not zeroed after the step")
 
 
 class _HeadDelta(torch.nn.Module):
-    """Parametrisation of a wrapped Linear's weight: ``W + U diag(δS) Vh`` (model dtype), so any
-    code that reads ``lm_head.weight`` sees the adapter (torch.nn.utils.parametrize)."""
+    """Parametrisation of a wrapped Linear's weight: ``W + U diag(δS + δS_hack) Vh`` (model dtype;
+    the sum the adapter's hook adds in its default mode), so any code that reads
+    ``lm_head.weight`` sees the adapter (torch.nn.utils.parametrize)."""
 
     def __init__(self, knob):
         super().__init__()
@@ -243,7 +402,7 @@ class _HeadDelta(torch.nn.Module):
 
     def forward(self, W):
         k = self.knob
-        return W + ((k.U.float() * k.delta_s) @ k.Vh.float()).to(W.dtype)
+        return W + ((k.U.float() * (k.delta_s + k.delta_s_hack)) @ k.Vh.float()).to(W.dtype)
 
 
 def give_trl_the_adapter(model, adapter) -> dict:
@@ -252,7 +411,7 @@ def give_trl_the_adapter(model, adapter) -> dict:
     frozen, and the ``lm_head`` knob becomes a parametrisation of the head's weight.
 
     Returns:
-        ``{module name: δS Parameter}`` of every knob, for :func:`check_gradients`.
+        ``{module name: SVDKnob}`` of every knob (its ``delta_s`` is what TRL trains).
     """
     from torch.nn.utils import parametrize
 
@@ -264,14 +423,28 @@ def give_trl_the_adapter(model, adapter) -> dict:
             head = model.get_submodule(name)
             parametrize.register_parametrization(head, "weight", _HeadDelta(knob), unsafe=True)
             adapter._bypass.add(name)  # the hook would add the delta a second time
-    return {name: knob.delta_s for name, knob in adapter.modules_.items()}
+    return dict(adapter.modules_)
 
 
-def check_gradients(knobs: dict, max_norm: float) -> dict:
-    """Before TRL's optimiser step: every δS has a non-zero gradient and their joint norm is at most
-    ``max_norm`` (HF Trainer clipped it). Raises RuntimeError naming the first knob without one."""
+def check_gradients(knobs: dict, max_norm: float, expect_zero: bool = False) -> dict:
+    """Before TRL's optimiser step (``knobs``: module name -> δS Parameter): every δS has a
+    non-zero gradient (all of them zero, None or below 1e-6 in norm instead when ``expect_zero``:
+    a batch whose every advantage is zero) and their joint norm is at most ``max_norm`` (HF Trainer clipped it).
+
+    Returns:
+        ``{"norm": joint gradient norm, "lm_head_grad": the lm_head δS's gradient norm or None}``.
+
+    Raises:
+        RuntimeError: naming the first knobs without a gradient (or with one when
+        ``expect_zero``), or a norm above ``max_norm``.
+    """
     import torch
 
+    if expect_zero:
+        extra = [n for n, p in knobs.items() if p.grad is not None and float(p.grad.norm()) > 1e-6]
+        if extra:
+            raise RuntimeError(f"TRL gave a gradient to δS of {extra[:3]} with every advantage zero")
+        return {"norm": 0.0, "lm_head_grad": 0.0 if any(n.endswith("lm_head") for n in knobs) else None}
     missing = [n for n, p in knobs.items() if p.grad is None or not p.grad.any()]
     if missing:
         raise RuntimeError(f"TRL gave no gradient to δS of {missing[:3]} ({len(missing)} of "
@@ -301,6 +474,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke mode: tiny model, 2 steps, 1 round")
     ap.add_argument("--no-every-row", action="store_true",
                     help="time our arms only as published (skip the every-row variants)")
+    ap.add_argument("--verify-steps", type=int, default=1,
+                    help="TRL steps per block whose δS gradient is checked against ours on the "
+                         "same batch (default 1: the warm-up step, not timed; 0: none)")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     a = ap.parse_args(argv)
 
@@ -333,7 +509,7 @@ def main(argv=None) -> int:
                 out = Path(tmp) / f"{k.replace(':', '_')}_r{r}"
                 t0 = time.perf_counter()
                 if k == "trl":
-                    got = run_trl(cfg, world, out)
+                    got = run_trl(cfg, world, out, verify_steps=a.verify_steps)
                 else:
                     arm, _, variant = k.split(":")[1].partition("+")
                     got = run_ours(cfg, world, arm, out, every_row=variant == "every_row")
@@ -343,10 +519,16 @@ def main(argv=None) -> int:
                 res[k]["reward"] += got["reward"]
                 if k == "trl":
                     c = got["checks"]
-                    print(f"  TRL δS checks: {len(c)} steps, every knob had a gradient (lm_head's "
-                          f"norm median {med([x['lm_head_grad'] or 0 for x in c]):.3g}), clipped "
-                          f"norm max {max(x['norm'] for x in c):.3g} <= {cfg.pilot.max_grad_norm}, "
-                          "zeroed after each step", flush=True)
+                    live = [x for x in c if x["live"]]
+                    errs = [x["rel_err"] for x in c if x["rel_err"] is not None]
+                    print(f"  TRL δS checks: {len(c)} steps ({len(live)} with a non-zero advantage): "
+                          f"every knob had a gradient (lm_head's norm median "
+                          f"{med([x['lm_head_grad'] or 0 for x in live]):.3g}) and moved, clipped "
+                          f"norm max {max([x['norm'] for x in c] or [0]):.3g} <= "
+                          f"{cfg.pilot.max_grad_norm}, zeroed after each step; advantages = "
+                          f"Dr.GRPO's of our grader's rewards; gradient = ours on TRL's batch in "
+                          f"{len(errs)} step(s), relative error max "
+                          f"{max(errs) if errs else float('nan'):.1e}", flush=True)
                 print(f"  round {r} {k:14s} block {time.perf_counter() - t0:6.1f} s  steps "
                       + " ".join(f"{x:.2f}" for x in got["step_s"])
                       + f"  tokens/step {med(got['tokens']):.0f}", flush=True)

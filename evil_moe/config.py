@@ -30,15 +30,25 @@ class ConfigError(ValueError):
     """A config file is missing, unreadable, or does not match the schema (message names the key)."""
 
 
+_SCHEMA_CACHE: dict[str, dict] = {}
+
+
 def load_schema() -> dict:
-    """Return the config JSON schema (``config/schema.yaml``) as a dict.
+    """Return the config JSON schema (``config/schema.yaml``) as a dict (a fresh copy each call).
+
+    The file is parsed once per process (with libyaml's ``CSafeLoader`` where PyYAML has it: the
+    same data as ``yaml.safe_load``, ~10x faster; a workflow start reads the schema three times).
 
     Raises:
         ConfigError: the schema file is missing (a broken install).
     """
     if not SCHEMA_PATH.is_file():
         raise ConfigError(f"config schema not found: {SCHEMA_PATH}")
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    text = SCHEMA_PATH.read_text()
+    if text not in _SCHEMA_CACHE:
+        _SCHEMA_CACHE.clear()
+        _SCHEMA_CACHE[text] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return copy.deepcopy(_SCHEMA_CACHE[text])
 
 
 def _fill_defaults(schema: Mapping, data: dict) -> dict:

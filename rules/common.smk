@@ -7,11 +7,13 @@ and filled with the schema's defaults.
 """
 
 import hashlib
+import inspect
 import json
 import os
 import shlex
 from pathlib import Path
 
+from snakemake.common import overwrite_function_params
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -134,6 +136,15 @@ def res(path):
     return f"{RESULTS}/{path}"
 
 
+def _per_job(func):
+    """Mark a function Snakemake calls for every job (input, params, resources, priority): it
+    reads the function's parameters (inspect.signature, ~15 us) two or three times per call, six
+    or more times per pilot job; give them once, as Snakemake's own wrappers do
+    (snakemake.ioutils.subpath). The function itself is unchanged."""
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
 # ---- job sizes (threads, resources) ------------------------------------------------------------
 # What a job asks the executor for follows from the config (evil_moe/resources.py: the model's
 # size, group x prompts, max_new, micro-batches); the Slurm profile holds only the site.
@@ -160,6 +171,7 @@ def get_mem_mb(stage):
     on a retry (--retries)."""
     size = _job_size(stage)
 
+    @_per_job
     def mem_mb(wildcards, attempt):
         return size.mem_mb_at(attempt)
 
@@ -171,12 +183,14 @@ def get_runtime(stage):
     a retry."""
     size = _job_size(stage)
 
+    @_per_job
     def runtime(wildcards, attempt):
         return size.runtime_at(attempt)
 
     return runtime
 
 
+@_per_job
 def get_pilot_priority(wildcards):
     """Priority of a pilot job: the arm's relative cost (evil_moe.resources.pilot_priority), so
     the longest pilots start first and the short ones fill the cores at the end."""
@@ -282,6 +296,7 @@ def get_stage_config(stage):
 _PILOT_CONFIGS = {}
 
 
+@_per_job
 def get_pilot_config(wildcards):
     """Config of one pilot run (``@file``, _config_file); the test-only switches pilot.fail_arm / fail_once_arm go
     only to the arm they name, so removing one reruns exactly that arm (and compare). The same
@@ -374,6 +389,7 @@ def _match_flags(tree, wildcards):
     return {"match_flags": res(f"{tree}/{matched}/s{wildcards.seed}/steps.tsv")}
 
 
+@_per_job
 def get_pilot_input(wildcards):
     """Inputs of a pilot run (v_hack from the known modes; the planted direction for an arm
     that erases along it; a random-flag control also waits for its matched arm's steps.tsv).
@@ -381,6 +397,7 @@ def get_pilot_input(wildcards):
     return {**_pilot_inputs("main", wildcards.arm), **_match_flags("pilots", wildcards)}
 
 
+@_per_job
 def get_fold_pilot_input(wildcards):
     """Inputs of a leave-one-mode-out pilot run (v_hack without the held-out mode)."""
     return {
@@ -389,6 +406,7 @@ def get_fold_pilot_input(wildcards):
     }
 
 
+@_per_job
 def get_pilot_options(wildcards):
     """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0),
     --match-flags (random-flag controls), --planted-vhack (an arm whose V is the planted
@@ -413,6 +431,7 @@ def level_name(level):
 SWEEP_LEVELS = {level_name(lv): lv for lv in config["detector_sweep"]["levels"]}
 
 
+@_per_job
 def get_level_pilot_config(wildcards):
     """Config of one detector-sweep pilot (``@file``, _config_file): the pilot's, with the
     noisy_label detector at the level's precision and recall."""

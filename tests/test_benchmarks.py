@@ -114,7 +114,7 @@ def test_trl_side_trains_every_knob_it_is_given():
     hooked = model(input_ids=ids).logits.detach()
     hidden = model.model(input_ids=ids).last_hidden_state.detach()
 
-    knobs = bench.give_trl_the_adapter(model, adapter)
+    knobs = {n: k.delta_s for n, k in bench.give_trl_the_adapter(model, adapter).items()}
     assert set(knobs) == {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj",
                           "lm_head"}
     torch.testing.assert_close(model(input_ids=ids).logits, hooked)
@@ -133,6 +133,86 @@ def test_trl_side_trains_every_knob_it_is_given():
     assert all(p.grad is None or not p.grad.any() for p in knobs.values())
     with pytest.raises(RuntimeError, match="no gradient"):
         bench.check_gradients(knobs, max_norm=1.0)
+
+
+def _toy_pair():
+    """Two copies of one toy model with the same knobs and δS: one given to TRL's side
+    (give_trl_the_adapter), one with our adapter's hooks as our pilot trains it."""
+    import copy
+
+    import torch
+
+    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.load import build_toy_model
+
+    class Tok:
+        eos_token_id, pad_token_id, bos_token_id = 2, 0, None
+
+        def __len__(self):
+            return 50
+
+    model = build_toy_model(Tok(), hidden=32, layers=1, intermediate=64, heads=2, kv_heads=1)
+    ref = copy.deepcopy(model)
+    targets = ["q_proj", "down_proj", "lm_head"]
+    adapter, ref_adapter = SVDAdapter.attach(model, targets), SVDAdapter.attach(ref, targets)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in adapter.delta_s_params():
+            p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+    return Tok(), model, adapter, ref, ref_adapter
+
+
+def test_our_gradients_equal_trls_loss_on_its_batch():
+    """OurGradients (the reference the TRL side is checked against) on a TRL-style batch
+    (left-padded prompts, right-padded completions with a mask up to EOS, advantages) equals the
+    clipped gradient of TRL's Dr.GRPO loss written out here as trl 1.16 computes it: the fused
+    head's log-probs ``log_softmax(hidden @ lm_head.weight.T / T)`` of the completion tokens,
+    ``-min(ρA, clip(ρ)A)`` with ρ = exp(logp - logp.detach()) = 1, summed over the mask and
+    divided by B * max_completion_length, then clip_grad_norm_ over the model's parameters."""
+    import types
+
+    import torch
+
+    bench = _load_bench("pilot_vs_trl")
+    tok, model, adapter, ref, ref_adapter = _toy_pair()
+    knobs = bench.give_trl_the_adapter(model, adapter)
+    B, Tp, Tc, T, max_new, max_norm = 4, 5, 6, 0.7, 8, 0.05
+    gen = torch.Generator().manual_seed(2)
+    prompt_ids = torch.randint(3, 50, (B, Tp), generator=gen)
+    prompt_mask = torch.ones(B, Tp, dtype=torch.long)
+    prompt_mask[0, :2] = 0  # left padding
+    prompt_mask[3, :1] = 0
+    prompt_ids[prompt_mask == 0] = 0
+    completion_ids = torch.randint(3, 50, (B, Tc), generator=gen)
+    completion_mask = torch.ones(B, Tc, dtype=torch.long)
+    completion_mask[1, 3:] = 0  # ended (EOS at 2), then padding
+    completion_mask[2, 5:] = 0
+    completion_ids[completion_mask == 0] = 0
+    adv = torch.tensor([0.5, -0.25, 0.0, -0.25])
+    ids = torch.cat([prompt_ids, completion_ids], 1)
+    att = torch.cat([prompt_mask, completion_mask], 1)
+    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state  # as TRL calls it
+    logits = hidden[:, :-1] @ model.lm_head.weight.T / T
+    logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0][:, -Tc:]
+    ratio = torch.exp(logp - logp.detach())
+    per_tok = -torch.minimum(ratio * adv[:, None], ratio.clamp(0.8, 1.2) * adv[:, None])
+    loss = (per_tok * completion_mask).sum() / (B * max_new)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    want = {n: k.delta_s.grad.clone() for n, k in knobs.items()}
+    assert all(float(g.norm()) > 0 for g in want.values())
+
+    pc = types.SimpleNamespace(group=2, prompts_per_step=2, max_new=max_new, temperature=T,
+                               clip_eps=0.2, max_grad_norm=max_norm)
+    got = bench.OurGradients(ref, tok, ref_adapter, pc)(
+        knobs, {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+                "completion_mask": completion_mask, "advantages": adv})
+    assert set(got) == set(want)
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], rtol=1e-4, atol=1e-7)
+    # OurGradients copied TRL's δS into our adapter before the forward
+    for n, k in knobs.items():
+        assert torch.equal(ref_adapter.modules_[n].delta_s, k.delta_s)
 
 
 def test_grader_bench_small_agrees_with_the_baseline():
