@@ -60,7 +60,7 @@ import torch
 
 from evil_moe import grpo, runlock, tables
 from evil_moe.arms import FlagInputs, FlagRateMatch, get_arm, kept_advantages
-from evil_moe.config import Config
+from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
 from evil_moe.detector import flag_quality, gradient_scores, null_threshold, pattern_flag
 from evil_moe.env.grade import extract_code
 from evil_moe.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, group_advantages,
@@ -72,10 +72,6 @@ from evil_moe.stages.common import (code_parses, load_policy, load_problem_file,
                                     prompt_ids_for, rates, require_file, rollout_record,
                                     train_heldout)
 from evil_moe.vhack import VHack
-
-# pilot keys that do not change what one (arm, seed) run computes: left out of its checkpoint key
-RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
-
 
 class PilotInvalid(RuntimeError):
     """The run broke a validity rule (clip fraction, non-finite loss); ``status.json`` says which."""
@@ -657,7 +653,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     teacher_rows = _teacher_rows(teacher_rollouts, train) if int(round(pc.mix_ratio * pc.group)) else {}
 
     ckpt_path = out / "checkpoint.pt"
-    run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
+    run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in PILOT_RUN_INDEPENDENT}
     digest = _file_digest(cfg.digest("problems", "adapter", "models", "grader", "vhack"),
                           Config({"pilot": run_keys}).digest("pilot"), str(model_path),
                           vhack_path, random_vhack_path, init_adapter, teacher_rollouts,
