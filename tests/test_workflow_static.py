@@ -324,3 +324,24 @@ def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
     cfg_file = re.search(r"--config-json @(\S+)", level[0]).group(1)
     cfg = json.loads(Path(cfg_file).read_text())
     assert cfg["pilot"]["detector"] == "noisy_label" and cfg["pilot"]["detector_recall"] == 0.5
+
+
+def test_compare_writes_every_figure_the_code_draws(tmp_path):
+    """The figure names' home is evil_moe.stages.compare.FIGURES (the code that draws them); the
+    rules keep two copies (common.smk's FIGURES: the png outputs and the default targets;
+    compare.smk's svg outputs, each with its report caption report/fig_{name}.rst): the compare
+    job's outputs in the DAG are exactly each name's svg and png."""
+    from evil_moe.stages.compare import FIGURES
+
+    proc = _run([SNAKEMAKE, "--summary", "--nolock", "--config", f"results={tmp_path}/results"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    made = {}
+    for line in proc.stdout.splitlines():
+        path, _, rule = (line.split("\t") + ["", "", ""])[:3]
+        m = re.fullmatch(rf"{tmp_path}/results/compare/figures/(\w+)\.(svg|png)", path)
+        if m:
+            assert rule == "compare", line
+            made.setdefault(m.group(2), []).append(m.group(1))
+    assert sorted(made["svg"]) == sorted(made["png"]) == sorted(FIGURES)
+    for name in FIGURES:
+        assert (REPO / "report" / f"fig_{name}.rst").is_file(), name
