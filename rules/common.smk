@@ -62,6 +62,9 @@ MODES = (
 # held equal to them by tests/test_schema.py.
 ALL_ARMS = list(ARM_REGISTRY)
 ALL_MODES = list(LOOPHOLE_MODES)
+# The figures compare draws: evil_moe.stages.compare.FIGURES is their home, not imported here
+# (pandas and scipy would add seconds to every snakemake call); tests/test_workflow_static.py
+# holds this copy and compare.smk's outputs equal to it.
 FIGURES = [
     "heldout",
     "hack_rate",
