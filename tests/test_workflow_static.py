@@ -237,10 +237,10 @@ def test_every_submitted_rule_declares_its_size_from_the_config():
 
     from evil_moe.slurm_check import RULE_STAGE
 
-    seen = set()
+    seen, derived = set(), {}
     for path in sorted((REPO / "rules").glob("*.smk")):
-        for m in re.finditer(r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", path.read_text(),
-                             re.S | re.M):
+        text = path.read_text()
+        for m in re.finditer(r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", text, re.S | re.M):
             rule, body = m.group(1), m.group(2)
             if rule in LOCAL_RULES:
                 continue
@@ -252,7 +252,17 @@ def test_every_submitted_rule_declares_its_size_from_the_config():
             assert (f'gpu=get_gpu("{stage}")' in body) == (rule in GPU_RULES), rule
             assert "{log}" in body.split("message:")[1].split("\n\n")[0] if "message:" in body \
                 else False, f"rule {rule} has no message naming its log"
-    assert seen == set(RULE_STAGE)
+        # `use rule BASE as RULE with:` keeps BASE's threads and resources: it must not set its own
+        for m in re.finditer(r"^use rule (\w+) as (\w+) with:\n(.*?)(?=^\S|\Z)", text, re.S | re.M):
+            base, rule, body = m.groups()
+            derived[rule] = base
+            assert "threads:" not in body and "resources:" not in body, rule
+            assert "{log}" in body.split("message:")[1].split("\n\n")[0] if "message:" in body \
+                else False, f"rule {rule} has no message naming its log"
+    for rule, base in derived.items():
+        assert base in seen and RULE_STAGE[rule] == RULE_STAGE[base], rule
+        assert (rule in GPU_RULES) == (base in GPU_RULES), rule
+    assert seen | set(derived) == set(RULE_STAGE)
 
 
 def test_install_profiles(tmp_path):
