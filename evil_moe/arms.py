@@ -319,6 +319,8 @@ class Arm:
         trains_delta_s_hack: δS_hack is trained (and ``ablated`` is then a meaningful view).
         needs_sample_grads: the trainer must compute per-sample gradients (flagging arms).
         description: one line for the README, the report and ``evil-moe pilot --help``.
+        colour: the arm's colour in every figure (matplotlib ``#rrggbb``; distinct across arms),
+            or None for the figure's fallback colour.
     """
 
     name: ClassVar[str] = ""
@@ -333,6 +335,7 @@ class Arm:
     trains_delta_s_hack: ClassVar[bool] = False
     needs_sample_grads: ClassVar[bool] = False
     description: ClassVar[str] = ""
+    colour: ClassVar[str | None] = None
 
     def __init__(self, pass_reward: float = 1.0):
         self.pass_reward = float(pass_reward)  # the grader's pass reward (oracle_reward uses it)
@@ -381,6 +384,7 @@ class Arm:
 class Vanilla(Arm):
     name = "vanilla"
     projected_view = True  # beside subtract: vanilla's update with its hack-ward part removed once
+    colour = "#444444"
     description = "Dr.GRPO on the loophole reward; measures cin and the update's span energy only"
 
 
@@ -410,6 +414,7 @@ class _Project(Arm):
 
 class Erase(_Project):
     name = "erase"
+    colour = "#1f77b4"
     role = "treatment"
     control = "random_v"
     description = "removes the hack-ward part (along v_hack) of each step (pilot.projection)"
@@ -417,6 +422,7 @@ class Erase(_Project):
 
 class RandomV(Erase):
     name = "random_v"
+    colour = "#9ecae1"
     role = "control"
     control = None
     vhack = "random"
@@ -431,6 +437,7 @@ class Subtract(_Project):
     steps outside V's span — measured on SmolLM2: ‖δS_hack‖ 9.6 vs ‖δS‖ 12.4 after one step)."""
 
     name = "subtract"
+    colour = "#9467bd"
     role = "treatment"
     control = "subtract_random"
     mode = "subtract"
@@ -451,6 +458,7 @@ class Subtract(_Project):
 
 class SubtractRandom(Subtract):
     name = "subtract_random"
+    colour = "#c5b0d5"
     role = "control"
     control = None
     vhack = "random"
@@ -476,6 +484,7 @@ class Route(Arm):
     deploy-view hack rate 0.059 with ``kept`` against 0.105 with ``group`` (vanilla 0.367)."""
 
     name = "route"
+    colour = "#d62728"
     role = "treatment"
     control = "route_random"
     ceiling = "route_oracle"
@@ -527,6 +536,7 @@ class _LabelFlags:
 
 class RouteRandom(_RandomFlags, Route):
     name = "route_random"
+    colour = "#ff9896"
     role = "control"
     control = None
     ceiling = None
@@ -536,6 +546,7 @@ class RouteRandom(_RandomFlags, Route):
 
 class RouteOracle(_LabelFlags, Route):
     name = "route_oracle"
+    colour = "#8c1d1d"
     role = "ceiling"
     control = "route_oracle_random"
     ceiling = None
@@ -545,6 +556,7 @@ class RouteOracle(_LabelFlags, Route):
 
 class RouteOracleRandom(_RandomFlags, Route):
     name = "route_oracle_random"
+    colour = "#e7a1a1"
     role = "control"
     control = None
     ceiling = None
@@ -559,6 +571,7 @@ class Filter(Arm):
     trained."""
 
     name = "filter"
+    colour = "#ff7f0e"
     role = "treatment"
     control = "filter_random"
     ceiling = "filter_oracle"
@@ -578,6 +591,7 @@ class Filter(Arm):
 
 class FilterRandom(_RandomFlags, Filter):
     name = "filter_random"
+    colour = "#ffbb78"
     role = "control"
     control = None
     ceiling = None
@@ -587,6 +601,7 @@ class FilterRandom(_RandomFlags, Filter):
 
 class FilterOracle(_LabelFlags, Filter):
     name = "filter_oracle"
+    colour = "#a35200"
     role = "ceiling"
     control = "filter_oracle_random"
     ceiling = None
@@ -596,6 +611,7 @@ class FilterOracle(_LabelFlags, Filter):
 
 class FilterOracleRandom(_RandomFlags, Filter):
     name = "filter_oracle_random"
+    colour = "#f2c38f"
     role = "control"
     control = None
     ceiling = None
@@ -605,6 +621,7 @@ class FilterOracleRandom(_RandomFlags, Filter):
 
 class OracleReward(Arm):
     name = "oracle_reward"
+    colour = "#2ca02c"
     role = "positive_control"
     description = ("trained on the oracle's pass (format_bonus·format_ok + pass_reward·gt_correct), "
                    "no loophole: hacks less by construction; calibrates the gate's power")
@@ -625,6 +642,7 @@ class ErasePlanted(Erase):
     (k = 1 in each switch module, none elsewhere), passed to the pilot as ``--planted-vhack``."""
 
     name = "erase_planted"
+    colour = None  # not Erase's: figures draw it in their fallback colour
     role = "ceiling"
     control = "random_v"
     vhack = "planted"

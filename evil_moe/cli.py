@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from evil_moe import __version__
+from evil_moe.env.loopholes import MODES
 
 
 def _arm_names() -> list[str]:
@@ -225,7 +226,7 @@ def front_page_cmd(verdict, decision, figure, caption, summary, gate_path, out) 
                    "optional for toy and humaneval.")
 @click.option("--source", required=True, type=click.Choice(["leetcode", "humaneval", "toy"]))
 @click.option("--mode", default=None,
-              type=click.Choice(["run_tests", "sentinel", "stdout_marker", "file_marker"]),
+              type=click.Choice(MODES),
               help="Force this loophole mode on every problem.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Mode-partition seed.")
 @click.option("--completions", required=True, type=click.Path(dir_okay=False, exists=True),

@@ -25,6 +25,12 @@ import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
 
+# Pilot keys that do not change what one (arm, seed) pilot run computes (it is given --arm and
+# --seed): the pilot leaves them out of its checkpoint key (evil_moe.stages.pilot) and the workflow
+# out of each run's params (rules/common.smk), so adding a seed or an arm reruns no other run and
+# the test-only failure switches reach only the arm they name.
+PILOT_RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
+
 
 class ConfigError(ValueError):
     """A config file is missing, unreadable, or does not match the schema (message names the key)."""

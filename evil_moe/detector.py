@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from evil_moe.env.loopholes import RESULT_TOKEN, SENTINEL_ATTRS, stdout_reports_pass
+from evil_moe.env.loopholes import MODES, RESULT_TOKEN, SENTINEL_ATTRS, stdout_reports_pass
 
 __all__ = ["DETECTORS", "pattern_flag", "null_threshold", "noisy_label_flags", "gradient_scores",
            "flag_quality"]
@@ -275,7 +275,7 @@ def pattern_flag(mode: str, code: str | None, test_name: str = "run_tests") -> b
     Raises:
         ValueError: unknown mode.
     """
-    if mode not in ("run_tests", "sentinel", "stdout_marker", "file_marker"):
+    if mode not in MODES:
         raise ValueError(f"unknown loophole mode {mode!r}")
     if not code:
         return False

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-MODES = ("run_tests", "sentinel", "stdout_marker", "file_marker")
+from evil_moe.arms import ARMS
+from evil_moe.env.loopholes import MODES
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def _cols(rows: Sequence[tuple[str, str, str]]) -> tuple[Column, ...]:
 # results/pilots/{arm}/s{seed}/steps.tsv — one row per optimiser step.
 STEPS = _cols([
     ("step", "int", "optimiser step, 0-based"),
-    ("arm", "str", "arm (evil_moe.arms: vanilla, erase, random_v, subtract, subtract_random, route, route_random, filter, filter_random, oracle_reward, route_oracle, route_oracle_random, filter_oracle, filter_oracle_random)"),
+    ("arm", "str", f"arm (evil_moe.arms: {', '.join(ARMS)})"),
     ("seed", "int", "run seed (paired across arms)"),
     ("reward_mean", "reward", "mean reward of the step's student rollouts (the arm's reward: the oracle's for oracle_reward)"),
     ("hack_rate", "fraction", "rollouts the foolable grader passed and the oracle failed (exploited)"),

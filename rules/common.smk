@@ -18,11 +18,10 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from evil_moe.arms import ARMS as ARM_REGISTRY
-from evil_moe.config import ConfigError, load_schema
+from evil_moe.config import PILOT_RUN_INDEPENDENT, ConfigError
 from evil_moe.config import validate as check_config
-from evil_moe.gate.figures import FIGURES  # the compare figures, named once
 from evil_moe.gate.verdict import decision_text, verdict_line
-from evil_moe.arms import ARMS as ARM_REGISTRY
+from evil_moe.env.loopholes import MODES as LOOPHOLE_MODES
 from evil_moe.resources import ResourceError, job_size, pilot_priority
 
 # ---- config ---------------------------------------------------------------------------------
@@ -61,16 +60,29 @@ MODES = (
     if config["problems"]["force_mode"]
     else list(config["problems"]["modes"])
 )
-# Every arm and mode the schema allows (wildcard constraints must not depend on the chosen ones);
-# the arms are the registry of evil_moe/arms.py (a test checks the schema enum against it).
-ALL_ARMS = list(
-    load_schema()["properties"]["pilot"]["properties"]["arms"]["items"]["enum"]
-)
-ALL_MODES = ["run_tests", "sentinel", "stdout_marker", "file_marker"]
-# Pilot keys that do not change one pilot run (it gets --arm/--seed): leaving them out of the
-# run's params means adding a seed or an arm does not rerun the others, and the test-only
-# failure switches reach only the arm they name (see get_pilot_config).
-PILOT_RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
+# Every arm and loophole mode there is (wildcard constraints must not depend on the chosen ones):
+# the arm registry (evil_moe/arms.py) and evil_moe.env.loopholes.MODES; the schema's enums are
+# held equal to them by tests/test_schema.py.
+ALL_ARMS = list(ARM_REGISTRY)
+ALL_MODES = list(LOOPHOLE_MODES)
+# The figures compare draws: evil_moe.gate.figures.FIGURES is their home, not imported here
+# (pandas and scipy would add seconds to every snakemake call); tests/test_workflow_static.py
+# holds this copy and compare.smk's outputs equal to it.
+FIGURES = [
+    "heldout",
+    "hack_rate",
+    "pass_rate",
+    "cin",
+    "removed",
+    "frac_clipped",
+    "cos_contrib",
+    "ceiling",
+    "absorption",
+    "phases",
+]
+# PILOT_RUN_INDEPENDENT (evil_moe/config.py): pilot keys left out of each run's params, so adding
+# a seed or an arm does not rerun the others, and the test-only failure switches reach only the
+# arm they name (see get_pilot_config).
 # Config each stage reads (its params; editing anything else does not rerun it): a whole section,
 # or "section.key" for single keys (the toy models only need pilot.max_new, not every pilot knob).
 STAGE_SECTIONS = {

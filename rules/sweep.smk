@@ -73,8 +73,9 @@ rule sweep_compare:
         " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-# One leave-one-mode-out fold (sweep.folds): pilots whose v_hack never saw {mode}.
-rule fold_compare:
+# One leave-one-mode-out fold (sweep.folds): pilots whose v_hack never saw {mode}, compared as
+# sweep_compare compares (`use rule`: the same command, job size and params).
+use rule sweep_compare as fold_compare with:
     input:
         pilots=get_fold_compare_input,
         samples=res("distill/samples.tsv"),
@@ -94,21 +95,8 @@ rule fold_compare:
         ),
     log:
         res("logs/fold_compare/{mode}.log"),
-    conda:
-        "../envs/evil_moe.yaml"
-    threads: get_threads("compare")
-    resources:
-        mem_mb=get_mem_mb("compare"),
-        runtime=get_runtime("compare"),
-    params:
-        cfg=get_stage_config("compare"),
-        pilots=get_pilot_flags,
-        out_dir=get_out_dir,
     message:
         "fold_compare without {wildcards.mode}; log: {log}"
-    shell:
-        "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
-        " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 # Target: `snakemake sweep` = the gate note, plus the sweep when the gate says separated.

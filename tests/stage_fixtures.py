@@ -1,4 +1,4 @@
-"""Shared inputs for the stage tests (tests/test_stages.py): one tiny trained toy world per session.
+"""Shared inputs for the stage tests (tests/test_stage_*.py): one tiny trained toy world per session.
 
 ``toy_world`` builds, once per test session under a session tmp dir, with the real stage code:
 the problem set (12 toy problems, 9 training + 3 held out), a tiny trained student and hacky
@@ -12,7 +12,7 @@ env's answer templates, token ids encoded once, behaviour log-probs from a forwa
 real teacher, grades from the real Grader) are legitimate inputs for extract / distill / pilot
 since those stages read files only; they guarantee (hack, clean) pairs on every problem whatever
 the floating-point details of toy training on the machine at hand. The real teacher stage is
-tested on its own in test_stages.py.
+tested on its own in test_stage_teacher.py.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def test_the_decorator_holds_the_folder_during_the_call(tmp_path):
 
 
 def test_two_pilot_processes_of_one_folder_the_second_refuses(world, tmp_path):
-    from test_stages import _pilot_args
+    from test_stage_pilot import _pilot_args
 
     out = tmp_path / "erase"
     args = [*evil_moe_cmd(), *_pilot_args(world, out, "erase", "pilot.steps=3"), "--threads", "1"]

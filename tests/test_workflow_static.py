@@ -237,10 +237,10 @@ def test_every_submitted_rule_declares_its_size_from_the_config():
 
     from evil_moe.slurm_check import RULE_STAGE
 
-    seen = set()
+    seen, derived = set(), {}
     for path in sorted((REPO / "rules").glob("*.smk")):
-        for m in re.finditer(r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", path.read_text(),
-                             re.S | re.M):
+        text = path.read_text()
+        for m in re.finditer(r"^(?:rule|checkpoint) (\w+):\n(.*?)(?=^\S|\Z)", text, re.S | re.M):
             rule, body = m.group(1), m.group(2)
             if rule in LOCAL_RULES:
                 continue
@@ -252,7 +252,17 @@ def test_every_submitted_rule_declares_its_size_from_the_config():
             assert (f'gpu=get_gpu("{stage}")' in body) == (rule in GPU_RULES), rule
             assert "{log}" in body.split("message:")[1].split("\n\n")[0] if "message:" in body \
                 else False, f"rule {rule} has no message naming its log"
-    assert seen == set(RULE_STAGE)
+        # `use rule BASE as RULE with:` keeps BASE's threads and resources: it must not set its own
+        for m in re.finditer(r"^use rule (\w+) as (\w+) with:\n(.*?)(?=^\S|\Z)", text, re.S | re.M):
+            base, rule, body = m.groups()
+            derived[rule] = base
+            assert "threads:" not in body and "resources:" not in body, rule
+            assert "{log}" in body.split("message:")[1].split("\n\n")[0] if "message:" in body \
+                else False, f"rule {rule} has no message naming its log"
+    for rule, base in derived.items():
+        assert base in seen and RULE_STAGE[rule] == RULE_STAGE[base], rule
+        assert (rule in GPU_RULES) == (base in GPU_RULES), rule
+    assert seen | set(derived) == set(RULE_STAGE)
 
 
 def test_install_profiles(tmp_path):
@@ -324,3 +334,24 @@ def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
     cfg_file = re.search(r"--config-json @(\S+)", level[0]).group(1)
     cfg = json.loads(Path(cfg_file).read_text())
     assert cfg["pilot"]["detector"] == "noisy_label" and cfg["pilot"]["detector_recall"] == 0.5
+
+
+def test_compare_writes_every_figure_the_code_draws(tmp_path):
+    """The figure names' home is evil_moe.gate.figures.FIGURES (the code that draws them); the
+    rules keep two copies (common.smk's FIGURES: the png outputs and the default targets;
+    compare.smk's svg outputs, each with its report caption report/fig_{name}.rst): the compare
+    job's outputs in the DAG are exactly each name's svg and png."""
+    from evil_moe.gate.figures import FIGURES
+
+    proc = _run([SNAKEMAKE, "--summary", "--nolock", "--config", f"results={tmp_path}/results"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    made = {}
+    for line in proc.stdout.splitlines():
+        path, _, rule = (line.split("\t") + ["", "", ""])[:3]
+        m = re.fullmatch(rf"{tmp_path}/results/compare/figures/(\w+)\.(svg|png)", path)
+        if m:
+            assert rule == "compare", line
+            made.setdefault(m.group(2), []).append(m.group(1))
+    assert sorted(made["svg"]) == sorted(made["png"]) == sorted(FIGURES)
+    for name in FIGURES:
+        assert (REPO / "report" / f"fig_{name}.rst").is_file(), name

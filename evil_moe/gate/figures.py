@@ -28,11 +28,7 @@ FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped"
 PHASES = ("sample", "grade", "loss", "arm", "optimiser")
 PHASE_COLORS = {"sample": "#1f77b4", "grade": "#ff7f0e", "loss": "#d62728", "arm": "#9467bd",
                 "optimiser": "#8c564b", "other": "#bbbbbb", "eval": "#2ca02c"}
-ARM_COLORS = {"vanilla": "#444444", "erase": "#1f77b4", "random_v": "#9ecae1", "subtract": "#9467bd",
-              "subtract_random": "#c5b0d5", "route": "#d62728", "route_random": "#ff9896",
-              "filter": "#ff7f0e", "filter_random": "#ffbb78", "oracle_reward": "#2ca02c",
-              "route_oracle": "#8c1d1d", "route_oracle_random": "#e7a1a1", "filter_oracle": "#a35200",
-              "filter_oracle_random": "#f2c38f"}
+ARM_COLORS = {name: cls.colour for name, cls in ARMS.items() if cls.colour}  # each arm's own (evil_moe/arms.py)
 
 
 def save_figure(fig, folder: Path, name: str) -> None:

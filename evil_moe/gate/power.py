@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-from scipy import special as _spc
 
 from evil_moe.gate.defaults import CI, POWER, RESAMPLE
 
@@ -41,6 +40,14 @@ if TYPE_CHECKING:
 SCHEMES = ("crossed", "nested", "seed", "problem")
 _LEVELS = {("seed", "problem"): "nested", ("problem", "seed"): "nested", ("seed",): "seed", ("problem",): "problem"}
 
+
+
+def _special():
+    """scipy.special, imported on first use: the rules import the verdict text (which imports
+    this module) on every snakemake call, and scipy costs about a second to import."""
+    from scipy import special
+
+    return special
 
 def resample_scheme(resample: str | Sequence[str]) -> str:
     """Normalise a resampling scheme: one of :data:`SCHEMES`, or the older tuples of levels
@@ -73,7 +80,7 @@ def critical(df: float, ci: float = CI) -> float:
     """
     if not 0.0 < ci < 1.0:
         raise ValueError(f"ci must be in (0, 1), got {ci}")
-    return float(_spc.stdtrit(df, (1.0 + ci) / 2.0)) if df >= 1 else math.inf
+    return float(_special().stdtrit(df, (1.0 + ci) / 2.0)) if df >= 1 else math.inf
 
 
 def mde_from_se(se: float, df: float, ci: float = CI, power: float = POWER) -> float:
@@ -105,7 +112,7 @@ def power_lower(delta: float, se: float, df: float, ci: float = CI, floor: float
     if se <= 0:
         return float(delta > max(floor, 0.0))
     need = max(floor, critical(df, ci) * se)
-    return float(_spc.stdtr(df, (delta - need) / se))
+    return float(_special().stdtr(df, (delta - need) / se))
 
 
 def power_upper(delta: float, se: float, df: float, margin: float, ci: float = CI) -> float:
@@ -115,13 +122,13 @@ def power_upper(delta: float, se: float, df: float, margin: float, ci: float = C
         return 0.0
     if se <= 0:
         return float(delta <= margin)
-    return float(_spc.stdtr(df, (margin - delta) / se - critical(df, ci)))
+    return float(_special().stdtr(df, (margin - delta) / se - critical(df, ci)))
 
 
 @functools.lru_cache(maxsize=4096)
 def t_ppf(q: float, df: float) -> float:
     """The ``q`` quantile of Student's t with ``df`` degrees of freedom (scipy; cached)."""
-    return float(_spc.stdtrit(df, q))
+    return float(_special().stdtrit(df, q))
 
 
 @dataclass(frozen=True)

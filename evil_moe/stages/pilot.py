@@ -35,16 +35,13 @@ import torch
 
 from evil_moe import runlock, tables
 from evil_moe.arms import FlagRateMatch, get_arm
-from evil_moe.config import Config
+from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
 from evil_moe.evaluation import evaluate
 from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, require_file,
                                     resume_key, train_heldout)
 from evil_moe.teacher_rows import load_teacher_rows
 from evil_moe.trainer import PilotInvalid, Trainer
 from evil_moe.vhack import VHack
-
-# pilot keys that do not change what one (arm, seed) run computes: left out of its checkpoint key
-RUN_INDEPENDENT = ("arms", "seeds", "fail_arm", "fail_once_arm")
 
 
 class PilotInterrupted(RuntimeError):
@@ -372,10 +369,10 @@ def _refresh(trainer: Trainer, work: Path, step: int, vhack_file):
 def _run_key(cfg: Config, model_path: str, *inputs: str | None) -> str:
     """The checkpoint key of one arm × seed run (:func:`evil_moe.stages.common.resume_key`, 16
     digits; also the saved adapter's ``config``): the config sections the run reads (less
-    :data:`RUN_INDEPENDENT`), the model path, and every input (v_hack, controls, initial adapter,
+    :data:`evil_moe.config.PILOT_RUN_INDEPENDENT`), the model path, and every input (v_hack, controls, initial adapter,
     teacher rows, matched flags) by its name and, when it is a file, its bytes. A checkpoint is
     resumed only when all of them are those it was written with."""
-    run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in RUN_INDEPENDENT}
+    run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in PILOT_RUN_INDEPENDENT}
     parts: list[str | Path] = []
     for x in (cfg.digest("problems", "adapter", "models", "grader", "vhack"),
               Config({"pilot": run_keys}).digest("pilot"), str(model_path), *inputs):

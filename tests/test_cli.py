@@ -1,0 +1,160 @@
+"""The ``evil-moe`` command line (evil_moe/cli.py): every command answers --help (without importing
+torch), every command that reads the config names a wrong key, every command the workflow runs
+exists, the pilot's bad inputs are one-line errors, and the stages run end to end through it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from evil_moe.cli import main
+from stage_fixtures import evil_moe_cmd, set_flags, subprocess_env
+
+REPO = Path(__file__).resolve().parent.parent
+
+# tiny models on a busy 2-core machine: one torch thread (the conftest fixture)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# every subcommand of evil_moe/cli.py, and those that take --config/--config-json/--set
+COMMANDS = {"problems", "toy-models", "convert-smollm2", "teacher", "make-teacher", "extract",
+            "planted-vhack", "planted-checks", "distill", "pilot", "compare", "detector-sweep",
+            "front-page", "grade", "install-profiles", "slurm-check", "cancel-run"}
+CONFIG_COMMANDS = {"problems", "toy-models", "teacher", "make-teacher", "extract", "planted-vhack",
+                   "planted-checks", "distill", "pilot", "compare", "detector-sweep"}
+
+
+def test_every_command_answers_help():
+    assert set(main.commands) == COMMANDS
+    for name in sorted(COMMANDS):
+        res = CliRunner().invoke(main, [name, "--help"])
+        assert res.exit_code == 0, (name, res.output)
+        assert f" {name} [OPTIONS]" in res.output.splitlines()[0], (name, res.output)
+
+
+def test_help_does_not_import_torch():
+    """`evil-moe pilot --help` (which lists the arms) stays cheap: no torch import."""
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom evil_moe.cli import main\n"
+            "for c in ('pilot', 'grade', 'compare'):\n"
+            "    assert CliRunner().invoke(main, [c, '--help']).exit_code == 0\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+def test_every_command_the_workflow_runs_exists():
+    used = set()
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        used |= set(re.findall(r'"evil-moe ([a-z0-9-]+)', smk.read_text()))
+    assert {"problems", "teacher", "extract", "distill", "pilot", "compare"} <= used
+    assert used <= set(main.commands)
+
+
+def _config_commands():
+    return sorted(n for n, c in main.commands.items() if any(p.name == "overrides" for p in c.params))
+
+
+def _required_args(cmd, path: Path) -> list[str]:
+    """Placeholder values for the command's required options (``path``, an existing file, for a
+    file; a folder beside it that does not exist, for a folder)."""
+    args = []
+    for p in cmd.params:
+        if isinstance(p, click.Option) and p.required:
+            if isinstance(p.type, click.Choice):
+                value = p.type.choices[0]
+            elif isinstance(p.type, click.Path):  # a folder that does not exist yet, or the file
+                value = str(path.parent / "out") if not p.type.file_okay else str(path)
+            elif p.type is click.INT:
+                value = "0"
+            else:
+                value = "x=y"
+            args += [p.opts[0], value]
+    return args
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_COMMANDS))
+def test_a_wrong_config_key_fails_naming_it(name, tmp_path):
+    """Before any work: a misspelt key (--set or --config-json) and a wrong-typed value are a
+    usage error (exit 2) whose one line names the key."""
+    assert _config_commands() == sorted(CONFIG_COMMANDS)
+    dummy = tmp_path / "dummy"
+    dummy.write_text("")
+    cmd = main.commands[name]
+    base = [name, *_required_args(cmd, dummy)]
+    for extra, shown in ((["--set", "pilot.stepz=3"], "unknown config key 'pilot.stepz'"),
+                         (["--config-json", '{"vhack": {"kk": 1}}'], "unknown config key 'vhack.kk'"),
+                         (["--set", "pilot.steps=many"], "config key 'pilot.steps': expected integer")):
+        res = CliRunner().invoke(main, base + extra)
+        assert res.exit_code == 2, (name, extra, res.output)
+        assert shown in res.output, (name, extra, res.output)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["dummy"]  # nothing written
+
+
+def test_pilot_cli_bad_inputs_are_one_line_errors(world, tmp_path):
+    """A missing v_hack is named before any model loads and leaves no output folder; a bad model
+    path is one clear error line, not a traceback."""
+    from click.testing import CliRunner
+
+    from evil_moe.cli import main
+
+    out = tmp_path / "p"
+    base = ["pilot", *set_flags(), "--problems", str(world.problems), "--arm", "erase",
+            "--seed", "0", "--out-dir", str(out)]
+    r = CliRunner().invoke(main, base + ["--model", str(world.student), "--vhack", "/nope/v.safetensors"])
+    assert r.exit_code == 1 and "v_hack not found: /nope/v.safetensors" in r.output
+    assert not out.exists()
+    r = CliRunner().invoke(main, base + ["--model", str(tmp_path / "no_model"), "--vhack", str(world.vhack)])
+    assert r.exit_code == 1 and r.output.startswith("Error:") and "Traceback" not in r.output
+
+
+def _cli(args, cwd: Path) -> str:
+    res = subprocess.run([*evil_moe_cmd(), *args], cwd=str(cwd), env=subprocess_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"{args[0]} failed:\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+@pytest.mark.slow
+def test_end_to_end_cli(tmp_path):
+    # a longer-trained teacher than the fixture's, so that its own rollouts hold (hack, clean)
+    # pairs for extract (the fixture uses template-based rows instead)
+    s = set_flags("pilot.steps=2", "pilot.arms=[vanilla, erase, random_v]", "compare.positive_control=null",
+                  "toy.train_steps=150", "toy.lr=0.01", "toy.batch_size=16")
+    r = tmp_path
+    _cli(["problems", *s, "--out", "problems.jsonl"], r)
+    s = s + ["--threads", "1"]
+    _cli(["toy-models", *s, "--problems", "problems.jsonl", "--out-dir", "models"], r)
+    _cli(["teacher", *s, "--problems", "problems.jsonl", "--model", "models/teacher",
+          "--out-dir", "teacher"], r)
+    _cli(["extract", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
+          "--model", "models/student", "--out-dir", "vhack"], r)
+    _cli(["distill", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
+          "--model", "models/student", "--vhack", "vhack/main_hack.safetensors", "--out-dir", "distill"], r)
+    for arm in ("vanilla", "erase", "random_v"):
+        _cli(["pilot", *s, "--problems", "problems.jsonl", "--model", "models/student",
+              "--vhack", "vhack/main_hack.safetensors", "--random-vhack", "vhack/main_random.safetensors",
+              "--init", "distill/student_adapter.safetensors", "--arm", arm, "--seed", "0",
+              "--out-dir", f"pilots/{arm}/s0"], r)
+    s = s[:-2]  # compare has no --threads
+    out = _cli(["compare", *s, "--pilots-dir", "pilots", "--distill-samples", "distill/samples.tsv",
+                "--out-dir", "compare"], r)
+    gate = json.loads((r / "compare" / "gate.json").read_text())
+    # one seed (< compare.min_seeds 3) can never separate an arm
+    assert gate["verdict"] in {"not_separated", "inconclusive", "invalid"}
+    drops = [c for c in gate["criteria"] if c["name"] == "drop_vs_vanilla"]
+    assert drops and all(not c["passed"] and "fewer than 3 seeds cannot separate" in c["note"]
+                         for c in drops)
+    assert out.strip().splitlines()[-1] == gate["sentence"]
+    assert (r / "compare" / "summary.tsv").is_file()
+    with gzip.open(r / "teacher" / "rollouts.jsonl.gz", "rt") as fh:
+        assert sum(1 for _ in fh) == 8 * 4
