@@ -3,7 +3,7 @@
 #   snakemake --profile profiles/slurm --configfile config/pilot.yaml   # after `make slurm-check`
 #   snakemake --profile profiles/local --report results/report.html
 # Data flow and file names: rules/*.smk (one per stage), config keys: config/schema.yaml, job
-# sizes: evil_moe/resources.py (through rules/common.smk).
+# sizes: evil_moe/cluster/resources.py (through rules/common.smk).
 
 
 from snakemake.utils import min_version

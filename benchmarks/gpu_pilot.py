@@ -6,7 +6,7 @@ is downloaded. Each targeted Linear's weight is *constructed from* random orthon
 ``W = U diag(S) Vh``, and the SVD adapter receives those exact factors (a 4B-parameter SVD would
 take minutes and measure nothing of the step). The step is the pilot's step: ONE batched
 ``generate`` of ``prompts × group`` rows with the adapter merged into the weights (behaviour
-log-probs from the chunked no_grad forward that ``evil_moe.rollout`` picks for big vocabularies),
+log-probs from the chunked no_grad forward that ``evil_moe.rl.rollout`` picks for big vocabularies),
 grading with our :class:`~evil_moe.env.grader.Grader`, the Dr.GRPO loss + backward through the
 adapter hooks (in micro-batches of ``--micro-rows`` rows; the constant normaliser makes the summed
 gradient independent of the split), the erase projection along a random ``v_hack`` (k = 2), and
@@ -21,12 +21,12 @@ warm-up (CUDA kernels, allocator, the first merge); the figures of the last step
 
 The sampler runs side by side (``--samplers hf,vllm``, issue 22): transformers' ``generate``
 (``pilot.sampler: hf``) and the colocated vLLM engine (``pilot.sampler: vllm``,
-:mod:`evil_moe.vllm_sampler`: the random model saved to a temporary folder and loaded by vLLM,
+:mod:`evil_moe.rl.vllm_sampler`: the random model saved to a temporary folder and loaded by vLLM,
 the merged δS weights pushed before each step's sampling, behaviour log-probs from our forward);
 vLLM is skipped, saying why, where it does not import. Each sampler's last step is summarised in
 one table: seconds per phase, decode tokens/s, the fraction of the HBM bandwidth bound, the
 sampler gap (our log-probs against the engine's), and the peak memory against the memory model
-of ``config/pilot.yaml`` (:func:`evil_moe.resources.pilot_gpu_memory`). The loss micro-batch
+of ``config/pilot.yaml`` (:func:`evil_moe.cluster.resources.pilot_gpu_memory`). The loss micro-batch
 defaults to config/pilot.yaml's ``pilot.micro_batch``.
 
 This is the one command to run when a GPU is lent (docs/gpu.md):
@@ -90,7 +90,7 @@ def build(args, device):
     import evil_moe.model.adapter as adapter_mod
     from evil_moe.env.problems import build_messages, load_problems
     from evil_moe.model.load import build_tiny
-    from evil_moe.rollout import chat_prompt_ids
+    from evil_moe.rl.rollout import chat_prompt_ids
 
     t0 = time.perf_counter()
     dtype = torch.float32 if args.tiny else torch.bfloat16
@@ -134,10 +134,10 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
          engine=None):
     import torch
 
-    from evil_moe.grpo import RolloutBatch, behaviour_logp, dr_grpo_loss, group_advantages
+    from evil_moe.rl.grpo import RolloutBatch, behaviour_logp, dr_grpo_loss, group_advantages
     from evil_moe.model.logprobs import token_logprobs
-    from evil_moe.projection import project, update_cosine
-    from evil_moe.rollout import generate
+    from evil_moe.rl.projection import project, update_cosine
+    from evil_moe.rl.rollout import generate
 
     G, P = args.group, args.prompts
     idx = [(step_i * P + j) % len(prompt_ids) for j in range(P)]
@@ -249,9 +249,9 @@ def pilot_yaml_micro_batch() -> int:
 
 
 def memory_model_gb() -> dict:
-    """config/pilot.yaml's memory model by phase (GB; evil_moe.resources.pilot_gpu_memory)."""
+    """config/pilot.yaml's memory model by phase (GB; evil_moe.cluster.resources.pilot_gpu_memory)."""
     from evil_moe.config import load_config
-    from evil_moe.resources import pilot_gpu_memory
+    from evil_moe.cluster.resources import pilot_gpu_memory
 
     repo = Path(__file__).resolve().parent.parent
     cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "pilot.yaml"]).raw
@@ -264,7 +264,7 @@ def make_engine(model, adapter, args, folder: str):
     prompts are token ids)."""
     from vllm import LLM
 
-    from evil_moe.vllm_sampler import VLLMSampler
+    from evil_moe.rl.vllm_sampler import VLLMSampler
 
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     ap.add_argument("--micro-rows", type=int, default=None,
                     help="rows per loss micro-batch (0 = all; default: config/pilot.yaml's pilot.micro_batch)")
     ap.add_argument("--behaviour", default="auto", choices=["auto", "generate", "forward"],
-                    help="behaviour log-prob path of evil_moe.rollout.generate (HF sampler)")
+                    help="behaviour log-prob path of evil_moe.rl.rollout.generate (HF sampler)")
     ap.add_argument("--samplers", default="hf,vllm", help="comma list of hf, vllm (default both)")
     ap.add_argument("--vllm-mem", type=float, default=0.3,
                     help="vLLM's share of the GPU (pilot.vllm_gpu_memory_utilization)")
@@ -308,9 +308,9 @@ def main(argv=None) -> int:
     import torch
 
     from evil_moe.env.grader import Grader
-    from evil_moe.grpo import DrGRPONormaliser
-    from evil_moe.vhack import random_vhack
-    from evil_moe.vllm_sampler import vllm_import_error
+    from evil_moe.rl.grpo import DrGRPONormaliser
+    from evil_moe.rl.vhack import random_vhack
+    from evil_moe.rl.vllm_sampler import vllm_import_error
 
     device = torch.device(args.device or ("cpu" if args.tiny else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():

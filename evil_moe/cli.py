@@ -17,7 +17,7 @@ from evil_moe.env.loopholes import MODES
 
 
 def _arm_names() -> list[str]:
-    """The arms the config schema allows (the registry in evil_moe/arms.py; a test checks they
+    """The arms the config schema allows (the registry in evil_moe/rl/arms.py; a test checks they
     agree) — read from the schema so that ``--help`` does not import torch."""
     from evil_moe.config import load_schema
 
@@ -132,7 +132,7 @@ def detector_sweep_cmd(cfg, pilots, out_dir) -> None:
 def install_profiles_cmd(target) -> None:
     """Link profiles/slurm and profiles/local where Snakemake finds them by name, so that
     `snakemake --profile slurm` works from the repository root (idempotent; never overwrites)."""
-    from evil_moe.profiles import ProfileError, install_profiles
+    from evil_moe.cluster.profiles import ProfileError, install_profiles
 
     try:
         installed = install_profiles(target)
@@ -157,8 +157,8 @@ def slurm_check_cmd(profile, configfiles, no_node_checks) -> None:
     cluster's partitions and limits, and a working bubblewrap (the grader's sandbox) on a node
     of each grading partition; one line per mismatch, exit 1 when there is any."""
     from evil_moe.config import ConfigError
-    from evil_moe.resources import ResourceError
-    from evil_moe.slurm_check import CheckError, run_check
+    from evil_moe.cluster.resources import ResourceError
+    from evil_moe.cluster.slurm_check import CheckError, run_check
 
     try:
         mismatches, report = run_check(profile, configfiles, node_checks=not no_node_checks)
@@ -187,7 +187,7 @@ def cancel_run_cmd(workdir, dry_run, force, wait_s) -> None:
     """After a killed Snakemake (SIGKILL, a lost login session): cancel the Slurm jobs its runs
     submitted from this folder and wait until they have ended; then `snakemake --unlock` and
     rerun. Refuses while a Snakemake driver of this folder is alive on this host."""
-    from evil_moe.slurm_runs import CancelError, cancel_run
+    from evil_moe.cluster.slurm_runs import CancelError, cancel_run
 
     try:
         cancel_run(workdir, dry_run=dry_run, force=force, wait_s=wait_s, log=click.echo)
@@ -209,7 +209,7 @@ def cancel_run_cmd(workdir, dry_run, force, wait_s) -> None:
 def front_page_cmd(verdict, decision, figure, caption, summary, gate_path, out) -> None:
     """Write the HTML report's first page (results/sweep/decision.rst): the per-arm table, the
     verdict, the figure, the rates table and the criteria."""
-    from evil_moe.frontpage import write_front_page
+    from evil_moe.gate.frontpage import write_front_page
 
     try:
         gate = json.loads(Path(gate_path).read_text()) if gate_path else None
@@ -472,7 +472,7 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
 @click.option("--planted-vhack", "planted_vhack_path", default=None, type=click.Path(dir_okay=False),
               help="The planted world's known direction (arm erase_planted; toy.plant).")
 @click.option("--arm", required=True, type=click.Choice(_arm_names()),
-              help="Arm (evil_moe/arms.py; README 'Arms').")
+              help="Arm (evil_moe/rl/arms.py; README 'Arms').")
 @click.option("--seed", required=True, type=int)
 @click.option("--init", "init_adapter", default=None, type=click.Path(dir_okay=False),
               help="Warm-start delta_s from this adapter (the distilled student).")
@@ -488,9 +488,9 @@ def pilot_cmd(cfg, problems_path, model_path, vhack_path, random_vhack_path, pla
               arm, seed, init_adapter, teacher_rollouts, match_flags, out_dir, threads) -> None:
     """Train one arm x seed with Dr.GRPO; resumes from its checkpoint when rerun."""
     from evil_moe.stages.common import use_threads
-    from evil_moe.runlock import LockHeld
+    from evil_moe.cluster.runlock import LockHeld
     from evil_moe.stages.pilot import PilotInterrupted, run_pilot
-    from evil_moe.trainer import PilotInvalid
+    from evil_moe.rl.trainer import PilotInvalid
 
     cfg = use_threads(cfg, "pilot", threads)
     try:

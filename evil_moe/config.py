@@ -134,12 +134,12 @@ def validate(data: dict, schema: dict | None = None) -> dict:
 
 def _check_gpu_memory(data: dict) -> None:
     """On a cuda config, the pilot's memory model must fit ``models.gpu_mem_gb``
-    (:func:`evil_moe.resources.check_gpu_fit`): one ConfigError naming the key to change."""
+    (:func:`evil_moe.cluster.resources.check_gpu_fit`): one ConfigError naming the key to change."""
     if not all(isinstance(data.get(k), dict) for k in ("models", "pilot", "problems", "adapter")):
         return
     if not str(data["models"].get("device", "")).startswith("cuda"):
         return
-    from evil_moe.resources import ResourceError, check_gpu_fit
+    from evil_moe.cluster.resources import ResourceError, check_gpu_fit
 
     try:
         check_gpu_fit(data)
@@ -151,7 +151,7 @@ def _check_arms(data: dict) -> None:
     """Cross-key check of the arm set (``pilot.arms`` against the arms' matched controls and
     ``compare.positive_control``, and the test switches ``pilot.fail_arm`` /
     ``pilot.fail_once_arm`` against ``pilot.arms``): one ConfigError naming what is wrong."""
-    from evil_moe.arms import check_arm_set
+    from evil_moe.rl.arms import check_arm_set
 
     try:
         check_arm_set(data["pilot"]["arms"], data["compare"].get("positive_control"))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from evil_moe.arms import ARMS
+from evil_moe.rl.arms import ARMS
 from evil_moe.env.loopholes import MODES
 
 
@@ -40,7 +40,7 @@ def _cols(rows: Sequence[tuple[str, str, str]]) -> tuple[Column, ...]:
 # results/pilots/{arm}/s{seed}/steps.tsv — one row per optimiser step.
 STEPS = _cols([
     ("step", "int", "optimiser step, 0-based"),
-    ("arm", "str", f"arm (evil_moe.arms: {', '.join(ARMS)})"),
+    ("arm", "str", f"arm (evil_moe.rl.arms: {', '.join(ARMS)})"),
     ("seed", "int", "run seed (paired across arms)"),
     ("reward_mean", "reward", "mean reward of the step's student rollouts (the arm's reward: the oracle's for oracle_reward)"),
     ("hack_rate", "fraction", "rollouts the foolable grader passed and the oracle failed (exploited)"),
@@ -234,7 +234,7 @@ VHACK_CURVE = _cols([
 # results/compare/summary.tsv — one row per (arm, view) of the held-out evaluation.
 COMPARE_SUMMARY = _cols([
     ("arm", "str", "arm"),
-    ("role", "str", "reference | treatment | control | positive_control | ceiling (evil_moe.arms)"),
+    ("role", "str", "reference | treatment | control | positive_control | ceiling (evil_moe.rl.arms)"),
     ("view", "str", "trained | ablated | projected (held-out evaluation view)"),
     ("n_seeds", "count", "seeds with held-out outcomes"),
     ("n_problems", "count", "held-out problems per seed (mean)"),
@@ -265,7 +265,7 @@ COMPARE_SUMMARY = _cols([
     ("ceiling", "str", "the treatment's ceiling arm (route: route_oracle, filter: filter_oracle; a perfect detector), on the judged view's row"),
     ("ceiling_drop", "fraction", "the ceiling's hack-rate drop vs vanilla in the same view"),
     ("ceiling_share", "fraction", "drop_vs_vanilla / ceiling_drop: the share of what a perfect detector achieves (empty when the ceiling's drop is not above 0)"),
-    ("ceiling_share_ci_low", "fraction", "lower end of its interval (crossed bootstrap of seeds and problems, t-widened; evil_moe/ceilings.py)"),
+    ("ceiling_share_ci_low", "fraction", "lower end of its interval (crossed bootstrap of seeds and problems, t-widened; evil_moe/gate/ceilings.py)"),
     ("ceiling_share_ci_high", "fraction", "upper end of that interval"),
     ("hack_rate_known", "fraction", "held-out hack rate on problems of the modes the detector knows (vhack.known_modes), same weighting as hack_rate"),
     ("hack_known_ci_low", "fraction", "lower end of its interval"),
@@ -295,7 +295,7 @@ DETECTOR_SWEEP = _cols([
 ])
 
 # results/planted/recovery.tsv — the planted world (toy.plant): per extracted v_hack file and
-# switch module, how much of the planted direction u it recovers (evil_moe.vhack.plant_recovery).
+# switch module, how much of the planted direction u it recovers (evil_moe.rl.vhack.plant_recovery).
 PLANT_RECOVERY = _cols([
     ("v_hack", "str", "main_hack (the extracted v_hack) | main_random | main_shuffled (its controls)"),
     ("module", "str", "switch module (toy.plant.modules)"),

@@ -17,12 +17,12 @@ from snakemake.common import overwrite_function_params
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from evil_moe.arms import ARMS as ARM_REGISTRY
+from evil_moe.rl.arms import ARMS as ARM_REGISTRY
 from evil_moe.config import PILOT_RUN_INDEPENDENT, ConfigError
 from evil_moe.config import validate as check_config
 from evil_moe.gate.verdict import decision_text, verdict_line
 from evil_moe.env.loopholes import MODES as LOOPHOLE_MODES
-from evil_moe.resources import ResourceError, job_size, pilot_priority
+from evil_moe.cluster.resources import ResourceError, job_size, pilot_priority
 
 # ---- config ---------------------------------------------------------------------------------
 # evil_moe.config gives one sentence naming the bad key (snakemake's own message dumps the whole
@@ -61,7 +61,7 @@ MODES = (
     else list(config["problems"]["modes"])
 )
 # Every arm and loophole mode there is (wildcard constraints must not depend on the chosen ones):
-# the arm registry (evil_moe/arms.py) and evil_moe.env.loopholes.MODES; the schema's enums are
+# the arm registry (evil_moe/rl/arms.py) and evil_moe.env.loopholes.MODES; the schema's enums are
 # held equal to them by tests/test_schema.py.
 ALL_ARMS = list(ARM_REGISTRY)
 ALL_MODES = list(LOOPHOLE_MODES)
@@ -158,7 +158,7 @@ def _per_job(func):
 
 
 # ---- job sizes (threads, resources) ------------------------------------------------------------
-# What a job asks the executor for follows from the config (evil_moe/resources.py: the model's
+# What a job asks the executor for follows from the config (evil_moe/cluster/resources.py: the model's
 # size, group x prompts, max_new, micro-batches); the Slurm profile holds only the site.
 _JOB_SIZES = {}
 
@@ -204,7 +204,7 @@ def get_runtime(stage):
 
 @_per_job
 def get_pilot_priority(wildcards):
-    """Priority of a pilot job: the arm's relative cost (evil_moe.resources.pilot_priority), so
+    """Priority of a pilot job: the arm's relative cost (evil_moe.cluster.resources.pilot_priority), so
     the longest pilots start first and the short ones fill the cores at the end."""
     return pilot_priority(wildcards.arm)
 
@@ -394,7 +394,7 @@ def _pilot_inputs(vhack_name, arm=None):
 
 def _match_flags(tree, wildcards):
     """A random-flag control waits for the steps.tsv of the arm whose per-step flag rates it
-    follows (evil_moe.arms.FlagRateMatch), same tree and seed."""
+    follows (evil_moe.rl.arms.FlagRateMatch), same tree and seed."""
     matched = ARM_REGISTRY[wildcards.arm].matches
     if not matched:
         return {}

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.arms import ARMS, FlagInputs, check_arm_set, get_arm
+from evil_moe.rl.arms import ARMS, FlagInputs, check_arm_set, get_arm
 from stage_fixtures import cfg_of, pilot_kwargs, read_tsv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,7 +47,7 @@ def test_eval_views_add_projected_only_for_a_declaring_arm_under_static_projecti
     """The held-out views come from the arm's class: vanilla (projected_view) gains
     ``projected`` under pilot.static_projection, no other arm does, and a new arm that declares
     projected_view gets it too (no name check anywhere)."""
-    from evil_moe.arms import Arm
+    from evil_moe.rl.arms import Arm
 
     on, off = cfg_of("pilot.static_projection=true").pilot, cfg_of().pilot
     assert get_arm("vanilla").eval_views(on) == ("trained", "projected")
@@ -157,7 +157,7 @@ def test_random_flag_controls_flag_their_target_count_at_random_positions():
 
 
 def test_sample_scores_and_pair_cin_by_hand():
-    from evil_moe.vhack import pair_cin, random_vhack, sample_scores
+    from evil_moe.rl.vhack import pair_cin, random_vhack, sample_scores
 
     v = random_vhack({"a": 3, "b": 2}, k=1, seed=0)
     v.V["a"] = torch.tensor([[1.0, 0.0, 0.0]])
@@ -170,7 +170,7 @@ def test_sample_scores_and_pair_cin_by_hand():
 
 
 def test_mean_direction_is_removed_before_the_svd():
-    from evil_moe.vhack import extract_vhack
+    from evil_moe.rl.vhack import extract_vhack
 
     torch.manual_seed(0)
     u = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64) / 2 ** 0.5
@@ -199,8 +199,8 @@ def test_split_problems_is_seeded_disjoint_and_sized():
 def test_preconditioned_projection_removes_the_component_along_p_v():
     from evil_moe.model.adapter import SVDAdapter
     from evil_moe.model.load import build_tiny
-    from evil_moe.projection import adam_preconditioner, project_preconditioned
-    from evil_moe.vhack import random_vhack
+    from evil_moe.rl.projection import adam_preconditioner, project_preconditioned
+    from evil_moe.rl.vhack import random_vhack
 
     model, tok = build_tiny(seed=2, dtype="float64")
     ad = SVDAdapter.attach(model)
@@ -236,8 +236,8 @@ def _run(world, tmp_path, arm, *sets, **kw):
 
 def _trainer(world, arm, cfg, grader):
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
-    from evil_moe.trainer import Trainer
-    from evil_moe.vhack import VHack
+    from evil_moe.rl.trainer import Trainer
+    from evil_moe.rl.vhack import VHack
 
     train, _ = train_heldout(load_problem_file(world.problems), cfg)
     model, tok, adapter, device = load_policy(str(world.student), cfg)
@@ -253,7 +253,7 @@ def test_random_v_acts_along_the_random_v_not_the_real_one(world):
     the random V's span, erase's in v_hack's. Fed the real V, random_v would equal erase and
     its difference would leave the random span: this fails."""
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.vhack import VHack
+    from evil_moe.rl.vhack import VHack
 
     cfg = cfg_of("pilot.projection=update")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
@@ -282,7 +282,7 @@ def test_random_v_acts_along_the_random_v_not_the_real_one(world):
 def test_route_flagged_gradients_never_reach_delta_s(world, tmp_path, monkeypatch):
     """route with every sample flagged: δS never moves (its gradient is exactly zero) while
     δS_hack learns; route_random flags as many samples, at random."""
-    import evil_moe.trainer as trainer_mod
+    import evil_moe.rl.trainer as trainer_mod
     from safetensors.torch import load_file
 
     monkeypatch.setattr(trainer_mod, "pattern_flag", lambda *a, **k: True)
@@ -307,9 +307,9 @@ def test_ablated_view_really_ablates(world, tmp_path):
     """The ablated view samples with δS_hack = 0: its outcomes equal the trained view's after
     δS_hack is zeroed by hand (same seeds)."""
     from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
-    from evil_moe.evaluation import _view, evaluate
-    from evil_moe.trainer import Trainer
-    from evil_moe.vhack import VHack
+    from evil_moe.rl.evaluation import _view, evaluate
+    from evil_moe.rl.trainer import Trainer
+    from evil_moe.rl.vhack import VHack
 
     cfg = cfg_of("pilot.heldout_samples=2")
     problems = load_problem_file(world.problems)
@@ -334,7 +334,7 @@ def test_ablated_view_really_ablates(world, tmp_path):
     zeroed = [(o["problem_id"], o["sample"], o["hack"], o["pass"]) for o in out0 if o["view"] == "trained"]
     assert abl == zeroed
     # and the knob did change sampling (otherwise this test could not fail)
-    from evil_moe.rollout import generate
+    from evil_moe.rl.rollout import generate
     from evil_moe.stages.common import prompt_ids_for
 
     with torch.no_grad():
@@ -357,12 +357,12 @@ def test_sampler_gap_is_zero_when_training_matches_sampling(world, tmp_path):
 
 
 def test_training_at_another_temperature_shows_in_the_sampler_gap(world):
-    from evil_moe.grpo import RolloutBatch
+    from evil_moe.rl.grpo import RolloutBatch
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import token_logprobs
-    from evil_moe.rollout import generate
+    from evil_moe.rl.rollout import generate
     from evil_moe.stages.common import load_problem_file, prompt_ids_for
-    from evil_moe.trainer import Trainer
+    from evil_moe.rl.trainer import Trainer
 
     model, tok = load_model(str(world.student), device="cpu")
     ids = prompt_ids_for(tok, load_problem_file(world.problems)[:2])
@@ -384,7 +384,7 @@ def test_training_at_another_temperature_shows_in_the_sampler_gap(world):
 def test_kl_applies_to_zero_variance_rows(world, tmp_path, monkeypatch):
     """beta > 0 with every group's rewards equal (no policy gradient anywhere): the KL term alone
     must still give a gradient once the policy has left the reference."""
-    import evil_moe.arms as arms_mod
+    import evil_moe.rl.arms as arms_mod
     from evil_moe.stages.common import load_policy
 
     monkeypatch.setattr(arms_mod.Vanilla, "reward", lambda self, grade: 1.0)
@@ -411,7 +411,7 @@ def test_checkpoint_generation_config_does_not_change_sampling(world, tmp_path):
     from transformers import GenerationConfig
 
     from evil_moe.model.load import load_model
-    from evil_moe.rollout import generate
+    from evil_moe.rl.rollout import generate
     from evil_moe.stages.common import load_problem_file, prompt_ids_for
 
     odd = tmp_path / "odd"
@@ -488,7 +488,7 @@ def test_ceilings_flag_the_true_label_and_no_other_arm_reads_it():
 
 
 def test_noisy_label_detector_has_the_configured_precision_and_recall():
-    from evil_moe.detector import noisy_label_flags
+    from evil_moe.rl.detector import noisy_label_flags
 
     label = torch.tensor([True] * 10 + [False] * 30)
     assert noisy_label_flags(label, 1.0, 1.0, np.random.default_rng(0)).tolist() == label.tolist()
@@ -515,7 +515,7 @@ def test_noisy_label_detector_has_the_configured_precision_and_recall():
 
 
 def test_flag_rate_match_by_hand():
-    from evil_moe.arms import FlagRateMatch
+    from evil_moe.rl.arms import FlagRateMatch
 
     m = FlagRateMatch([0.25, None, 0.5, 0.2])
     assert m.mean == pytest.approx((0.25 + 0.5 + 0.2) / 3)  # 0.31667
@@ -538,7 +538,7 @@ def test_flag_rate_match_keeps_per_seed_means_within_0_02():
     a step without rows now and then) and the control's own rows with gradient (a multiple of G=6,
     some steps without rows, not the last): the control's mean flag rate over its logged steps is
     within 0.5/(n_last * L) of the treatment's, so within 0.02; plain per-step rounding is not."""
-    from evil_moe.arms import FlagRateMatch
+    from evil_moe.rl.arms import FlagRateMatch
 
     rng = np.random.default_rng(0)
     worst, worst_plain = 0.0, 0.0
@@ -561,7 +561,7 @@ def test_flag_rate_match_keeps_per_seed_means_within_0_02():
 
 
 def test_kept_advantages_by_hand():
-    from evil_moe.arms import kept_advantages
+    from evil_moe.rl.arms import kept_advantages
 
     R = torch.tensor([[1.25, 0.25, 0.25, 1.25, 0.0, 0.25],
                       [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -616,9 +616,9 @@ def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_explo
     would be 0.5); route never receives the label; route under noisy_label does."""
     from types import SimpleNamespace
 
-    from evil_moe.grpo import group_advantages
+    from evil_moe.rl.grpo import group_advantages
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.trainer import StepBatch, StepGradients
+    from evil_moe.rl.trainer import StepBatch, StepGradients
 
     cfg = cfg_of("pilot.group=6", "pilot.prompts_per_step=1")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
@@ -688,7 +688,7 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
     the control flags the count FlagRateMatch gives from route's rates and its own rows with
     gradient, and the per-seed mean flag rates agree within 0.02. Without --match-flags the
     control refuses to run."""
-    from evil_moe.arms import FlagRateMatch
+    from evil_moe.rl.arms import FlagRateMatch
     from evil_moe.stages.pilot import run_pilot
 
     sets = ("pilot.steps=5", "pilot.group=6", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.5")
@@ -718,8 +718,8 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
 def test_rate_match_balance_survives_a_checkpoint(world):
     """The random-flag control's running balance is part of the trainer's checkpoint state."""
     from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
-    from evil_moe.trainer import Trainer
-    from evil_moe.vhack import VHack
+    from evil_moe.rl.trainer import Trainer
+    from evil_moe.rl.vhack import VHack
 
     cfg = cfg_of("pilot.steps=3")
     train, _ = train_heldout(load_problem_file(world.problems), cfg)

@@ -47,8 +47,7 @@ def test_gpu_pilot_tiny_forward_behaviour_path(tmp_path):
 def test_gpu_pilot_4b_picks_the_chunked_forward_path():
     """At 24 rows x 1024 tokens x 151936 the generate logit store is ~15 GiB: auto must pick the
     chunked forward (checked without building the model)."""
-    from evil_moe import rollout
-
+    from evil_moe.rl import rollout
     spec = importlib.util.spec_from_file_location("gpu_pilot", BENCH / "gpu_pilot.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from evil_moe import tables
-from evil_moe.ceilings import crossed_ratio, mode_rates
+from evil_moe.gate.ceilings import crossed_ratio, mode_rates
 from evil_moe.config import load_config
 from evil_moe.stages.compare import run_compare
 from test_compare import STEPS_N, write_pilots

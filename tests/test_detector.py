@@ -1,4 +1,4 @@
-"""The hack detectors (evil_moe/detector.py): the pattern detector's rules against every hack
+"""The hack detectors (evil_moe/rl/detector.py): the pattern detector's rules against every hack
 template and clean completion, the gradient detector's scores and threshold, flag quality against
 the true hack label, and the detector list the schema allows. The noisy-label detector is tested
 through the arms that read it (tests/test_arms.py).
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evil_moe import tables
-from evil_moe.detector import null_threshold, pattern_flag
+from evil_moe.rl.detector import null_threshold, pattern_flag
 from stage_fixtures import cfg_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -69,8 +69,8 @@ def test_gradient_detector_scores_use_sign_of_advantage():
     """Two rows whose own NLL gradient is the same hack-ward u: the rewarded row's loss gradient
     is +2u, the penalised row's -u. The score of sign(A)·g is +1 for both; a detector reading g
     alone would score the penalised row -1."""
-    from evil_moe.detector import gradient_scores
-    from evil_moe.vhack import random_vhack
+    from evil_moe.rl.detector import gradient_scores
+    from evil_moe.rl.vhack import random_vhack
 
     v = random_vhack({"m": 3}, k=1, seed=0)
     v.V["m"] = torch.tensor([[1.0, 0.0, 0.0]])
@@ -81,7 +81,7 @@ def test_gradient_detector_scores_use_sign_of_advantage():
 
 
 def test_flag_quality_is_against_the_hack_label():
-    from evil_moe.detector import flag_quality
+    from evil_moe.rl.detector import flag_quality
 
     q = flag_quality(torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False]))
     assert q == {"flag_rate": 0.5, "flag_precision": 0.5, "flag_recall": 0.5}

@@ -1,4 +1,4 @@
-"""The report's first page (evil_moe/frontpage.py): verdict, embedded figure and the whole
+"""The report's first page (evil_moe/gate/frontpage.py): verdict, embedded figure and the whole
 summary table, rendered by docutils as Snakemake's report renders it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import pytest
 from docutils.core import publish_parts
 
-from evil_moe.frontpage import front_page_rst, table_rst
+from evil_moe.gate.frontpage import front_page_rst, table_rst
 
 SVG = b'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'
 
@@ -57,7 +57,7 @@ def test_front_page_missing_figure_names_it(tmp_path):
 def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_path):
     """The first table: treatments (judged view only), their ceiling and the positive control;
     references and controls are not rows; cells fold the intervals; verdicts come from gate.json."""
-    from evil_moe.frontpage import arm_table_rst
+    from evil_moe.gate.frontpage import arm_table_rst
 
     head = ["arm", "view", "hack_rate", "hack_ci_low", "hack_ci_high", "drop_vs_vanilla", "drop_ci_low",
             "drop_ci_high", "drop_vs_control", "control_ci_low", "control_ci_high", "ceiling_share",

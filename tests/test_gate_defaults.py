@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evil_moe import ceilings
+from evil_moe.gate import ceilings
 from evil_moe.config import load_config
 from evil_moe.gate import defaults, effects, power, rule, simulate
 
@@ -56,7 +56,7 @@ def test_every_keyword_default_is_the_schemas():
     names = {(f, k) for f, k, _ in found}
     assert {("evil_moe.gate.rule.decide_gate", "min_seeds"), ("evil_moe.gate.rule.drop_vs_vanilla", "min_seeds"),
             ("evil_moe.gate.effects.paired_effect", "n_boot"), ("evil_moe.gate.simulate.simulate_gate", "min_drop"),
-            ("evil_moe.ceilings.mode_rates", "ci")} <= names
+            ("evil_moe.gate.ceilings.mode_rates", "ci")} <= names
     wrong = [(f, k, v) for f, k, v in found if v != SCHEMA[k]["default"]]
     assert not wrong
 

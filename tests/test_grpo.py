@@ -5,13 +5,13 @@ import inspect
 import pytest
 import torch
 
-from evil_moe import grpo
-from evil_moe.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, dr_grpo_loss,
+from evil_moe.rl import grpo
+from evil_moe.rl.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, dr_grpo_loss,
                            group_advantages, nll_loss, on_policy_behaviour, source_gradients)
 from evil_moe.model.adapter import SVDAdapter
 from evil_moe.model.load import build_tiny
 from evil_moe.model.logprobs import build_batch, token_logprobs
-from evil_moe.rollout import chat_prompt_ids, generate
+from evil_moe.rl.rollout import chat_prompt_ids, generate
 
 
 # ---------------------------------------------------------------- hand-computed 2×3 example

@@ -6,7 +6,7 @@ import torch
 from evil_moe.model.adapter import DEFAULT_TARGETS, SVDAdapter
 from evil_moe.model.load import build_tiny
 from evil_moe.model.logprobs import build_batch, token_logprobs
-from evil_moe.rollout import chat_prompt_ids, generate
+from evil_moe.rl.rollout import chat_prompt_ids, generate
 
 
 @pytest.fixture(scope="module")

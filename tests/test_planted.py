@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import torch
 
-from evil_moe.arms import ARMS, get_arm
-from evil_moe.vhack import (VHack, Pair, completion_gradients, plant_recovery, planted_direction,
+from evil_moe.rl.arms import ARMS, get_arm
+from evil_moe.rl.vhack import (VHack, Pair, completion_gradients, plant_recovery, planted_direction,
                             planted_shift, planted_vhack, random_vhack, span_cos_null)
 
 SWITCH = "model.layers.0.mlp.down_proj"
@@ -186,7 +186,7 @@ def test_route_flags_never_reach_delta_s_along_the_switch():
     """Route with perfect flags on a planted direction built from the hack rows' own gradients:
     δS gets exactly the clean rows' hack-ward component, δS_hack all of the hack rows'. Flagged
     rows leaking into δS (e.g. keep_flagged for δS too) fail."""
-    from evil_moe.grpo import DrGRPONormaliser
+    from evil_moe.rl.grpo import DrGRPONormaliser
     from evil_moe.model.adapter import SVDAdapter
     from evil_moe.model.load import build_tiny
 

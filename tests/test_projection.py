@@ -8,9 +8,9 @@ import torch
 from evil_moe.model.adapter import SVDAdapter
 from evil_moe.model.load import build_tiny
 from evil_moe.model.logprobs import build_batch, token_logprobs
-from evil_moe.projection import (gate_coefficients, measure_grads, null_cin, project,
+from evil_moe.rl.projection import (gate_coefficients, measure_grads, null_cin, project,
                                  project_vector, update_cosine, update_stats)
-from evil_moe.vhack import random_vhack
+from evil_moe.rl.vhack import random_vhack
 
 
 @pytest.fixture()

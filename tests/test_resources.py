@@ -1,4 +1,4 @@
-"""Job sizes from the config (evil_moe/resources.py): the model's shape, the requests against
+"""Job sizes from the config (evil_moe/cluster/resources.py): the model's shape, the requests against
 measured peaks, attempt scaling, GPUs, and the thread count every executor uses."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from evil_moe.config import ConfigError, load_config
-from evil_moe.resources import (SMOLLM2, ResourceError, guessed_shape, job_size, model_shape,
+from evil_moe.cluster.resources import (SMOLLM2, ResourceError, guessed_shape, job_size, model_shape,
                                 pilot_priority, toy_shape)
 from evil_moe.stages.common import use_threads
 from workflow_util import REPO
@@ -201,7 +201,7 @@ def test_saved_activations_per_token_match_autograd(dtype, shape):
     """The memory model's per-token bytes against what autograd really keeps, on shapes other than
     those the coefficients were fitted on (q wider than hidden, one KV head): the marginal bytes
     of two more rows."""
-    from evil_moe.resources import LOGIT_BYTES, ModelShape, saved_bytes_per_token
+    from evil_moe.cluster.resources import LOGIT_BYTES, ModelShape, saved_bytes_per_token
 
     prompt, completion = 16, 40
     dt = getattr(torch, dtype)
@@ -218,7 +218,7 @@ def test_saved_activations_per_token_match_autograd(dtype, shape):
 
 def test_qwen3_4b_memory_by_hand():
     """config/pilot.yaml's pieces worked out by hand from Qwen3-4B's config.json (bf16)."""
-    from evil_moe.resources import pilot_gpu_memory
+    from evil_moe.cluster.resources import pilot_gpu_memory
 
     cfg = cfg_of(REPO / "config" / "pilot.yaml")
     mem = pilot_gpu_memory(cfg)
@@ -248,7 +248,7 @@ def test_qwen3_4b_memory_by_hand():
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml")
                                         if p.name != "schema.yaml"))
 def test_every_shipped_config_fits_its_gpu(name):
-    from evil_moe.resources import GPU_USABLE, check_gpu_fit
+    from evil_moe.cluster.resources import GPU_USABLE, check_gpu_fit
 
     cfg = cfg_of(REPO / "config" / name)  # the config check passes
     cuda = cfg if str(cfg["models"]["device"]).startswith("cuda") else \
@@ -297,7 +297,7 @@ def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
     """pilot.sampler vllm: the engine's gpu_memory_utilization x gpu_mem_gb is added to every
     phase; sampling then costs our no-grad scoring forward (8 rows x 1024 tokens x 151936 x
     (2 + 12) B), not HF generate's KV cache."""
-    from evil_moe.resources import pilot_gpu_memory
+    from evil_moe.cluster.resources import pilot_gpu_memory
 
     sets = ["models.gpu_mem_gb=141", "pilot.micro_batch=1"]
     hf = pilot_gpu_memory(cfg_of(REPO / "config" / "pilot.yaml", sets=sets))

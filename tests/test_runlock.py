@@ -1,4 +1,4 @@
-"""The output lock (evil_moe/runlock.py): one live writer per pilot folder. A live holder on this
+"""The output lock (evil_moe/cluster/runlock.py): one live writer per pilot folder. A live holder on this
 host or a running Slurm job elsewhere makes a second run refuse with one line naming it; a dead
 holder (SIGKILLed pid, a reused pid, an ended Slurm job, this job before a requeue) is taken over.
 Last, two real `evil-moe pilot` processes of one pilot: the second refuses, the first finishes."""
@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import pytest
 
-from evil_moe import runlock
-from evil_moe.runlock import LOCK_NAME, Holder, LockHeld, acquire, holder_state, release
+from evil_moe.cluster import runlock
+from evil_moe.cluster.runlock import LOCK_NAME, Holder, LockHeld, acquire, holder_state, release
 from stage_fixtures import evil_moe_cmd, subprocess_env
 
 

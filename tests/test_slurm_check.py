@@ -1,4 +1,4 @@
-"""The Slurm preflight (evil_moe/slurm_check.py, `evil-moe slurm-check`): parsing Slurm's
+"""The Slurm preflight (evil_moe/cluster/slurm_check.py, `evil-moe slurm-check`): parsing Slurm's
 answers, the planned requests with the profile's precedence, every mismatch on one line; and on
 the CI cluster (tests/slurm/start.sh) the shipped profile is caught and the filled one passes."""
 
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from evil_moe.config import load_config
-from evil_moe.slurm_check import (check, check_bwrap, load_profile, parse_cluster, parse_minutes,
+from evil_moe.cluster.slurm_check import (check, check_bwrap, load_profile, parse_cluster, parse_minutes,
                                   planned_requests, planned_rules, run_check)
 from workflow_util import BIN, REPO, env, fill_edit_values, no_slurm
 
@@ -117,7 +117,7 @@ def test_squeue_needs_min_job_age_and_cpus_per_task_is_refused():
 
 
 def test_unknown_account():
-    from evil_moe.slurm_check import Cluster
+    from evil_moe.cluster.slurm_check import Cluster
 
     cfg = cfg_of()
     prof = site_profile()

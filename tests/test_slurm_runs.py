@@ -1,4 +1,4 @@
-"""`evil-moe cancel-run` (evil_moe/slurm_runs.py): exactly the jobs the Slurm executor plugin
+"""`evil-moe cancel-run` (evil_moe/cluster/slurm_runs.py): exactly the jobs the Slurm executor plugin
 submitted from this folder are cancelled, and the command returns only once they have ended; it
 refuses while a Snakemake driver of the folder is alive here. Slurm's answers are faked here; the
 CI-cluster run is tests/test_workflow_e2e.py::test_slurm_killed_driver_recovery."""
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from evil_moe.slurm_runs import CancelError, cancel_run, driver_pids, run_jobs
+from evil_moe.cluster.slurm_runs import CancelError, cancel_run, driver_pids, run_jobs
 
 U1 = "297c85fb-7648-4ad9-b268-af2d0cae7b8a"
 U2 = "0b3e1a52-1111-4c2d-9a6e-3f0d2c9e7b11"

@@ -85,7 +85,7 @@ def test_extract_outputs(world, tmp_path):
 
     from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
     from evil_moe.stages.extract import build_pairs, run_extract, split_problems
-    from evil_moe.vhack import VHack
+    from evil_moe.rl.vhack import VHack
 
     cfg = cfg_of()
     res = world.extract

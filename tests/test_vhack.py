@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from evil_moe.grpo import DrGRPONormaliser, RolloutBatch, behaviour_logp, dr_grpo_loss
+from evil_moe.rl.grpo import DrGRPONormaliser, RolloutBatch, behaviour_logp, dr_grpo_loss
 from evil_moe.model.adapter import DEFAULT_TARGETS, SVDAdapter
 from evil_moe.model.load import build_tiny
 from evil_moe.model.logprobs import token_logprobs
-from evil_moe.vhack import (Pair, VHack, extract_vhack, pair_gradients, random_vhack, select_pairs)
+from evil_moe.rl.vhack import (Pair, VHack, extract_vhack, pair_gradients, random_vhack, select_pairs)
 
 
 @pytest.fixture(scope="module")

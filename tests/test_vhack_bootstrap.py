@@ -11,7 +11,7 @@ import torch
 
 from evil_moe.stages.extract import (bootstrap_units, nested_subsets, pair_checks,
                                      percentile_interval, resample_rows, _replicate_rngs)
-from evil_moe.vhack import extract_vhack
+from evil_moe.rl.vhack import extract_vhack
 
 
 def test_percentile_interval_hand_worked():
@@ -118,7 +118,7 @@ def test_excess_interval_sees_a_planted_direction_and_not_noise(signal, separate
 
 
 def test_pair_checks_full_set_matches_a_direct_computation():
-    from evil_moe.vhack import pair_cin, sample_scores
+    from evil_moe.rl.vhack import pair_cin, sample_scores
 
     d, f, s, kinds, halves, modes, extract = _planted_world(3.0, n_ext=10, n_held=6, n_cc=5)
     modes = ["run_tests"] * 5 + ["sentinel"] * 5 + ["run_tests"] * 3 + ["sentinel"] * 3 + ["x"] * 5

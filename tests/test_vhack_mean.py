@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from evil_moe.stages.extract import removed_mean
-from evil_moe.vhack import extract_vhack
+from evil_moe.rl.vhack import extract_vhack
 
 
 def _world(n=40, r=8, seed=0):

@@ -1,4 +1,4 @@
-"""pilot.sampler vllm (evil_moe/vllm_sampler.py): the merged δS weights reach the engine after each
+"""pilot.sampler vllm (evil_moe/rl/vllm_sampler.py): the merged δS weights reach the engine after each
 change and for each view, the engine's log-probs are stored as the sampler's while the behaviour
 log-probs stay ours, and stale engine weights show up in the sampler gap.
 
@@ -17,8 +17,8 @@ import torch
 
 from evil_moe.model.adapter import SVDAdapter
 from evil_moe.model.load import build_toy_model
-from evil_moe.rollout import generate
-from evil_moe.vllm_sampler import VLLMSampler, vllm_import_error
+from evil_moe.rl.rollout import generate
+from evil_moe.rl.vllm_sampler import VLLMSampler, vllm_import_error
 
 VOCAB = 60
 
@@ -164,7 +164,7 @@ def test_tied_lm_head_knob_is_refused_naming_the_key():
 
 def test_config_without_vllm_names_the_extra(tmp_path):
     from evil_moe.config import load_config
-    from evil_moe.vllm_sampler import VLLMUnavailable
+    from evil_moe.rl.vllm_sampler import VLLMUnavailable
     from workflow_util import REPO
 
     if vllm_import_error() is None:

@@ -55,7 +55,7 @@ def test_local_end_to_end(toy_run):
         assert (res / "logs" / "pilot" / f"{arm}_s0.log").is_file()
     # every arm's views were evaluated: the ablated one where delta_s_hack is trained, vanilla's
     # static projection beside subtract
-    from evil_moe.arms import ARMS as REGISTRY
+    from evil_moe.rl.arms import ARMS as REGISTRY
     from evil_moe.gate.figures import FIGURES
 
     for arm in ARMS:
@@ -132,7 +132,7 @@ def test_report_first_page_in_chromium(toy_run):
     with open(res / "compare" / "summary.tsv", newline="") as fh:
         rows = list(csv.reader(fh, delimiter="\t"))
     arm_i, view_i = rows[0].index("arm"), rows[0].index("view")
-    from evil_moe.arms import ARMS
+    from evil_moe.rl.arms import ARMS
 
     judged = [f"{r[arm_i]} ({r[view_i]})" for r in rows[1:] if ARMS[r[arm_i]].role in
               ("treatment", "ceiling", "positive_control") and r[view_i] == ARMS[r[arm_i]].views[0]]
@@ -413,7 +413,7 @@ def _wait_ended(job, timeout=600):
 
 @pytest.mark.slurm
 def test_slurm_second_run_of_a_pilot_refuses(slurm_run, tmp_path):
-    from evil_moe.runlock import Holder, holder_state
+    from evil_moe.cluster.runlock import Holder, holder_state
 
     work = slurm_run[0]
     assert slurm_run[1].returncode == 0

@@ -67,7 +67,7 @@ def test_pilot_config_is_the_real_pilot():
     assert cfg["problems"]["source"] == "leetcode"
     p = cfg["pilot"]
     assert (p["steps"], p["group"], p["prompts_per_step"], len(p["seeds"])) == (20, 6, 4, 3)
-    from evil_moe.arms import ARMS
+    from evil_moe.rl.arms import ARMS
 
     # every arm, each with its control, but those that need the planted toy world (toy.plant)
     assert p["arms"] == [a for a in ARMS if ARMS[a].vhack != "planted"]
@@ -231,11 +231,11 @@ def test_every_site_value_is_marked_edit_with_how_to_find_it():
 
 def test_every_submitted_rule_declares_its_size_from_the_config():
     """threads and resources (mem_mb, runtime; gpu for the model stages) of every rule come from
-    the config (rules/common.smk -> evil_moe/resources.py) under the stage name the preflight
+    the config (rules/common.smk -> evil_moe/cluster/resources.py) under the stage name the preflight
     uses (evil_moe/slurm_check.RULE_STAGE); no rule hard-codes a size."""
     import re
 
-    from evil_moe.slurm_check import RULE_STAGE
+    from evil_moe.cluster.slurm_check import RULE_STAGE
 
     seen, derived = set(), {}
     for path in sorted((REPO / "rules").glob("*.smk")):

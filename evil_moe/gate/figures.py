@@ -9,16 +9,14 @@ stage (:mod:`evil_moe.stages.compare`) calls all three.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from evil_moe.arms import ARMS
+from evil_moe.rl.arms import ARMS
 from evil_moe.tables import read_tsv
 
-if TYPE_CHECKING:
-    from evil_moe.stages.compare import _Pilot
 
 FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib", "ceiling",
            "absorption", "phases")
@@ -28,7 +26,7 @@ FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped"
 PHASES = ("sample", "grade", "loss", "arm", "optimiser")
 PHASE_COLORS = {"sample": "#1f77b4", "grade": "#ff7f0e", "loss": "#d62728", "arm": "#9467bd",
                 "optimiser": "#8c564b", "other": "#bbbbbb", "eval": "#2ca02c"}
-ARM_COLORS = {name: cls.colour for name, cls in ARMS.items() if cls.colour}  # each arm's own (evil_moe/arms.py)
+ARM_COLORS = {name: cls.colour for name, cls in ARMS.items() if cls.colour}  # each arm's own (evil_moe/rl/arms.py)
 
 
 def save_figure(fig, folder: Path, name: str) -> None:
@@ -46,7 +44,7 @@ def save_figure(fig, folder: Path, name: str) -> None:
     plt.close(fig)
 
 
-def _series(pilots: dict[int, _Pilot], col: str) -> pd.DataFrame:
+def _series(pilots: dict[int, "evil_moe.stages.compare._Pilot"], col: str) -> pd.DataFrame:
     """Per step: mean, min and max of ``col`` over seeds."""
     frames = [pd.DataFrame({"step": p.steps["step"], "v": pd.to_numeric(p.steps[col], errors="coerce")})
               for p in pilots.values() if p.steps is not None and not p.steps.empty and col in p.steps.columns]
@@ -87,7 +85,7 @@ def _heldout_figure(summary_rows: list[dict], folder: Path) -> None:
     save_figure(fig, folder, "heldout")
 
 
-def phase_seconds(by: dict[str, dict[int, _Pilot]], arms: Iterable[str]) -> pd.DataFrame:
+def phase_seconds(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: Iterable[str]) -> pd.DataFrame:
     """Mean seconds per training step of each phase, per arm (steps.tsv's ``seconds_*``).
 
     For each arm, over every step of every loaded seed: the mean of ``seconds_sample``,
@@ -126,7 +124,7 @@ def phase_seconds(by: dict[str, dict[int, _Pilot]], arms: Iterable[str]) -> pd.D
                                       "seconds_total"])
 
 
-def _phases_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path) -> None:
+def _phases_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
     """Where a training step's time goes, per arm: stacked mean seconds per phase."""
     import matplotlib.pyplot as plt
 
@@ -157,7 +155,7 @@ def _phases_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Pa
     save_figure(fig, folder, "phases")
 
 
-def _trajectory_figures(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path) -> None:
+def _trajectory_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
     """``hack_rate`` and ``pass_rate``: the training trajectories per arm, the mean line and the
     min–max band over seeds."""
     import matplotlib.pyplot as plt
@@ -181,7 +179,7 @@ def _trajectory_figures(by: dict[str, dict[int, _Pilot]], arms: list[str], folde
         save_figure(fig, folder, col)
 
 
-def _cin_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path) -> None:
+def _cin_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
     """``cin``: each arm's cin against the isotropic (dashed) and empirical (dotted) nulls of the
     first arm that has them."""
     import matplotlib.pyplot as plt
@@ -208,7 +206,7 @@ def _cin_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path)
     save_figure(fig, folder, "cin")
 
 
-def _removed_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path) -> None:
+def _removed_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
     """``removed``: the energy share each arm removed per step, and the update's share in
     span(v_hack)."""
     import matplotlib.pyplot as plt
@@ -228,7 +226,7 @@ def _removed_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: P
     save_figure(fig, folder, "removed")
 
 
-def _frac_clipped_figure(by: dict[str, dict[int, _Pilot]], arms: list[str], folder: Path,
+def _frac_clipped_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path,
                          max_frac_clipped: float) -> None:
     """``frac_clipped``: the largest clip fraction over seeds per arm and step, with the validity
     bound."""
@@ -277,7 +275,7 @@ def _cos_contrib_figure(folder: Path, distill_samples: str | Path | None) -> Non
     save_figure(fig, folder, "cos_contrib")
 
 
-def draw_figures(by: dict[str, dict[int, _Pilot]], arms: Iterable[str], folder: str | Path,
+def draw_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: Iterable[str], folder: str | Path,
                  max_frac_clipped: float = 0.5, distill_samples: str | Path | None = None,
                  summary_rows: list[dict] | None = None) -> list[Path]:
     """Draw the compare figures (PNG and SVG, matplotlib Agg) into ``folder``.

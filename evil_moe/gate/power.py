@@ -25,14 +25,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from evil_moe.gate.defaults import CI, POWER, RESAMPLE
-
-if TYPE_CHECKING:
-    from evil_moe.gate.effects import Effect
 
 #: Resampling schemes: ``crossed`` (the gate's: seeds and problems as crossed factors), ``nested``
 #: (problems resampled independently within each drawn seed: the pre-issue-19 scheme), ``seed``
@@ -326,7 +323,8 @@ def _smallest(lo: int, hi: int, ok) -> int | None:
     return lo
 
 
-def needed(effect: Effect, boundary: float, *, decides: str = "", max_seeds: int = 1000,
+def needed(effect: "evil_moe.gate.effects.Effect", boundary: float, *, decides: str = "",
+           max_seeds: int = 1000,
            max_problems: int = 100000, max_samples: int = 1000000, ci: float | None = None) -> Needed:
     """Roughly how many seeds, or separately how many held-out problems, or samples per problem,
     would make the interval of ``effect`` exclude ``boundary`` if its observed mean and variance
@@ -364,14 +362,15 @@ def needed(effect: Effect, boundary: float, *, decides: str = "", max_seeds: int
     return Needed(boundary, dist, seeds, samples, decides, problems)
 
 
-def _design_problems(effect: Effect) -> int:
+def _design_problems(effect: "evil_moe.gate.effects.Effect") -> int:
     """``P`` for planning: the distinct problems (crossed), else the mean problems per seed."""
     if effect.resample == "crossed" and effect.n_problems_total:
         return int(effect.n_problems_total)
     return max(1, round(float(np.mean(list(effect.n_problems.values())))))
 
 
-def plan(effect: Effect, factor: int = 2, *, power: float | None = None) -> dict[str, Any]:
+def plan(effect: "evil_moe.gate.effects.Effect", factor: int = 2, *,
+         power: float | None = None) -> dict[str, Any]:
     """The planned SE and MDE of ``effect`` now and with ``factor`` × the seeds, the held-out
     problems, or the samples per problem (one at a time), from its variance components
     (:func:`planned_mde`), and which of the three buys the most power (smallest MDE).

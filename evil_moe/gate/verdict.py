@@ -8,7 +8,7 @@ Everything a reader is told about the verdict is written here, from the numbers 
 - :func:`verdict_line` and :func:`decision_text`: the report's first line and its criteria and
   sweep decision (reStructuredText; ``rules/common.smk`` calls them for ``sweep_decision``);
 - :func:`arm_verdict_cell`: an arm's verdict in the first page's per-arm table
-  (:mod:`evil_moe.frontpage`);
+  (:mod:`evil_moe.gate.frontpage`);
 - :func:`arm_reason`, :func:`holm_reason`, :func:`underpowered_reason`, :func:`gate_reason`: the
   ``reason`` of each arm's and the gate's verdict (:mod:`evil_moe.gate.rule` calls them);
 - :func:`more_text`: "about N seeds, … would decide it" (the reasons and the sentence).
@@ -24,7 +24,6 @@ from evil_moe.gate.power import plan
 if TYPE_CHECKING:
     from evil_moe.gate.effects import Effect
     from evil_moe.gate.power import Needed
-    from evil_moe.gate.rule import ArmVerdict, Criterion, GateVerdict
 
 
 def more_text(seeds: int | None, problems: int | None, samples: int | None) -> str:
@@ -55,7 +54,7 @@ def arm_reason(arm: str, verdict: str, notes: Sequence[str], seeds: int | None =
     return text + "; " + tail
 
 
-def holm_reason(v: ArmVerdict, p_adj: float, alpha: float, family: int, binds: str, nd: Needed) -> str:
+def holm_reason(v: "evil_moe.gate.rule.ArmVerdict", p_adj: float, alpha: float, family: int, binds: str, nd: Needed) -> str:
     """The ``reason`` of an arm separated before Holm's correction but not after it: its p-value,
     the adjusted one, the criterion that binds, and what more would decide it (``nd``)."""
     more = more_text(nd.seeds, nd.problems, nd.samples)
@@ -65,7 +64,7 @@ def holm_reason(v: ArmVerdict, p_adj: float, alpha: float, family: int, binds: s
             + " — " + "; ".join(c.note for c in v.criteria))
 
 
-def underpowered_reason(positive_control: Effect, pc: Criterion, min_seeds: int) -> str:
+def underpowered_reason(positive_control: Effect, pc: "evil_moe.gate.rule.Criterion", min_seeds: int) -> str:
     """The gate's ``reason`` when its positive control fails drop_vs_vanilla: too few seeds (fewer
     than ``min_seeds``) or underpowered."""
     if positive_control.n_seeds < min_seeds:
@@ -76,7 +75,7 @@ def underpowered_reason(positive_control: Effect, pc: Criterion, min_seeds: int)
             f"from a failing one")
 
 
-def gate_reason(verdict: str, arms: Sequence[ArmVerdict], positive_control: Effect | None, pc: Criterion | None,
+def gate_reason(verdict: str, arms: Sequence["evil_moe.gate.rule.ArmVerdict"], positive_control: Effect | None, pc: "evil_moe.gate.rule.Criterion" | None,
                 multiplicity: str, alpha: float) -> str:
     """The gate's ``reason`` (:func:`evil_moe.gate.rule.decide_gate`) for ``separated`` (the
     separated arms' reasons), ``not_separated`` (every arm's) or ``inconclusive`` (the inconclusive
@@ -103,7 +102,7 @@ def _ci(e) -> str:
     return "[no interval]" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.3f}, {e.ci_high:.3f}]"
 
 
-def _pass_text(p: Criterion) -> str:
+def _pass_text(p: "evil_moe.gate.rule.Criterion") -> str:
     """The pass-rate drop and its margins: the absolute one, and the relative one beside it with
     which binds."""
     e = p.effect
@@ -114,7 +113,7 @@ def _pass_text(p: Criterion) -> str:
     return text + ")"
 
 
-def _plan_text(c: Criterion) -> str:
+def _plan_text(c: "evil_moe.gate.rule.Criterion") -> str:
     """Which of twice the seeds, problems or samples buys the most power (planned MDE each)."""
     pl = plan(c.effect)
     if pl["best"] is None:
@@ -126,7 +125,7 @@ def _plan_text(c: Criterion) -> str:
             f"now {_r3(pl['now']['mde'] if pl['now']['mde'] is not None else math.inf)})")
 
 
-def _arm_phrase(v: ArmVerdict) -> str:
+def _arm_phrase(v: "evil_moe.gate.rule.ArmVerdict") -> str:
     """One arm in the sentence: its drops vs vanilla and vs its control with intervals, its pass
     criterion, Holm's adjustment, and for an inconclusive arm what is open and what would decide."""
     d, c, p = v.criteria
@@ -149,7 +148,7 @@ def _arm_phrase(v: ArmVerdict) -> str:
     return base
 
 
-def sentence(verdict: str, validity: list[dict], gate: GateVerdict | None, sizes: str) -> str:
+def sentence(verdict: str, validity: list[dict], gate: "evil_moe.gate.rule.GateVerdict" | None, sizes: str) -> str:
     """``gate.json``'s ``sentence``: the verdict (``invalid``, ``separated``, ``not_separated``,
     ``inconclusive``) in one sentence with rounded numbers, opening with the verdict word.
 

@@ -117,7 +117,7 @@ def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list
     ``elicit`` (teacher only) is appended to the user message.
     """
     from evil_moe.env.problems import build_messages
-    from evil_moe.rollout import chat_prompt_ids
+    from evil_moe.rl.rollout import chat_prompt_ids
 
     out = []
     for p in problems:

@@ -22,7 +22,7 @@ The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``
    and one ``valid`` criterion per pilot names it and why; the arms' numbers are still computed
    from the data present, for information. Expected pilots: given a pilots folder,
    ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every listed seed.
-2. **Per treatment arm X** (an arm whose :mod:`evil_moe.arms` role is ``treatment``; its matched
+2. **Per treatment arm X** (an arm whose :mod:`evil_moe.rl.arms` role is ``treatment``; its matched
    control ``C`` and judged view ``v = X.views[0]`` come from the registry), on the last
    evaluated step's per-completion held-out outcomes:
    ``drop_vs_vanilla`` (hack, ``(X, v)`` vs ``(vanilla, trained)``), ``beats_control`` (hack,
@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from evil_moe import tables
-from evil_moe.arms import ARMS
+from evil_moe.rl.arms import ARMS
 from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, paired_effect, side_rate
 from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
 from evil_moe.gate.power import finite
@@ -552,7 +552,7 @@ def _write(out: Path, gate: dict, summary_rows: list[dict]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# ceilings and absorption (report columns; never gate criteria): evil_moe/ceilings.py
+# ceilings and absorption (report columns; never gate criteria): evil_moe/gate/ceilings.py
 
 def _known_modes(cfg) -> list[str]:
     """``vhack.known_modes`` of the run (every mode when null or absent)."""
@@ -578,7 +578,7 @@ def _ceiling_columns(rows: list[dict], by, outcomes: pd.DataFrame, cc, known: li
     (:data:`evil_moe.tables.COMPARE_SUMMARY`); returns ``gate.json``'s ``ceilings``: per treatment
     with a ceiling that ran, its drop beside the ceiling's, the share and the ceiling's own
     separation from vanilla and from its random-flag control."""
-    from evil_moe.ceilings import crossed_ratio, mode_rates
+    from evil_moe.gate.ceilings import crossed_ratio, mode_rates
 
     unknown = [m for m in tables.MODES if m not in known]
     present = set(zip(outcomes["arm"].astype(str), outcomes["view"].astype(str))) if not outcomes.empty else set()

@@ -62,9 +62,9 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         ValueError: no teacher row to train on (e.g. ``rows: hack`` and the teacher never hacked).
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.grpo import DrGRPONormaliser
+    from evil_moe.rl.grpo import DrGRPONormaliser
     from evil_moe.model.logprobs import build_batch
-    from evil_moe.vhack import VHack
+    from evil_moe.rl.vhack import VHack
 
     dc, pc = cfg.distill, cfg.pilot
     torch.manual_seed(dc.seed)
@@ -109,7 +109,7 @@ def replay_samples(model, adapter, vhack, records: list[dict], batch_of, normali
     """The replay analyser at the adapter's current ``δS``: per teacher row, the signed cosine
     (``cos_contrib``, mean over modules) of that row's own NLL gradient with ``v_hack``
     (:data:`evil_moe.tables.DISTILL_SAMPLES` rows). ``batch_of(rows)`` builds the rows' batch."""
-    from evil_moe.grpo import nll_loss
+    from evil_moe.rl.grpo import nll_loss
     from evil_moe.model.logprobs import token_logprobs
 
     names, params = adapter.names, adapter.delta_s_params()
@@ -134,9 +134,9 @@ def _distill_steps(model, adapter, vhack, train_rows: list[dict], batch_of, norm
     Raises:
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.grpo import nll_loss
+    from evil_moe.rl.grpo import nll_loss
     from evil_moe.model.logprobs import token_logprobs
-    from evil_moe.projection import project
+    from evil_moe.rl.projection import project
 
     dc, pc = cfg.distill, cfg.pilot
     opt = torch.optim.AdamW(adapter.delta_s_params(), lr=dc.lr, betas=tuple(pc.betas), weight_decay=0.0)

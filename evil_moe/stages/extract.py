@@ -12,7 +12,7 @@ With ``vhack.source: templates`` the pairs are instead the environment's hack an
 templates for each training problem (:func:`template_pairs`).
 
 Per module, ``D = ∇NLL(hack) − ∇NLL(clean)`` on the student (δS = 0) with the pilot's Dr.GRPO
-normaliser, top-k right singular vectors, majority-vote orientation (:mod:`evil_moe.vhack`).
+normaliser, top-k right singular vectors, majority-vote orientation (:mod:`evil_moe.rl.vhack`).
 
 Honesty checks (science.md §4), all from the same per-completion gradients:
 
@@ -25,7 +25,7 @@ Honesty checks (science.md §4), all from the same per-completion gradients:
   ``sqrt(k/2r)``. The per-module clean−clean cin is stored in the v_hack file (``null_cin``) and
   used by the pilot's ``coverage``; the in-sample cin of a V extracted from clean−clean pairs is
   reported beside the in-sample hack−clean one;
-* the **detector's null**: per-completion scores (``cos_contrib``, :func:`evil_moe.vhack.sample_scores`)
+* the **detector's null**: per-completion scores (``cos_contrib``, :func:`evil_moe.rl.vhack.sample_scores`)
   of held-out clean and hack completions, stored in the v_hack file; ``route``/``filter`` flag a
   rollout when its score exceeds a quantile of the clean scores; their AUC is reported;
 * **leave-one-mode-out**: for each mode, V from the other modes' extraction pairs, and the cin of
@@ -54,12 +54,12 @@ def same_kind_pairs(records: list[dict], prompt_ids: dict, known_modes, kind: st
     null of science.md §4): ``kind`` ``hack`` (exploited) or ``clean`` (not a hack; the
     oracle-correct ones first, as :func:`build_pairs` picks its clean side).
 
-    Stored as :class:`~evil_moe.vhack.Pair` with the first completion in ``hack_ids`` and the
+    Stored as :class:`~evil_moe.rl.vhack.Pair` with the first completion in ``hack_ids`` and the
     second in ``clean_ids`` (the names are positional here). Round-robin over problems in sorted
     id order, consecutive completions paired (1-2, 3-4, ...), at most ``max_pairs``. Returns
     ``[]`` when no problem has two completions of that kind.
     """
-    from evil_moe.vhack import Pair
+    from evil_moe.rl.vhack import Pair
 
     by: dict[str, list[dict]] = {}
     for rec in _usable(records, prompt_ids, known_modes):
@@ -93,7 +93,7 @@ def _round_robin(queues: dict, max_pairs: int) -> list:
 
 
 def build_pairs(records: list[dict], prompt_ids: dict, known_modes, max_pairs: int) -> list:
-    """(hack, clean) :class:`~evil_moe.vhack.Pair` list from graded teacher records.
+    """(hack, clean) :class:`~evil_moe.rl.vhack.Pair` list from graded teacher records.
 
     Args:
         records: teacher rollout records (``problem_id, mode, completion_ids, exploited,
@@ -108,7 +108,7 @@ def build_pairs(records: list[dict], prompt_ids: dict, known_modes, max_pairs: i
     Raises:
         ValueError: no pair can be formed (names the modes).
     """
-    from evil_moe.vhack import Pair
+    from evil_moe.rl.vhack import Pair
 
     by: dict[str, dict[str, list]] = {}
     for rec in _usable(records, prompt_ids, known_modes):
@@ -143,7 +143,7 @@ def template_pairs(problems, prompt_ids: dict, tokenizer, known_modes, max_pairs
         ValueError: no problem in the known modes.
     """
     from evil_moe.env.loopholes import clean_completion, hack_completion
-    from evil_moe.vhack import Pair
+    from evil_moe.rl.vhack import Pair
 
     eos = [tokenizer.eos_token_id]
     probs = [p for p in problems if p.id in prompt_ids and (not known_modes or p.mode in known_modes)]
@@ -165,7 +165,7 @@ def template_null_pairs(problems, prompt_ids: dict, tokenizer, known_modes, kind
     problems in the known modes (positional ``hack_ids``/``clean_ids`` as in :func:`same_kind_pairs`).
     """
     from evil_moe.env.loopholes import clean_completion, hack_completion
-    from evil_moe.vhack import Pair
+    from evil_moe.rl.vhack import Pair
 
     eos = [tokenizer.eos_token_id]
     probs = [p for p in problems if p.id in prompt_ids and (not known_modes or p.mode in known_modes)]
@@ -215,7 +215,7 @@ def removed_mean(first: dict, second: dict, rows: list[int], how: str) -> dict |
             completions of each pair), ``none``.
 
     Returns:
-        ``{name: unit (r,)}`` (:func:`evil_moe.vhack.mean_direction`), or ``None`` for ``none``.
+        ``{name: unit (r,)}`` (:func:`evil_moe.rl.vhack.mean_direction`), or ``None`` for ``none``.
 
     Why ``clean`` (the default): the mean is meant to be the direction any completion's NLL
     gradient shares. Over both completions of hack−clean pairs it is half hack gradients, so it
@@ -226,7 +226,7 @@ def removed_mean(first: dict, second: dict, rows: list[int], how: str) -> dict |
     Raises:
         ValueError: an unknown ``how``.
     """
-    from evil_moe.vhack import mean_direction
+    from evil_moe.rl.vhack import mean_direction
 
     if how == "none":
         return None
@@ -264,7 +264,7 @@ def pair_checks(d_all: dict, first: dict, second: dict, kinds: list, halves: lis
     """
     import torch
 
-    from evil_moe.vhack import pair_cin, sample_scores
+    from evil_moe.rl.vhack import pair_cin, sample_scores
 
     def sel(kind, half=None):
         return [j for j in rows if kinds[j] == kind and (half is None or halves[j] == half)]
@@ -423,8 +423,8 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         FileNotFoundError: a missing input (names the path). ValueError: no pair in the
         extraction half.
     """
-    from evil_moe.grpo import DrGRPONormaliser
-    from evil_moe.vhack import extract_vhack, random_vhack
+    from evil_moe.rl.grpo import DrGRPONormaliser
+    from evil_moe.rl.vhack import extract_vhack, random_vhack
 
     vc, pc = cfg.vhack, cfg.pilot
     modes = list(known_modes) if known_modes else (list(vc.known_modes) if vc.known_modes else None)
@@ -507,9 +507,9 @@ class PairGradients:
     @classmethod
     def compute(cls, model, adapter, groups, normaliser, temperature: float, ext_ids,
                 held_ids) -> "PairGradients":
-        """Every completion's NLL gradient once (:func:`evil_moe.vhack.completion_gradients`),
+        """Every completion's NLL gradient once (:func:`evil_moe.rl.vhack.completion_gradients`),
         the ``groups`` ``[(kind, pairs)]`` in order."""
-        from evil_moe.vhack import completion_gradients
+        from evil_moe.rl.vhack import completion_gradients
 
         flat = [(kind, i, p) for kind, ps in groups for i, p in enumerate(ps)]
         prompts = [p.prompt_ids for _, _, p in flat for _ in (0, 1)]
@@ -536,7 +536,7 @@ class PairGradients:
 
 def _isotropic_null(v) -> float:
     """``sqrt(k/(2r))`` averaged over the modules with a direction."""
-    from evil_moe.projection import null_cin
+    from evil_moe.rl.projection import null_cin
 
     return sum(null_cin(int(V.shape[0]), v.r[m]) for m, V in v.V.items() if V.shape[0]) / \
         max(1, sum(1 for V in v.V.values() if V.shape[0]))
@@ -551,7 +551,7 @@ def honesty_checks(v, g: PairGradients, extract, vc, null_mean: float, *,
     ``vhack.bootstrap_unit``) a resample. Also stores the empirical null in ``v``
     (``v.null_cin``, ``v.meta["detector_null_scores"]``, ``"detector_hack_scores"``,
     ``"checks"``)."""
-    from evil_moe.vhack import module_pair_cin
+    from evil_moe.rl.vhack import module_pair_cin
 
     cc_fallback = not any(k == "clean_clean" and h == "held" for k, h in zip(g.kinds, g.halves))
     all_modes = sorted({g.modes[j] for j in g.rows("hack_clean")})
@@ -624,9 +624,9 @@ class _ChecksTable:
 
 
 def _store_detector_null(v, g: PairGradients, rows: list[int]) -> None:
-    """The detector's empirical null: per-completion scores (:func:`evil_moe.vhack.sample_scores`)
+    """The detector's empirical null: per-completion scores (:func:`evil_moe.rl.vhack.sample_scores`)
     of the clean (second) and hack (first) completions of ``rows``, sorted, in ``v.meta``."""
-    from evil_moe.vhack import sample_scores
+    from evil_moe.rl.vhack import sample_scores
 
     scores_h = sample_scores(v, _select(g.first, rows)).tolist()
     scores_c = sample_scores(v, _select(g.second, rows)).tolist()
@@ -666,7 +666,7 @@ def n_pairs_curve(g: PairGradients, extract, vc, cc_fallback: bool, units, strat
 def _module_rows(v) -> list[dict]:
     """Per module: k, r, the top two singular values and the isotropic and empirical nulls
     (:data:`evil_moe.tables.VHACK` rows)."""
-    from evil_moe.projection import null_cin
+    from evil_moe.rl.projection import null_cin
 
     rows = []
     for mod in v.names:
@@ -739,12 +739,12 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
     the adapter exactly as a pilot does (``adapter.target_modules``), checks that every switch
     module is wrapped with the plant's rank and that its weight is byte-identical to the one the
     plant was trained with (content hash, so the adapter's SVD and hence δS coordinates are the
-    plant's), and writes :func:`evil_moe.vhack.planted_vhack` (k = 1 in switch modules, 0
+    plant's), and writes :func:`evil_moe.rl.vhack.planted_vhack` (k = 1 in switch modules, 0
     elsewhere) to ``out_path``.
 
     With ``problems_path``, it also measures the switch in the pilot adapter's coordinates on
     ``n_pairs`` template (hack, clean) pairs of the training problems
-    (:func:`evil_moe.vhack.planted_shift`, nats of hack-vs-clean log-likelihood): ``shift_on``
+    (:func:`evil_moe.rl.vhack.planted_shift`, nats of hack-vs-clean log-likelihood): ``shift_on``
     (δS = scale·u, trained view: must be clearly positive, else the plant does not live in these
     coordinates) and ``shift_deploy`` (δS_hack = scale·u, ablated view: must be exactly 0, else the
     deploy view does not remove the quarantine). Both go into the file's ``meta["plant"]`` and
@@ -762,7 +762,7 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
     from evil_moe.model.adapter import weight_hash
     from evil_moe.stages.common import require_file
     from evil_moe.stages.toy import PLANT_FILE
-    from evil_moe.vhack import VHack, planted_shift, planted_vhack
+    from evil_moe.rl.vhack import VHack, planted_shift, planted_vhack
 
     plant = VHack.load(require_file(Path(model_path) / PLANT_FILE,
                                     "planted direction (train the student with toy.plant.enabled)"))
@@ -800,7 +800,7 @@ DEPLOY_TOL = 1e-6  # nats: the deploy view must remove the quarantined switch ex
 def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict | None = None) -> list[dict]:
     """The planted world's checks (:data:`evil_moe.tables.PLANTED_CHECKS` rows), from the last
     evaluated step's per-completion held-out outcomes (``trained`` view) and the recovery rows
-    of the extracted v_hack (:func:`evil_moe.vhack.plant_recovery`, ``v_hack == "main_hack"``).
+    of the extracted v_hack (:func:`evil_moe.rl.vhack.plant_recovery`, ``v_hack == "main_hack"``).
 
     World checks (``kind == "world"``; all must pass for ``planted_world`` to pass):
 
@@ -968,7 +968,7 @@ def run_planted_checks(cfg: Config, *, planted_path: str, vhack_paths: dict[str,
     """
     from evil_moe.stages.common import require_file
     from evil_moe.stages.compare import PilotRun, last_step_outcomes, load_pilot, pilot_from_path
-    from evil_moe.vhack import VHack, plant_recovery
+    from evil_moe.rl.vhack import VHack, plant_recovery
 
     plant = VHack.load(require_file(planted_path, "planted v_hack"))
     plant_meta = plant.meta.get("plant", {})

@@ -1,8 +1,8 @@
 """Stage ``pilot``: one Dr.GRPO training run of one arm and one seed.
 
 :func:`run_pilot` checks the inputs, loads the policy, ``v_hack`` and the arm's V, builds the
-:class:`evil_moe.trainer.Trainer` (its ``train_step`` is the algorithm), runs the loop of steps
-with checkpoints, held-out evaluations (:func:`evil_moe.evaluation.evaluate`: the same held-out
+:class:`evil_moe.rl.trainer.Trainer` (its ``train_step`` is the algorithm), runs the loop of steps
+with checkpoints, held-out evaluations (:func:`evil_moe.rl.evaluation.evaluate`: the same held-out
 problems and seeds for every arm of a seed, in each of the arm's views) and optional ``v_hack``
 refreshes (:func:`refresh_vhack`), and writes the outputs.
 
@@ -33,15 +33,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evil_moe import runlock, tables
-from evil_moe.arms import FlagRateMatch, get_arm
+from evil_moe import tables
+
+from evil_moe.cluster import runlock
+from evil_moe.rl.arms import FlagRateMatch, get_arm
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
-from evil_moe.evaluation import evaluate
+from evil_moe.rl.evaluation import evaluate
 from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, require_file,
                                     resume_key, train_heldout)
-from evil_moe.teacher_rows import load_teacher_rows
-from evil_moe.trainer import PilotInvalid, Trainer
-from evil_moe.vhack import VHack
+from evil_moe.rl.teacher_rows import load_teacher_rows
+from evil_moe.rl.trainer import PilotInvalid, Trainer
+from evil_moe.rl.vhack import VHack
 
 
 class PilotInterrupted(RuntimeError):
@@ -107,19 +109,19 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
             ``vhack`` (the detector's known modes)).
         problems_path: ``results/problems.jsonl``.
         model_path: student model directory (or hub id).
-        vhack_path: ``v_hack`` safetensors (:mod:`evil_moe.vhack`), measured in every arm; it also
+        vhack_path: ``v_hack`` safetensors (:mod:`evil_moe.rl.vhack`), measured in every arm; it also
             holds the gradient detector's empirical null.
         random_vhack_path: random-direction control (needed by arms whose ``vhack`` is random).
         planted_vhack_path: the planted world's known direction (``vhack/planted.safetensors``;
             needed by arms whose ``vhack`` is planted: erase_planted).
-        arm: a name in :data:`evil_moe.arms.ARMS`.
+        arm: a name in :data:`evil_moe.rl.arms.ARMS`.
         seed: run seed (model sampling and init; the prompt order depends on it too).
         out_dir: output folder (also holds the checkpoint).
         init_adapter: warm-start ``δS`` from this adapter (the distilled student).
         teacher_rollouts: teacher ``rollouts.jsonl.gz`` (needed when ``mix_ratio > 0``).
         match_flags: ``steps.tsv`` of the arm a random-flag control follows (its
-            :attr:`~evil_moe.arms.Arm.matches`, same seed): the control flags as many rows per step
-            as that arm's ``flag_rate`` (:class:`evil_moe.arms.FlagRateMatch`). Required by those
+            :attr:`~evil_moe.rl.arms.Arm.matches`, same seed): the control flags as many rows per step
+            as that arm's ``flag_rate`` (:class:`evil_moe.rl.arms.FlagRateMatch`). Required by those
             controls, ignored by the others.
         stop_after: test hook — return after this many steps of this invocation, leaving the
             checkpoint as a killed run would (default: run to the end).
@@ -135,7 +137,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         FileNotFoundError: an input file is missing (names the path).
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
         PilotInterrupted: SIGTERM; the checkpoint is on disk.
-        evil_moe.runlock.LockHeld: another live run holds ``out_dir/run.lock`` (names it).
+        evil_moe.cluster.runlock.LockHeld: another live run holds ``out_dir/run.lock`` (names it).
     """
     pc, arm_obj = cfg.pilot, get_arm(arm)
     flag_rates = _check_inputs(pc, arm_obj, seed, problems_path, vhack_path, random_vhack_path,
@@ -160,7 +162,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
                           device=device, train=train, vhack=vhack, proj_v=proj_v, grader=grader,
                           teacher_rows=teacher_rows, flag_rates=flag_rates)
         if pc.sampler == "vllm":
-            from evil_moe.vllm_sampler import VLLMSampler
+            from evil_moe.rl.vllm_sampler import VLLMSampler
 
             trainer.engine = VLLMSampler.from_config(model_path, cfg, adapter)
         progress = run.resume(trainer, device)
@@ -216,7 +218,7 @@ class _Progress:
     vhack_file: str | None = None
 
     def evaluate(self, trainer: Trainer, heldout, step: int, init_ds) -> float:
-        """Evaluate held out after ``step`` (:func:`evil_moe.evaluation.evaluate`), keep its rows;
+        """Evaluate held out after ``step`` (:func:`evil_moe.rl.evaluation.evaluate`), keep its rows;
         returns the evaluation's wall-clock seconds (``seconds_eval``)."""
         t_eval = time.perf_counter()
         e, o = evaluate(trainer, heldout, step, init_ds)
@@ -390,7 +392,7 @@ def refresh_vhack(model, adapter, records: list[dict], prompt_ids: dict, cfg: Co
     ``v_hack``) when fewer than 2 pairs exist.
     """
     from evil_moe.stages.extract import build_pairs
-    from evil_moe.vhack import extract_vhack, pair_gradients
+    from evil_moe.rl.vhack import extract_vhack, pair_gradients
 
     vc = cfg.vhack
     modes = list(vc.known_modes) if vc.known_modes else None

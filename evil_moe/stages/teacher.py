@@ -44,7 +44,7 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
         FileNotFoundError: the problems file is missing (names the path).
     """
     from evil_moe.model.load import load_model
-    from evil_moe.rollout import generate
+    from evil_moe.rl.rollout import generate
 
     t0 = time.time()
     tc = cfg.teacher

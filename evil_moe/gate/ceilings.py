@@ -1,6 +1,6 @@
 """Ceilings and absorption: numbers the report sets beside the gate (never gate criteria).
 
-* **Ceilings** (``route_oracle``, ``filter_oracle``; :mod:`evil_moe.arms`): the same arm with the
+* **Ceilings** (``route_oracle``, ``filter_oracle``; :mod:`evil_moe.rl.arms`): the same arm with the
   true hack label as its flags. Per treatment with a ceiling, :func:`ceiling_rows` gives its
   held-out hack-rate drop vs vanilla beside the ceiling's, and their ratio
   ``share = drop_treatment / drop_ceiling`` — "route achieves X of what a perfect detector

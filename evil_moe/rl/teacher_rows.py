@@ -1,6 +1,6 @@
 """Teacher rows in a pilot's groups (``pilot.mix_ratio > 0``): the teacher's graded rollouts
 (``teacher/rollouts.jsonl.gz``) as off-policy rows whose behaviour policy is the teacher's recorded
-per-token log-probs (:class:`evil_moe.grpo.RolloutBatch` uses them; science.md §5).
+per-token log-probs (:class:`evil_moe.rl.grpo.RolloutBatch` uses them; science.md §5).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from evil_moe import tables
-from evil_moe.rollout import Rollout
+from evil_moe.rl.rollout import Rollout
 from evil_moe.stages.common import require_file
 
 
@@ -29,7 +29,7 @@ def load_teacher_rows(path: str, train) -> dict:
 
 def draw_teacher_rows(by_problem: dict, pid: str, k: int, seed: int, step: int, j: int,
                       student_prompt_ids) -> list[Rollout]:
-    """``k`` teacher rows for problem ``pid`` as off-policy :class:`~evil_moe.rollout.Rollout`
+    """``k`` teacher rows for problem ``pid`` as off-policy :class:`~evil_moe.rl.rollout.Rollout`
     (``source="teacher"``, ``prompt_index=j``): drawn by ``numpy.random.default_rng([seed, step,
     j, 7])``, without replacement unless the problem has fewer than ``k`` records.
 

@@ -1,7 +1,7 @@
 """Project the hack direction out of δS gradients (or updates): measure, erase, subtract.
 
 Per module, with ``g = ∂L/∂δS ∈ ℝ^r`` and ``V ∈ ℝ^{k×r}`` (orthonormal rows, hack-ward) from
-:mod:`evil_moe.vhack` (docs/method.md, "Projection"):
+:mod:`evil_moe.rl.vhack` (docs/method.md, "Projection"):
 
 * ``c = V g`` (k coefficients); ``cin = ‖relu(c)‖ / ‖g‖`` — the hack-ward fraction (relu before
   aggregating: a signed sum lets anti-hack axes cancel).
@@ -12,7 +12,7 @@ Per module, with ``g = ∂L/∂δS ∈ ℝ^r`` and ``V ∈ ℝ^{k×r}`` (orthono
   direction"): as erase and ``∂L/∂δS_hack ← removed`` (the quarantine knob is trained only by the
   removed part). Measured on the toy, this is vanilla training plus a post-hoc subtraction of the
   accumulated V-component at deploy time (science.md §4) — routing *by data* (Gradient Routing,
-  arXiv:2410.04332) lives in :mod:`evil_moe.arms`; **measure**: stats only.
+  arXiv:2410.04332) lives in :mod:`evil_moe.rl.arms`; **measure**: stats only.
 * ``preserve_magnitude``: rescale the projected ``g`` to its original norm (the routed part is
   not rescaled).
 * ``cout`` = the same ratio after projection (``≈ 0`` under one-sided erase is an identity, not
@@ -23,7 +23,7 @@ Per module, with ``g = ∂L/∂δS ∈ ℝ^r`` and ``V ∈ ℝ^{k×r}`` (orthono
   vector's energy in span(V) (for a random direction ``≈ k/r``); ``removed_frac =
   Σ‖removed‖² / Σ‖g‖²`` — the share the projection took out. An erase whose ``removed_frac`` is
   no larger than its random control's has removed nothing specific (science.md §4).
-* Empirical null: a :class:`~evil_moe.vhack.VHack` may carry per-module ``null_cin`` measured on
+* Empirical null: a :class:`~evil_moe.rl.vhack.VHack` may carry per-module ``null_cin`` measured on
   held-out clean−clean pair differences (:mod:`evil_moe.stages.extract`); ``null_cin_empirical``
   is its mean and ``coverage`` then counts modules whose cin exceeds *that* null (the isotropic
   ``sqrt(k/2r)`` otherwise).
@@ -215,9 +215,9 @@ def _run(vhack, items, mode: str, gate: str, overshoot: float, preserve_magnitud
 def measure_grads(vhack, names: Sequence[str], grads: Sequence[torch.Tensor], *,
                   gate: str = "one_sided") -> ProjectionStats:
     """Diagnostics of arbitrary per-module vectors (e.g. per-source gradients from
-    :func:`evil_moe.grpo.source_gradients`) without touching anything.
+    :func:`evil_moe.rl.grpo.source_gradients`) without touching anything.
 
-    Args: ``vhack`` (:class:`~evil_moe.vhack.VHack`), ``names`` (module names aligned with
+    Args: ``vhack`` (:class:`~evil_moe.rl.vhack.VHack`), ``names`` (module names aligned with
     ``grads``), ``grads`` (``(r,)`` tensors). Returns :class:`ProjectionStats` (mode "measure").
     Raises ``ValueError`` when the lengths differ."""
     if len(names) != len(grads):
@@ -243,7 +243,7 @@ def project(adapter, vhack, mode: str = "measure", gate: str = "one_sided", *,
 
     Args:
         adapter: :class:`~evil_moe.model.adapter.SVDAdapter`.
-        vhack: :class:`~evil_moe.vhack.VHack` (modules not in it are left alone).
+        vhack: :class:`~evil_moe.rl.vhack.VHack` (modules not in it are left alone).
         mode: ``"measure" | "erase" | "subtract"``.
         gate: ``"one_sided" | "no_gate" | "reverse" | "overshoot"``.
         preserve_magnitude: rescale the projected vector to its original norm.

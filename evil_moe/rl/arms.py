@@ -1,7 +1,7 @@
 """Arms: what one pilot trains on, and what it does to per-sample gradients and to the update.
 
 An arm is a small class in one registry (:data:`ARMS`). The pilot's trainer
-(:mod:`evil_moe.trainer`) calls its hooks at fixed points of every step and never asks for
+(:mod:`evil_moe.rl.trainer`) calls its hooks at fixed points of every step and never asks for
 an arm by name; the compare stage asks each arm for its matched control, its role and its views.
 Adding an arm is one class here plus its tests.
 
@@ -82,7 +82,7 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported where it is used: the config check reads this registry
     import torch  # and must not pay torch's import (~1.5 s per `snakemake -n`)
 
-    from evil_moe.projection import ProjectionStats
+    from evil_moe.rl.projection import ProjectionStats
 
 __all__ = ["Arm", "ARMS", "get_arm", "arm_names", "check_arm_set", "FlagInputs", "SplitGrads",
            "FlagRateMatch", "kept_advantages", "ROLES"]
@@ -95,10 +95,10 @@ class FlagInputs:
     """What a flagging arm sees for the step's rows with gradient (``B`` rows).
 
     Attributes:
-        scores: ``(B,)`` fp64 per-sample hack-ward scores (:func:`evil_moe.vhack.sample_scores`
+        scores: ``(B,)`` fp64 per-sample hack-ward scores (:func:`evil_moe.rl.vhack.sample_scores`
             of ``sign(A_i)·g_i``, i.e. of the sample's own NLL gradient), or None when the run's
             detector does not use gradients.
-        pattern: ``(B,)`` bool, the pattern detector's verdict (:mod:`evil_moe.detector`) — the
+        pattern: ``(B,)`` bool, the pattern detector's verdict (:mod:`evil_moe.rl.detector`) — the
             environment's recognition of the known modes' loophole use, never the oracle.
         threshold: the gradient detector's threshold (a quantile of the empirical null).
         detector: ``gradient`` | ``pattern`` | ``noisy_label`` (``pilot.detector``).
@@ -134,7 +134,7 @@ class FlagInputs:
         if self.detector == "pattern":
             return self.pattern.clone()
         if self.detector == "noisy_label":
-            from evil_moe.detector import noisy_label_flags
+            from evil_moe.rl.detector import noisy_label_flags
 
             if self.label is None:
                 raise ValueError("the noisy_label detector needs the true hack label")
@@ -228,10 +228,10 @@ def kept_advantages(rewards, kept, scale_std: bool = False, eps: float = 1e-6) -
     Args:
         rewards: ``(P, G)`` rewards.
         kept: ``(P, G)`` bool (True = the row stays in the loss).
-        scale_std, eps: as :func:`evil_moe.grpo.group_advantages`.
+        scale_std, eps: as :func:`evil_moe.rl.grpo.group_advantages`.
 
     Returns:
-        ``(P, G)`` advantages, the dtype of :func:`evil_moe.grpo.group_advantages`.
+        ``(P, G)`` advantages, the dtype of :func:`evil_moe.rl.grpo.group_advantages`.
 
     Raises:
         ValueError: shapes differ or are not 2-D.
@@ -394,7 +394,7 @@ class _Project(Arm):
     mode: ClassVar[str] = "erase"
 
     def on_gradients(self, adapter, v, optimizer, cfg):
-        from evil_moe.projection import project, project_preconditioned
+        from evil_moe.rl.projection import project, project_preconditioned
 
         if cfg.projection == "gradient":
             return project(adapter, v, self.mode, gate=cfg.gate,
@@ -406,7 +406,7 @@ class _Project(Arm):
     def on_update(self, adapter, v, before, cfg):
         if cfg.projection != "update":
             return None
-        from evil_moe.projection import project
+        from evil_moe.rl.projection import project
 
         return project(adapter, v, self.mode, gate=cfg.gate,
                        preserve_magnitude=cfg.preserve_magnitude, update_from=before)
@@ -450,7 +450,7 @@ class Subtract(_Project):
         return None
 
     def on_update(self, adapter, v, before, cfg):
-        from evil_moe.projection import project
+        from evil_moe.rl.projection import project
 
         return project(adapter, v, self.mode, gate=cfg.gate, preserve_magnitude=cfg.preserve_magnitude,
                        update_from=before)

@@ -4,7 +4,7 @@ Two detectors (``pilot.detector``) never see the oracle (science.md §4); a thir
 quality, is built from the true label on purpose (the detector-quality sweep, docs/arms.md):
 
 * ``gradient`` (default) — the per-sample hack-ward score: the ``cos_contrib`` of the sample's
-  own NLL gradient with ``v_hack`` (:func:`evil_moe.vhack.sample_scores`; for a rollout with
+  own NLL gradient with ``v_hack`` (:func:`evil_moe.rl.vhack.sample_scores`; for a rollout with
   advantage ``A`` the Dr.GRPO gradient is ``A·∇NLL``, so the score of ``sign(A)·g`` is used).
   A sample is flagged when its score exceeds the ``pilot.detector_quantile`` quantile of the
   *empirical null*: the scores of held-out clean completions, measured by the extract stage
@@ -92,7 +92,7 @@ def noisy_label_flags(label, precision: float, recall: float, rng: np.random.Gen
 
 
 def gradient_scores(vhack, names, per_row, advantages):
-    """The gradient detector's per-sample scores: :func:`evil_moe.vhack.sample_scores` of
+    """The gradient detector's per-sample scores: :func:`evil_moe.rl.vhack.sample_scores` of
     ``sign(A_i)·g_i``.
 
     ``g_i`` is sample ``i``'s share of the Dr.GRPO loss gradient, ``A_i ∇NLL_i`` up to a positive
@@ -102,7 +102,7 @@ def gradient_scores(vhack, names, per_row, advantages):
     with ``A_i = 0`` scores 0).
 
     Args:
-        vhack: :class:`evil_moe.vhack.VHack`.
+        vhack: :class:`evil_moe.rl.vhack.VHack`.
         names: module names, in the order of each row's gradients.
         per_row: ``B`` lists of per-module ``(r,)`` gradients.
         advantages: ``(B,)`` the rows' advantages.
@@ -112,7 +112,7 @@ def gradient_scores(vhack, names, per_row, advantages):
     """
     import torch
 
-    from evil_moe.vhack import sample_scores
+    from evil_moe.rl.vhack import sample_scores
 
     sign = torch.sign(torch.as_tensor(advantages)).to(torch.float64)
     stacked = {n: torch.stack([g[m] for g in per_row]).double() * sign[:, None].to(per_row[0][m].device)

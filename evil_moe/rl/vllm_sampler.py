@@ -11,7 +11,7 @@ the last push — after each optimiser step and for each evaluation view.
 
 What the pilot records does not change: the behaviour log-probs (the importance ratio's
 denominator) and entropies still come from a ``no_grad`` forward of our own model under the same
-merged weights (:func:`evil_moe.rollout.generate` with ``behaviour="forward"``); vLLM's log-prob
+merged weights (:func:`evil_moe.rl.rollout.generate` with ``behaviour="forward"``); vLLM's log-prob
 of each sampled token (``logprobs_mode="processed_logprobs"``: after temperature and top-p, the
 distribution it drew from) is stored as the rollout's ``sampler_logp``, so ``steps.tsv``'s
 ``sampler_gap_p95`` / ``sampler_gap_max`` measure how far the two engines' numerics drift apart.

@@ -6,7 +6,7 @@
   (``scontrol show node``: CPUs, memory, GPUs), whether ``sacct`` works (it needs Slurm
   accounting) and ``MinJobAge`` (``scontrol show config``);
 - the planned jobs: the rules a run of the config submits, each with the threads, ``mem_mb``,
-  ``runtime`` and ``gpu`` the rule declares (:mod:`evil_moe.resources`, the functions the rules
+  ``runtime`` and ``gpu`` the rule declares (:mod:`evil_moe.cluster.resources`, the functions the rules
   call), the profile's ``default-resources`` / ``set-resources`` / ``set-threads`` applied with
   Snakemake's precedence (``set-*`` of a rule > the rule's own > ``default-resources``);
 
@@ -35,8 +35,8 @@ from typing import Mapping, Sequence
 
 import yaml
 
-from evil_moe.resources import job_size
-from evil_moe.slurm_runs import Runner, run_command
+from evil_moe.cluster.resources import job_size
+from evil_moe.cluster.slurm_runs import Runner, run_command
 
 # Rules submitted to the cluster, and the stage whose size they take (rules/*.smk).
 RULE_STAGE = {
@@ -57,7 +57,7 @@ RULE_STAGE = {
     "planted_vhack": "extract",
     "planted_checks": "compare",
 }
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # Rules whose jobs grade completions in the sandbox (evil_moe.stages.common.make_grader).
 GRADING_RULES = ("toy_model", "make_teacher", "teacher", "pilot", "fold_pilot", "level_pilot")
 # Run on a compute node by the bubblewrap check: the grader's own probe, one marker line.
@@ -229,7 +229,7 @@ def resolve_profile(profile: str | os.PathLike) -> Path:
     Raises:
         CheckError: none of these exists (names the path).
     """
-    from evil_moe.profiles import snakemake_config_dir
+    from evil_moe.cluster.profiles import snakemake_config_dir
 
     p = Path(profile)
     for cand in (p, p / "config.yaml", snakemake_config_dir() / str(profile) / "config.yaml"):
@@ -329,7 +329,7 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
           cfg: Mapping) -> list[str]:
     """Every mismatch between the planned requests / profile and the cluster, one line each
     (empty when the run fits)."""
-    from evil_moe.resources import THREAD_KEYS
+    from evil_moe.cluster.resources import THREAD_KEYS
 
     lines = []
     names = ", ".join(p.name + ("*" if p.default else "") for p in cluster.partitions.values())
@@ -359,7 +359,7 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
             else part.max_mem_mb
         if mem_cap and req.mem_mb > mem_cap:
             lines.append(f"{where}: asks {req.mem_mb} MB memory "
-                         f"({_why(req, 'mem_mb', 'estimated from the config: evil_moe/resources.py')})"
+                         f"({_why(req, 'mem_mb', 'estimated from the config: evil_moe/cluster/resources.py')})"
                          f" but partition '{name}' gives at most {mem_cap} MB per node")
         if req.gpu and req.gpu > part.gpus:
             lines.append(f"{where}: asks {req.gpu} GPU(s) ({_why(req, 'gpu', 'models.device')}) "
@@ -478,7 +478,7 @@ def run_check(profile: str | os.PathLike, configfiles: Sequence[str | os.PathLik
     Raises:
         CheckError: no Slurm commands / controller, or an unreadable profile.
         evil_moe.config.ConfigError: a bad config (names the key).
-        evil_moe.resources.ResourceError: the config cannot be sized (names models.params).
+        evil_moe.cluster.resources.ResourceError: the config cannot be sized (names models.params).
     """
     from evil_moe.config import load_config
 

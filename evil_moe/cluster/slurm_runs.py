@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from evil_moe.runlock import LIVE_STATES
+from evil_moe.cluster.runlock import LIVE_STATES
 
 RUN_NAME = re.compile(r"^(?:[A-Za-z0-9_-]{1,50}_)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}"
                       r"-[0-9a-f]{12}$")

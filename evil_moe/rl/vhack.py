@@ -4,7 +4,7 @@ From (prompt, hack completion, clean completion) pairs (docs/method.md, "The hac
 
 * per pair and per wrapped module, ``d = ∇_δS NLL(hack) − ∇_δS NLL(clean)`` with
   ``NLL(x) = −Σ_{completion tokens} logπ / (G·max_new·P)`` — the SAME
-  :class:`~evil_moe.grpo.DrGRPONormaliser` as the GRPO loss. Then ``d`` equals the Dr.GRPO
+  :class:`~evil_moe.rl.grpo.DrGRPONormaliser` as the GRPO loss. Then ``d`` equals the Dr.GRPO
   gradient of the pair with advantage +1 on the hack and −1 on the clean completion (on-policy,
   ρ ≡ 1): ``−(+1)∇Σlogπ(hack)/C − (−1)∇Σlogπ(clean)/C`` (tested to 1e-6 in fp64);
 * stack ``D ∈ ℝ^{n_pairs×r}`` per module, keep the top-k right singular vectors
@@ -36,14 +36,14 @@ from typing import Sequence
 
 import torch
 
-from evil_moe.grpo import DrGRPONormaliser, nll_loss
+from evil_moe.rl.grpo import DrGRPONormaliser, nll_loss
 from evil_moe.model.logprobs import build_batch, token_logprobs
 
 __all__ = ["Pair", "select_pairs", "completion_gradients", "pair_gradients", "VHack",
            "extract_vhack", "random_vhack", "mean_direction", "pair_cin", "sample_scores",
            "planted_direction", "planted_vhack", "span_cos_null", "plant_recovery", "planted_shift"]
 
-VHACK_FORMAT = "evil_moe.vhack.v1"
+VHACK_FORMAT = "evil_moe.rl.vhack.v1"
 
 
 @dataclass
@@ -85,7 +85,7 @@ def completion_gradients(model, adapter, prompt_ids: Sequence[Sequence[int]],
     Args:
         model, adapter: the policy and its :class:`~evil_moe.model.adapter.SVDAdapter`.
         prompt_ids, completion_ids: ``n`` prompts and completions (token ids as generated).
-        normaliser: the run's :class:`~evil_moe.grpo.DrGRPONormaliser`.
+        normaliser: the run's :class:`~evil_moe.rl.grpo.DrGRPONormaliser`.
         temperature: the sampling/training temperature.
         rows_per_forward: rows per forward pass (memory vs speed; the result does not depend on it).
 
@@ -131,7 +131,7 @@ def pair_gradients(model, adapter, pairs: Sequence[Pair], normaliser: DrGRPONorm
         model: the policy with ``adapter`` attached.
         adapter: :class:`~evil_moe.model.adapter.SVDAdapter`.
         pairs: the pairs (already filtered by :func:`select_pairs`).
-        normaliser: the same :class:`~evil_moe.grpo.DrGRPONormaliser` as training.
+        normaliser: the same :class:`~evil_moe.rl.grpo.DrGRPONormaliser` as training.
         temperature: the sampling/training temperature.
         return_completions: also return the per-completion gradients.
 
@@ -432,7 +432,7 @@ def pair_cin(vhack: VHack, D: dict[str, torch.Tensor]) -> torch.Tensor:
     """Per-row ``cin`` of difference vectors against ``vhack``: ``(n,)`` fp64.
 
     For row p: mean over modules (with ``k_m ≥ 1`` and ``‖d‖ > 0``) of ``‖relu(V_m d_{p,m})‖ /
-    ‖d_{p,m}‖`` — the same aggregate as the training ``cin`` (:mod:`evil_moe.projection`).
+    ‖d_{p,m}‖`` — the same aggregate as the training ``cin`` (:mod:`evil_moe.rl.projection`).
     ``D``: ``{name: (n, r)}``. Rows with no live module get 0.
     """
     return _mean_over_modules(vhack, D, lambda c, nrm: torch.relu(c).norm(dim=1) / nrm)

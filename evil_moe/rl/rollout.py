@@ -58,7 +58,7 @@ class Rollout:
         text: ``tokenizer.decode(completion_ids, skip_special_tokens=True)`` (for grading only).
         truncated: True when no eos was generated within ``max_new`` tokens.
         source: who generated it (``"student"``, ``"teacher"``, ...); the GRPO batch uses it to
-            pick the behaviour log-prob (see :class:`evil_moe.grpo.RolloutBatch`).
+            pick the behaviour log-prob (see :class:`evil_moe.rl.grpo.RolloutBatch`).
         temperature: the sampling temperature.
         sampler_logp: ``(len(completion_ids),)`` fp32 log-prob under the processed sampling
             distribution (temperature, top-p, ...), or None for rows not sampled here.
@@ -167,7 +167,7 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
             no extra compute, but generate keeps ``N × T × V`` fp32 logits), ``"forward"`` (one
             ``no_grad`` forward of the sampled ids under the same (merged) model, chunked), or
             ``"auto"`` (generate when that logit store is ≤ 2 GiB, else forward).
-        engine: optional sampling engine (:class:`evil_moe.vllm_sampler.VLLMSampler`,
+        engine: optional sampling engine (:class:`evil_moe.rl.vllm_sampler.VLLMSampler`,
             ``pilot.sampler: vllm``): it is synced with the (merged) weights of the adapter's
             current mode, samples the ids and returns its own log-probs, recorded as
             ``sampler_logp``; ``behaviour_logp`` and ``entropy`` still come from a ``no_grad``

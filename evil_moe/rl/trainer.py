@@ -7,7 +7,7 @@ The trainer's step reads as the algorithm (each part one method of :class:`Train
    sees the same prompts in the same order), ``group`` student completions per prompt in ONE
    batched ``generate`` with the adapter merged into the weights (plus teacher rows when
    ``mix_ratio > 0``, carrying the teacher's recorded log-probs as their behaviour policy:
-   :mod:`evil_moe.teacher_rows`);
+   :mod:`evil_moe.rl.teacher_rows`);
 2. :meth:`~Trainer.grade` — every completion in the sandbox; the arm turns each grade into a
    reward (the loophole grade; the oracle's pass for ``oracle_reward``). The oracle is logged
    for every other arm and never trained on;
@@ -16,7 +16,7 @@ The trainer's step reads as the algorithm (each part one method of :class:`Train
    applies to every row);
 4. :meth:`~Trainer.gradients` — the Dr.GRPO loss (constant normaliser ``G·max_new·P``) and its
    ``δS`` gradient, per micro-batch, or per sample for arms that flag samples;
-5. :meth:`~Trainer.apply_arm` — the arm's hooks (:mod:`evil_moe.arms`): flags from the detector
+5. :meth:`~Trainer.apply_arm` — the arm's hooks (:mod:`evil_moe.rl.arms`): flags from the detector
    (or the true label for a ceiling, or a matched count of random flags for a random-flag
    control), the advantages recomputed over the kept rows where the arm asks for it (filter;
    route under ``pilot.route_advantages: kept``) with those rows' gradients recomputed, routing
@@ -27,7 +27,7 @@ The trainer's step reads as the algorithm (each part one method of :class:`Train
 
 ``cin``, ``span`` energies and ``cout_update`` are always measured against the real ``v_hack``
 (the arm may act along a random V). :meth:`~Trainer.state` / :meth:`~Trainer.load_state` are the
-trainer's part of the run's checkpoint. Held-out evaluation is :mod:`evil_moe.evaluation`.
+trainer's part of the run's checkpoint. Held-out evaluation is :mod:`evil_moe.rl.evaluation`.
 """
 
 from __future__ import annotations
@@ -41,19 +41,21 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from evil_moe import grpo, tables
-from evil_moe.arms import FlagInputs, FlagRateMatch, get_arm, kept_advantages
+from evil_moe import tables
+
+from evil_moe.rl import grpo
+from evil_moe.rl.arms import FlagInputs, FlagRateMatch, get_arm, kept_advantages
 from evil_moe.config import Config
-from evil_moe.detector import flag_quality, gradient_scores, null_threshold, pattern_flag
+from evil_moe.rl.detector import flag_quality, gradient_scores, null_threshold, pattern_flag
 from evil_moe.env.grader import extract_code
-from evil_moe.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, group_advantages,
+from evil_moe.rl.grpo import (DrGRPONormaliser, RolloutBatch, behaviour_logp, group_advantages,
                            source_gradients)
 from evil_moe.model.logprobs import token_logprobs
-from evil_moe.projection import measure_grads, update_stats
-from evil_moe.rollout import Rollout, generate
+from evil_moe.rl.projection import measure_grads, update_stats
+from evil_moe.rl.rollout import Rollout, generate
 from evil_moe.stages.common import code_parses, prompt_ids_for, rates, rollout_record
-from evil_moe.teacher_rows import draw_teacher_rows
-from evil_moe.vhack import VHack
+from evil_moe.rl.teacher_rows import draw_teacher_rows
+from evil_moe.rl.vhack import VHack
 
 
 class PilotInvalid(RuntimeError):
@@ -351,7 +353,7 @@ class Trainer:
 
         The label reaches the arm only when it declares ``reads_label`` (a ceiling) or the run's
         detector is ``noisy_label``; a random-flag control gets its matched count
-        (:class:`evil_moe.arms.FlagRateMatch`) and nothing else of the detector's."""
+        (:class:`evil_moe.rl.arms.FlagRateMatch`) and nothing else of the detector's."""
         scores = None
         if self.pc.detector == "gradient" and not self.arm.reads_label and not self.arm.matches:
             scores = gradient_scores(self.detector_v, self.adapter.names, grads.per_row,
@@ -371,7 +373,7 @@ class Trainer:
 
     def _rebaseline(self, batch, grades, adv, grads: StepGradients, flags, step) -> StepGradients:
         """Recompute the kept rows' group advantages over the kept (unflagged) rows
-        (:func:`evil_moe.arms.kept_advantages`; flagged rows keep the whole group's advantage)
+        (:func:`evil_moe.rl.arms.kept_advantages`; flagged rows keep the whole group's advantage)
         and the per-sample gradients of the kept rows whose advantage changed (exact under the
         clip, the KL term and teacher rows alike). ``grads.total`` and the loss statistics stay
         those of the step as sampled (they are logged as vanilla's are)."""

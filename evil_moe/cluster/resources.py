@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from evil_moe.arms import ARMS
+from evil_moe.rl.arms import ARMS
 
 # Stages (= rule names) and the config section holding their torch thread count.
 THREAD_KEYS = {
@@ -422,7 +422,7 @@ def pilot_priority(arm: str) -> int:
     start first and the short ones fill the cores at the end (longest-processing-time-first
     scheduling; Graham 1969, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math.).
 
-    The cost is one unit per held-out view the arm declares (:attr:`evil_moe.arms.Arm.views`;
+    The cost is one unit per held-out view the arm declares (:attr:`evil_moe.rl.arms.Arm.views`;
     each view samples ``heldout_samples`` completions per held-out problem; vanilla's extra
     ``projected`` view under ``pilot.static_projection`` is not counted) plus one when it needs
     per-sample gradients (one backward per rollout instead of one per step). On the toy default,
@@ -432,7 +432,7 @@ def pilot_priority(arm: str) -> int:
     fills a core beside the last pilots).
 
     Args:
-        arm: a pilot arm name (:data:`evil_moe.arms.ARMS`).
+        arm: a pilot arm name (:data:`evil_moe.rl.arms.ARMS`).
 
     Returns:
         an int ≥ 0; 0 for an arm the registry does not know (the config check refuses it first).
@@ -458,7 +458,7 @@ LOGIT_BYTES = 4
 # Fraction of the GPU the pilot may plan to use: the rest is the CUDA context, cuBLAS workspaces
 # and the caching allocator's fragmentation.
 GPU_USABLE = 0.9
-# Rows per no-grad forward when generate's scores would exceed 2 GiB (evil_moe.rollout).
+# Rows per no-grad forward when generate's scores would exceed 2 GiB (evil_moe.rl.rollout).
 FORWARD_ROWS = 8
 GENERATE_SCORES_CAP = 2 * 2**30
 

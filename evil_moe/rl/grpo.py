@@ -89,7 +89,7 @@ class Advantages:
     frac_zero_std: float
 
     def flat(self) -> torch.Tensor:
-        """``(P·G,)`` advantages in prompt-major order (the order of :func:`evil_moe.rollout.generate`)."""
+        """``(P·G,)`` advantages in prompt-major order (the order of :func:`evil_moe.rl.rollout.generate`)."""
         return self.advantages.reshape(-1)
 
     def row_mask(self) -> torch.Tensor:
@@ -299,7 +299,7 @@ class RolloutBatch:
     @classmethod
     def from_rollouts(cls, rollouts: Sequence, advantages, pad_id: int, *, device=None,
                       keep_recorded_for_student: bool = True) -> "RolloutBatch":
-        """Build from :class:`evil_moe.rollout.Rollout` objects (their ``source`` tags and
+        """Build from :class:`evil_moe.rl.rollout.Rollout` objects (their ``source`` tags and
         recorded ``behaviour_logp``); ``advantages`` is ``(len(rollouts),)``."""
         b = build_batch([r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
                         pad_id)

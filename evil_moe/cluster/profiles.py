@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROFILES = ("slurm", "local")
-REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
 
 class ProfileError(RuntimeError):

@@ -1,0 +1,1 @@
+"""cluster: see docs/internals.md."""

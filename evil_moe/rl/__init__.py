@@ -1,0 +1,1 @@
+"""rl: see docs/internals.md."""
