@@ -768,3 +768,11 @@ def test_per_sample_gradients_from_one_backward_equal_the_serial_ones(world):
     for m, tot in enumerate(batched.total):
         torch.testing.assert_close(sum(g[m] for g in batched.per_row), tot, rtol=1e-5, atol=1e-8)
     assert not torch.allclose(batched.per_row[0][0], batched.per_row[1][0])
+
+
+def test_only_subtract_names_a_static_twin():
+    """compare notes an arm's difference from its static twin (issue 21: no name checks): only
+    subtract is vanilla plus a post-hoc subtraction, so only it names vanilla's projected view;
+    its random control does not inherit it."""
+    twins = {name: cls.static_twin for name, cls in ARMS.items() if cls.static_twin}
+    assert twins == {"subtract": ("vanilla", "projected")}

@@ -314,6 +314,9 @@ class Arm:
         projected_view: with ``pilot.static_projection`` the arm is also evaluated in the view
             ``projected`` (its final δS with the hack-ward part of its total update removed once:
             the static counterpart of ``subtract``); see :meth:`eval_views`.
+        static_twin: ``(arm, view)`` whose held-out outcomes this arm's judged view should
+            coincide with if the arm is only a post-hoc subtraction (``subtract``: vanilla's
+            ``projected`` view); compare notes the difference. None for every other arm.
         vhack: the V the arm acts along: ``real`` (v_hack), ``random`` (the random control) or
             ``planted`` (the planted world's known direction, ``toy.plant``).
         trains_delta_s_hack: δS_hack is trained (and ``ablated`` is then a meaningful view).
@@ -331,6 +334,7 @@ class Arm:
     reads_label: ClassVar[bool] = False
     views: ClassVar[tuple[str, ...]] = ("trained",)
     projected_view: ClassVar[bool] = False
+    static_twin: ClassVar[tuple[str, str] | None] = None
     vhack: ClassVar[str] = "real"
     trains_delta_s_hack: ClassVar[bool] = False
     needs_sample_grads: ClassVar[bool] = False
@@ -442,6 +446,7 @@ class Subtract(_Project):
     control = "subtract_random"
     mode = "subtract"
     views = ("ablated", "trained")
+    static_twin = ("vanilla", "projected")
     trains_delta_s_hack = True
     description = ("the hack-ward part of each update trains delta_s_hack (ablated at deploy): "
                    "vanilla plus a post-hoc subtraction of the accumulated V-component")
@@ -461,6 +466,7 @@ class SubtractRandom(Subtract):
     colour = "#c5b0d5"
     role = "control"
     control = None
+    static_twin = None
     vhack = "random"
     description = "subtract along a random V (subtract's control)"
 

@@ -357,14 +357,15 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
             notes.append(f"{arm} removed {a:.3f} of the energy it acted on per step (mean over steps and seeds), "
                          f"{verb} its control {cls.control} ({c:.3f})"
                          + ("" if a > c else ": the projection removed nothing specific to v_hack"))
-    if "subtract" in arms:
-        e = _effect(outcomes, ("subtract", "ablated"), ("vanilla", "projected"), "hack", cc)
+    for arm in (a for a in arms if a in ARMS and ARMS[a].static_twin):
+        twin = ARMS[arm].static_twin
+        e = _effect(outcomes, (arm, ARMS[arm].views[0]), twin, "hack", cc)
         if e is not None:
             same = e.ci_low <= 0 <= e.ci_high and abs(e.value) < cc.min_drop
-            notes.append(f"subtract's deploy view vs vanilla's static projection (vanilla's final delta_s with "
+            notes.append(f"{arm}'s deploy view vs {twin[0]}'s static projection ({twin[0]}'s final delta_s with "
                          f"the hack-ward part of its total update removed once): hack-rate difference "
                          f"{e.value:+.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}]"
-                         + (" — they coincide: subtract is a post-hoc subtraction" if same else ""))
+                         + (f" — they coincide: {arm} is a post-hoc subtraction" if same else ""))
     if not outcomes.empty:
         tr = outcomes.groupby(["arm", "view"])["truncated"].mean()
         over = tr[tr > TRUNCATION_NOTE]
