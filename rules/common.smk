@@ -532,7 +532,9 @@ def get_reeval_input(wildcards):
 
 def get_reeval_options(wildcards, input):
     """--vhack and --init of a re-evaluation that reads them (get_reeval_input)."""
-    opts = [f"--{k} {shlex.quote(input[k])}" for k in ("vhack", "init") if k in input.keys()]
+    opts = [
+        f"--{k} {shlex.quote(input[k])}" for k in ("vhack", "init") if k in input.keys()
+    ]
     return " ".join(opts)
 
 
@@ -543,7 +545,9 @@ def get_reeval_compare_input(wildcards):
 
 def get_reeval_compare_pilots(wildcards):
     """--pilot DIR for every re-evaluated pilot."""
-    return " ".join(f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("reeval/pilots", SEEDS))
+    return " ".join(
+        f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("reeval/pilots", SEEDS)
+    )
 
 
 def get_pilot_flags(wildcards, input):
