@@ -21,17 +21,31 @@ SAMPLES = 2  # pilot.heldout_samples of the fixture pilot
 N_HELD = 4  # held-out problems with problems.limit=12 (heldout_frac 0.25)
 
 
+EVAL_SEED = 7_000_003 * 1 + 999_983  # the pilot's held-out seed for run seed 1, chunk 0
+
+
 @pytest.fixture(scope="module")
-def route_run(world, tmp_path_factory) -> Path:
+def route_pilot(world, tmp_path_factory) -> tuple[Path, list[str]]:
     """A finished route pilot (seed 1: a seed other than 0, so the seed term of the sampling
-    seeds is exercised), held-out views trained and ablated."""
+    seeds is exercised), held-out views trained and ablated; and the completion texts of its
+    own held-out evaluation (both views, in order), recorded while it ran."""
     from evil_moe.stages.pilot import run_pilot
 
     out = tmp_path_factory.mktemp("pilots") / "route" / "s1"
-    status = run_pilot(cfg_of(f"pilot.heldout_samples={SAMPLES}"),
-                       **pilot_kwargs(world, out, arm="route", seed=1))
+    with pytest.MonkeyPatch.context() as mp:
+        calls = _spy_generate(mp)
+        status = run_pilot(cfg_of(f"pilot.heldout_samples={SAMPLES}"),
+                           **pilot_kwargs(world, out, arm="route", seed=1))
     assert status["status"] == "ok"
-    return out
+    texts = [t for seed, ts in calls if seed == EVAL_SEED for t in ts]
+    assert len(texts) == 2 * N_HELD * SAMPLES
+    return out, texts
+
+
+@pytest.fixture
+def route_run(route_pilot) -> Path:
+    """The route pilot's folder."""
+    return route_pilot[0]
 
 
 def _spy_generate(monkeypatch) -> list[tuple[int, list[str]]]:
@@ -60,12 +74,14 @@ def _reeval(world, route_run, out, **kw):
     return reevaluate_pilot(cfg_of(f"pilot.heldout_samples={SAMPLES}"), **args)
 
 
-def test_own_seeds_and_samples_reproduce_the_pilots_outcomes(world, route_run, tmp_path, monkeypatch):
+def test_own_seeds_and_samples_reproduce_the_pilots_outcomes(world, route_pilot, tmp_path, monkeypatch):
+    route_run, pilot_texts = route_pilot
     calls = _spy_generate(monkeypatch)
     status = _reeval(world, route_run, tmp_path, seed_offset=0)
     # the pilot's own sampling seeds, 7_000_003 s + 999_983 + c0 (eval_chunk 16 > 4 problems:
-    # one chunk, c0 = 0), once per view
-    assert [s for s, _ in calls] == [7_000_003 * 1 + 999_983] * 2
+    # one chunk, c0 = 0), once per view; the same completions as the pilot's own evaluation
+    assert [s for s, _ in calls] == [EVAL_SEED] * 2
+    assert [t for _, ts in calls for t in ts] == pilot_texts
     for name in ("outcomes.tsv", "eval.tsv", "steps.tsv"):
         assert (tmp_path / name).read_bytes() == (route_run / name).read_bytes(), name
     rows = read_tsv(tmp_path / "outcomes.tsv")
@@ -85,7 +101,7 @@ def test_another_seed_offset_draws_other_samples(world, route_run, tmp_path, mon
     calls.clear()
     _reeval(world, route_run, tmp_path / "fresh", samples=3)  # the default offset
     fresh = list(calls)
-    assert [s for s, _ in fresh] == [7_000_003 + 999_983 + 3_500_001] * 2 == [s + SEED_OFFSET for s, _ in own]
+    assert [s for s, _ in fresh] == [EVAL_SEED + 3_500_001] * 2 == [s + SEED_OFFSET for s, _ in own]
     texts_own = [t for _, ts in own for t in ts]
     texts_fresh = [t for _, ts in fresh for t in ts]
     assert len(texts_own) == len(texts_fresh) == 2 * N_HELD * 3
