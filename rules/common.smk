@@ -538,6 +538,16 @@ def get_reeval_options(wildcards, input):
     return " ".join(opts)
 
 
+def get_reeval_pilots_dir(wildcards, input):
+    """--pilots-dir of a re-evaluation: the folder above the pilot's {arm}/s{seed}/."""
+    return str(Path(input.status).parents[2])
+
+
+def get_reeval_out_dir(wildcards, output):
+    """--out-dir of a re-evaluation: the mirror folder above {arm}/s{seed}/."""
+    return str(Path(output.outcomes).parents[2])
+
+
 def get_reeval_compare_input(wildcards):
     """outcomes.tsv of every re-evaluated pilot (arm x seed) under results/reeval/pilots."""
     return [f"{d}/outcomes.tsv" for d in _pilot_dirs("reeval/pilots", SEEDS)]

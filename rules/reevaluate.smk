@@ -25,8 +25,8 @@ rule reevaluate:
         cfg=get_stage_config("reevaluate"),
         model=STUDENT,
         options=get_reeval_options,
-        pilots_dir=res("pilots"),
-        out_dir=res("reeval/pilots"),
+        pilots_dir=get_reeval_pilots_dir,
+        out_dir=get_reeval_out_dir,
     message:
         "reevaluate {wildcards.arm} seed {wildcards.seed}; log: {log}"
     shell:
