@@ -28,6 +28,7 @@ include: "rules/pilot.smk"
 include: "rules/compare.smk"
 include: "rules/detector_sweep.smk"
 include: "rules/sweep.smk"
+include: "rules/reevaluate.smk"
 
 
 rule all:

@@ -462,6 +462,47 @@ def distill_cmd(cfg, problems_path, rollouts, model_path, vhack_path, out_dir, t
     click.echo(res["sentence"])
 
 
+@main.command("reevaluate")
+@config_options
+@click.option("--pilots-dir", required=True, type=click.Path(file_okay=False),
+              help="Folder of finished pilots {arm}/s{seed}/ (read only).")
+@click.option("--arms", default=None, help="Comma-separated arms (default: pilot.arms).")
+@click.option("--seeds", default=None, help="Comma-separated seeds (default: pilot.seeds).")
+@click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)
+@click.option("--model", "model_path", required=True, help="The pilots' student model folder or hub id.")
+@click.option("--vhack", "vhack_path", default=None, type=click.Path(dir_okay=False),
+              help="The run's v_hack (only the projected view reads it).")
+@click.option("--init", "init_adapter", default=None, type=click.Path(dir_okay=False),
+              help="The pilots' initial adapter (pilot.init distill; the projected view).")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="Completions per held-out problem and view (default: reevaluate.samples).")
+@click.option("--seed-offset", type=click.IntRange(min=0), default=None,
+              help="Added to the pilot's held-out sampling seeds (default: reevaluate.seed_offset; "
+                   "0 = the pilot's own).")
+@click.option("--out-dir", required=True, type=click.Path(file_okay=False),
+              help="Mirror folder: {arm}/s{seed}/ with outcomes.tsv, eval.tsv, steps.tsv, status.json.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads; the same as --set pilot.threads=N (default: the config's).")
+def reevaluate_cmd(cfg, pilots_dir, arms, seeds, problems_path, model_path, vhack_path,
+                   init_adapter, samples, seed_offset, out_dir, threads) -> None:
+    """Re-run the held-out evaluation of finished pilots with more samples and fresh seeds."""
+    from evil_moe.stages.common import use_threads
+    from evil_moe.stages.reevaluate import reevaluate_tree
+
+    cfg = use_threads(cfg, "pilot", threads)
+    try:
+        arm_list = arms.split(",") if arms else list(cfg.pilot.arms)
+        seed_list = [int(s) for s in seeds.split(",")] if seeds else list(cfg.pilot.seeds)
+        reevaluate_tree(cfg, pilots_dir=pilots_dir, out_dir=out_dir, arms=arm_list, seeds=seed_list,
+                        samples=samples or cfg.reevaluate.samples, problems_path=problems_path,
+                        model_path=model_path,
+                        seed_offset=cfg.reevaluate.seed_offset if seed_offset is None else seed_offset,
+                        vhack_path=vhack_path, init_adapter=init_adapter,
+                        log=lambda line: click.echo(line))
+    except (OSError, ValueError) as err:
+        _fail(err)
+
+
 @main.command("pilot")
 @config_options
 @click.option("--problems", "problems_path", type=click.Path(dir_okay=False), default="results/problems.jsonl", show_default=True)

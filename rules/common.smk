@@ -127,6 +127,7 @@ STAGE_SECTIONS = {
         "pilot.betas",
     ],
     "pilot": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
+    "reevaluate": ["problems", "grader", "models", "adapter", "pilot", "reevaluate"],
     "compare": ["pilot", "compare", "vhack.known_modes"],
     "detector_sweep": ["pilot", "compare", "detector_sweep"],
     "planted_vhack": ["problems", "models", "adapter", "toy"],
@@ -527,6 +528,57 @@ def get_compare_pilots(wildcards):
     """--pilot DIR for every expected pilot (arm x seed) of the comparison, finished or not:
     the gate names a missing one."""
     return " ".join(f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("pilots", SEEDS))
+
+
+# ---- re-evaluation (optional target results/reeval/compare/gate.json; docs/running.md) -------
+def get_reeval_input(wildcards):
+    """A finished pilot's outputs the re-evaluation reads (its final adapter, steps, outcomes,
+    status), the problems and the student; v_hack and the initial adapter only when the arm
+    evaluates the projected view (vanilla with pilot.static_projection)."""
+    pilot = res(f"pilots/{wildcards.arm}/s{wildcards.seed}")
+    inputs = {
+        "problems": res("problems.jsonl"),
+        "model": get_model_input("student"),
+        "adapter": f"{pilot}/adapter.safetensors",
+        "steps": f"{pilot}/steps.tsv",
+        "outcomes": f"{pilot}/outcomes.tsv",
+        "status": f"{pilot}/status.json",
+    }
+    if wildcards.arm == "vanilla" and config["pilot"]["static_projection"]:
+        inputs["vhack"] = res("vhack/main_hack.safetensors")
+        if config["pilot"]["init"] == "distill":
+            inputs["init"] = res("distill/student_adapter.safetensors")
+    return inputs
+
+
+def get_reeval_options(wildcards, input):
+    """--vhack and --init of a re-evaluation that reads them (get_reeval_input)."""
+    opts = [
+        f"--{k} {shlex.quote(input[k])}" for k in ("vhack", "init") if k in input.keys()
+    ]
+    return " ".join(opts)
+
+
+def get_reeval_pilots_dir(wildcards, input):
+    """--pilots-dir of a re-evaluation: the folder above the pilot's {arm}/s{seed}/."""
+    return str(Path(input.status).parents[2])
+
+
+def get_reeval_out_dir(wildcards, output):
+    """--out-dir of a re-evaluation: the mirror folder above {arm}/s{seed}/."""
+    return str(Path(output.outcomes).parents[2])
+
+
+def get_reeval_compare_input(wildcards):
+    """outcomes.tsv of every re-evaluated pilot (arm x seed) under results/reeval/pilots."""
+    return [f"{d}/outcomes.tsv" for d in _pilot_dirs("reeval/pilots", SEEDS)]
+
+
+def get_reeval_compare_pilots(wildcards):
+    """--pilot DIR for every re-evaluated pilot."""
+    return " ".join(
+        f"--pilot {shlex.quote(d)}" for d in _pilot_dirs("reeval/pilots", SEEDS)
+    )
 
 
 def get_pilot_flags(wildcards, input):

@@ -181,7 +181,7 @@ def _profile(name):
 
 
 GPU_RULES = {"make_teacher", "teacher", "extract", "distill", "pilot", "fold_pilot", "level_pilot",
-             "planted_vhack"}
+             "planted_vhack", "reevaluate"}
 # Rules that run on the machine Snakemake runs on (never submitted).
 LOCAL_RULES = {"all", "sweep_decision", "sweep", "toy_summary"}
 SIZE_KEYS = {"mem_mb", "mem", "runtime", "gpu", "threads", "cpus_per_task", "disk_mb", "gres"}

@@ -8,7 +8,8 @@ what depends on the site (partitions, account, status command). ``evil-moe slurm
 the same numbers with a cluster's partitions.
 
 **Threads** are config keys (``toy.threads``, ``sft.threads`` for make_teacher,
-``teacher.threads``, ``vhack.threads`` for extract, ``distill.threads``, ``pilot.threads``): the job asks for that many CPUs *and* the stage
+``teacher.threads``, ``vhack.threads`` for extract, ``distill.threads``, ``pilot.threads`` for
+pilot and reevaluate): the job asks for that many CPUs *and* the stage
 sets torch's intra-op thread count to it, whichever executor runs it. torch's float reductions
 change order with the thread count, so a pilot's numbers depend on it (measured: the same erase
 pilot with 1 and 2 threads differs from step 0 on, README "The same numbers on any executor");
@@ -32,7 +33,7 @@ model's shape, not a bound::
 make_teacher, whose demonstrations are about ``teacher.max_new`` long; 2 for an extract pair;
 ``toy.batch_size``;
 ``teacher.batch_prompts x n`` for a generate call; ``eval_chunk x heldout_samples`` for the
-pilot's held-out evaluation), ``seq`` the prompt (toy bank 128, LeetCode
+pilot's held-out evaluation, ``eval_chunk x reevaluate.samples`` for its re-evaluation), ``seq`` the prompt (toy bank 128, LeetCode
 640, HumanEval 256 tokens) plus ``max_new`` (or a templated answer's length). The per-token
 constants count saved fp32 values (hidden states, MLP and adapter intermediates, logits with
 their log-softmax; attention is SDPA, whose probabilities are not kept); they were fitted to
@@ -53,7 +54,7 @@ a job that still runs out of time or memory is
 resubmitted with twice as much under ``--retries 1``, and a profile may override any rule with
 ``set-resources``.
 
-**GPUs**: the model stages (make_teacher, teacher, extract, distill, pilot) ask for one when
+**GPUs**: the model stages (make_teacher, teacher, extract, distill, pilot, reevaluate) ask for one when
 ``models.device`` is ``cuda`` or ``cuda:N``; ``auto`` and ``cpu`` ask for none (the toy default
 and SmolLM2 run on CPUs).
 
@@ -81,13 +82,14 @@ THREAD_KEYS = {
     "extract": "vhack",
     "distill": "distill",
     "pilot": "pilot",
+    "reevaluate": "pilot",
 }
 # Stages that load the student or teacher and run it: they get a GPU on a cuda config.
-MODEL_STAGES = ("make_teacher", "teacher", "extract", "distill", "pilot")
+MODEL_STAGES = ("make_teacher", "teacher", "extract", "distill", "pilot", "reevaluate")
 # Light stages: one thread, the base memory, the minimum time.
 LIGHT_STAGES = ("problems", "convert_smollm2", "compare")
 STAGES = ("problems", "toy_models", "convert_smollm2", "make_teacher", "teacher", "extract",
-          "distill", "pilot", "compare")
+          "distill", "pilot", "reevaluate", "compare")
 
 BASE_MB = 800
 CUDA_BASE_MB = 3000
@@ -307,7 +309,15 @@ def _activation_bytes(cfg: Mapping, stage: str, s: ModelShape) -> float:
         return max(_train_bytes(s, p["micro_batch"] or rows, seq),
                    _gen_bytes(s, rows, seq, p["max_new"]),
                    _gen_bytes(s, eval_rows, seq, p["max_new"]))
+    if stage == "reevaluate":  # the pilot's held-out evaluation with reevaluate.samples
+        return _gen_bytes(s, _reeval_rows(cfg), _seq(cfg, p["max_new"]), p["max_new"])
     return 0.0
+
+
+def _reeval_rows(cfg: Mapping) -> int:
+    """Rows of one generate call of the re-evaluation: eval_chunk problems x reevaluate.samples."""
+    heldout = max(1, round(n_problems(cfg) * cfg["problems"]["heldout_frac"]))
+    return min(cfg["pilot"]["eval_chunk"], heldout) * cfg["reevaluate"]["samples"]
 
 
 def n_problems(cfg: Mapping) -> int:
@@ -374,6 +384,9 @@ def _work_of(cfg: Mapping, stage: str) -> tuple[float, list[tuple[float, int, in
         eval_rows = min(p["eval_chunk"], heldout) * p["heldout_samples"]
         return trained, [(p["steps"], rows, p["max_new"]),
                          (eval_calls, eval_rows, p["max_new"])]
+    if stage == "reevaluate":  # the held-out evaluation alone, per view (up to 3) and chunk
+        heldout = max(1, round(n_problems(cfg) * cfg["problems"]["heldout_frac"]))
+        return 0, [(math.ceil(heldout / p["eval_chunk"]) * 3, _reeval_rows(cfg), p["max_new"])]
     return 0, []
 
 

@@ -56,10 +56,13 @@ RULE_STAGE = {
     "detector_sweep": "compare",
     "planted_vhack": "extract",
     "planted_checks": "compare",
+    "reevaluate": "reevaluate",
+    "reeval_compare": "compare",
 }
 REPO = Path(__file__).resolve().parents[2]
 # Rules whose jobs grade completions in the sandbox (evil_moe.stages.common.make_grader).
-GRADING_RULES = ("toy_model", "make_teacher", "teacher", "pilot", "fold_pilot", "level_pilot")
+GRADING_RULES = ("toy_model", "make_teacher", "teacher", "pilot", "fold_pilot", "level_pilot",
+                 "reevaluate")
 # Run on a compute node by the bubblewrap check: the grader's own probe, one marker line.
 BWRAP_PROBE = ("import socket\nfrom evil_moe.env.sandbox import probe_bwrap\n"
                "cause = probe_bwrap()\n"

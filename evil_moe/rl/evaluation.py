@@ -54,12 +54,14 @@ def _view(trainer: Trainer, view: str, init_ds: Sequence[torch.Tensor]):
         raise ValueError(f"unknown view {view!r}")
 
 
-def evaluate(trainer: Trainer, heldout, step: int, init_ds) -> tuple[list[dict], list[dict]]:
+def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
+             seed_offset: int = 0) -> tuple[list[dict], list[dict]]:
     """Held-out evaluation: ``pilot.heldout_samples`` completions per held-out problem in each
     of the arm's views.
 
     Sampling is paired across arms: the same problems, in the same chunks (``pilot.eval_chunk``
-    problems per ``generate`` call), with seeds that depend only on the run seed and the chunk.
+    problems per ``generate`` call), with seeds that depend only on the run seed and the chunk
+    (plus ``seed_offset``: 0 in the pilot; :mod:`evil_moe.stages.reevaluate` draws fresh samples).
 
     Returns:
         ``(eval_rows, outcome_rows)``: :data:`evil_moe.tables.EVAL` rows per view × mode (plus
@@ -78,7 +80,8 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds) -> tuple[list[dict],
             for c0 in range(0, len(heldout), chunk):
                 rolls = generate(trainer.model, tok, prompts[c0:c0 + chunk], n=pc.heldout_samples,
                                  max_new=pc.max_new, temperature=pc.temperature, top_p=pc.top_p,
-                                 seed=trainer.seed * 7_000_003 + 999_983 + c0, adapter=trainer.adapter,
+                                 seed=trainer.seed * 7_000_003 + 999_983 + c0 + seed_offset,
+                                 adapter=trainer.adapter,
                                  source="student", engine=trainer.engine)
                 probs = [heldout[c0 + r.prompt_index] for r in rolls]
                 grades = trainer.grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
