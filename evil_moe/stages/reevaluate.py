@@ -127,47 +127,19 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
             refreshed v_hack is not kept); ``samples < 1``; a ``seed_offset`` refused by
             :func:`check_seed_offset`.
     """
-    from evil_moe.config import validate
-    from evil_moe.model.adapter import SVDAdapter
-
     src = Path(pilot_dir)
-    if not src.is_dir():
-        raise FileNotFoundError(f"pilot folder not found: {src}")
-    status_path = require_file(src / "status.json", "pilot status")
-    adapter_path = require_file(src / "adapter.safetensors", "pilot adapter")
-    steps_path = require_file(src / "steps.tsv", "pilot steps")
-    outcomes_path = require_file(src / "outcomes.tsv", "pilot outcomes")
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    status = json.loads(status_path.read_text())
-    if status.get("status") != "ok":
-        raise ValueError(f"{status_path}: the pilot did not finish (status {status.get('status')!r})")
-    first = next(iter(_read_tsv(steps_path)), None)
-    if first is None:
-        raise ValueError(f"{steps_path}: no steps")
-    arm, seed = first["arm"], int(first["seed"])
-    meta = SVDAdapter.read_metadata(adapter_path).get("extra") or {}
-    if (meta.get("arm"), meta.get("seed")) not in ((None, None), (arm, seed)):
-        raise ValueError(f"{adapter_path}: adapter of {meta.get('arm')} s{meta.get('seed')}, "
-                         f"its steps.tsv says {arm} s{seed}")
-
-    raw = cfg.to_dict()
-    raw["pilot"]["heldout_samples"] = int(samples)
-    cfg = Config(validate(raw))
-    pc = cfg.pilot
-    arm_obj = get_arm(arm, pass_reward=cfg.grader.pass_reward)
-    views = arm_obj.eval_views(pc)
-    step = pc.steps - 1
-    problems = load_problem_file(problems_path)
-    _, heldout = train_heldout(problems, cfg)
-    check_seed_offset(seed_offset, len(heldout))
-    _check_same_design(outcomes_path, status, views, step, {p.id for p in heldout})
+    paths, status, arm, seed = _finished_pilot(src, samples)
+    cfg, arm_obj, views, step, problems, heldout = _pilot_design(cfg, samples, arm, problems_path,
+                                                                 seed_offset)
+    _check_same_design(paths["outcomes"], status, views, step, {p.id for p in heldout})
     if "projected" in views:
         if not vhack_path:
             raise ValueError(f"arm {arm} evaluates the projected view: give the run's v_hack")
-        if pc.vhack_refresh_every:
+        if cfg.pilot.vhack_refresh_every:
             raise ValueError("the projected view reads the pilot's last refreshed v_hack "
                              "(pilot.vhack_refresh_every), which a finished pilot does not keep")
+    pc = cfg.pilot
+    adapter_path, steps_path = paths["adapter"], paths["steps"]
 
     model, tok, adapter, device = load_policy(model_path, cfg, init_adapter=init_adapter)
     init_ds = [p.detach().clone() for p in adapter.delta_s_params()]
@@ -194,6 +166,49 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
                                     "isolation": isolation, "n_outcomes": len(outcomes)}}
     tables.write_json(out / "status.json", new)
     return new
+
+
+def _finished_pilot(src: Path, samples: int) -> tuple[dict, dict, str, int]:
+    """The finished pilot's files (``status``, ``adapter``, ``steps``, ``outcomes`` paths), its
+    status dict, arm and seed; raises as :func:`reevaluate_pilot` documents."""
+    from evil_moe.model.adapter import SVDAdapter
+
+    if not src.is_dir():
+        raise FileNotFoundError(f"pilot folder not found: {src}")
+    paths = {"status": require_file(src / "status.json", "pilot status"),
+             "adapter": require_file(src / "adapter.safetensors", "pilot adapter"),
+             "steps": require_file(src / "steps.tsv", "pilot steps"),
+             "outcomes": require_file(src / "outcomes.tsv", "pilot outcomes")}
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    status = json.loads(paths["status"].read_text())
+    if status.get("status") != "ok":
+        raise ValueError(f"{paths['status']}: the pilot did not finish (status {status.get('status')!r})")
+    first = next(iter(_read_tsv(paths["steps"])), None)
+    if first is None:
+        raise ValueError(f"{paths['steps']}: no steps")
+    arm, seed = first["arm"], int(first["seed"])
+    meta = SVDAdapter.read_metadata(paths["adapter"]).get("extra") or {}
+    if (meta.get("arm"), meta.get("seed")) not in ((None, None), (arm, seed)):
+        raise ValueError(f"{paths['adapter']}: adapter of {meta.get('arm')} s{meta.get('seed')}, "
+                         f"its steps.tsv says {arm} s{seed}")
+    return paths, status, arm, seed
+
+
+def _pilot_design(cfg: Config, samples: int, arm: str, problems_path: str, seed_offset: int):
+    """``(cfg, arm_obj, views, step, problems, heldout)``: the config with ``samples`` per
+    held-out problem, the arm, its views, the final step, the problems and the held-out ones;
+    the seed offset checked (:func:`check_seed_offset`)."""
+    from evil_moe.config import validate
+
+    raw = cfg.to_dict()
+    raw["pilot"]["heldout_samples"] = int(samples)
+    cfg = Config(validate(raw))
+    arm_obj = get_arm(arm, pass_reward=cfg.grader.pass_reward)
+    problems = load_problem_file(problems_path)
+    _, heldout = train_heldout(problems, cfg)
+    check_seed_offset(seed_offset, len(heldout))
+    return cfg, arm_obj, arm_obj.eval_views(cfg.pilot), cfg.pilot.steps - 1, problems, heldout
 
 
 def _read_tsv(path: Path) -> list[dict]:
