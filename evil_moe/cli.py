@@ -513,7 +513,7 @@ def reevaluate_cmd(cfg, pilots_dir, arms, seeds, problems_path, model_path, vhac
 @click.option("--planted-vhack", "planted_vhack_path", default=None, type=click.Path(dir_okay=False),
               help="The planted world's known direction (arm erase_planted; toy.plant).")
 @click.option("--arm", required=True, type=click.Choice(_arm_names()),
-              help="Arm (evil_moe/rl/arms.py; README 'Arms').")
+              help="Arm (evil_moe/rl/arms.py; docs/arms.md).")
 @click.option("--seed", required=True, type=int)
 @click.option("--init", "init_adapter", default=None, type=click.Path(dir_okay=False),
               help="Warm-start delta_s from this adapter (the distilled student).")

@@ -1,7 +1,7 @@
 # Optional, never part of `all`: the held-out evaluation of every finished pilot again with
 # reevaluate.samples completions per problem and fresh sampling seeds (reevaluate.seed_offset),
 # into a mirror tree the compare stage judges unchanged:
-#   snakemake --profile profiles/local [--configfile ...] results/reeval/compare/gate.json
+#   snakemake results/reeval/compare/gate.json --profile profiles/local [--configfile ...]
 
 
 rule reevaluate:

@@ -43,3 +43,15 @@ def test_toy_model_seeded_and_sized():
     assert not all(torch.equal(sa[k], sc[k]) for k in sa)
     assert a.config.vocab_size == len(tok) and a.config.num_hidden_layers == 2
     assert resolve_dtype("bf16") == torch.bfloat16
+
+
+def test_a_missing_local_model_folder_is_named(tmp_path):
+    """A path that is meant as a folder (absolute, ./, or several /) and is missing is reported as
+    such, not as transformers' "Repo id must be in the form ..." (the walkthrough's finding)."""
+    import pytest
+
+    from evil_moe.model.load import load_model
+
+    for missing in (str(tmp_path / "nomodel"), "./results/models/none", "results/models/none"):
+        with pytest.raises(FileNotFoundError, match="model folder not found: " + missing.replace(".", r"\.")):
+            load_model(missing, device="cpu")

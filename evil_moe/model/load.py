@@ -75,6 +75,17 @@ def _finish_tokenizer(tok) -> None:
     tok.padding_side = "left"
 
 
+def _require_local_folder(name_or_path) -> None:
+    """Raise FileNotFoundError naming ``name_or_path`` when it is meant as a local folder (not a
+    hub id) and is not one: transformers would otherwise report an invalid repo id."""
+    from pathlib import Path
+
+    text = str(name_or_path)
+    local = text.startswith(("/", ".", "~")) or text.count("/") > 1
+    if local and not Path(text).expanduser().is_dir():
+        raise FileNotFoundError(f"model folder not found: {text}")
+
+
 def load_model(
     name_or_path: str | os.PathLike,
     *,
@@ -98,10 +109,14 @@ def load_model(
         the tokenizer has a pad token and ``padding_side="left"``.
 
     Raises:
-        ValueError: unknown dtype. ``OSError`` from transformers when the path is not a model.
+        ValueError: unknown dtype. FileNotFoundError: ``name_or_path`` looks like a local path
+        (absolute, ``./``, ``~``, or more than one ``/``) and is not a folder (names it; a hub
+        id is ``name`` or ``namespace/name``). ``OSError`` from transformers when the path is
+        not a model.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _require_local_folder(name_or_path)
     torch_dtype = resolve_dtype(dtype)
     kw = {"gguf_file": gguf_file} if gguf_file else {}
     tok = AutoTokenizer.from_pretrained(str(tokenizer_path or name_or_path), **kw)

@@ -129,7 +129,7 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
 
     Raises:
         ValueError: ``steps.tsv`` lacks a column in :data:`STEPS_REQUIRED`, or ``outcomes.tsv``
-            one of :data:`evil_moe.OUTCOME_COLUMNS` (names the file and the column).
+            one of :data:`evil_moe.gate.effects.OUTCOME_COLUMNS` (names the file and the column).
     """
     p = Path(run.path)
     if not p.is_dir():
