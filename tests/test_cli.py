@@ -27,9 +27,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # every subcommand of evil_moe/cli.py, and those that take --config/--config-json/--set
 COMMANDS = {"problems", "toy-models", "convert-smollm2", "teacher", "make-teacher", "extract",
             "planted-vhack", "planted-checks", "distill", "pilot", "compare", "detector-sweep",
-            "front-page", "grade", "install-profiles", "slurm-check", "cancel-run"}
+            "front-page", "grade", "install-profiles", "slurm-check", "cancel-run", "reevaluate"}
 CONFIG_COMMANDS = {"problems", "toy-models", "teacher", "make-teacher", "extract", "planted-vhack",
-                   "planted-checks", "distill", "pilot", "compare", "detector-sweep"}
+                   "planted-checks", "distill", "pilot", "compare", "detector-sweep", "reevaluate"}
 
 
 def test_every_command_answers_help():
