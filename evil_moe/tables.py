@@ -432,6 +432,21 @@ def read_tsv(path: str | Path, required: Sequence[str]):
     return df
 
 
+def read_tsv_rows(path: str | Path) -> list[dict[str, str]]:
+    """Read a TSV written by :func:`write_tsv` as a list of ``{column: text}`` dicts, every value
+    left as its text (no type guessing: problem ids such as ``"3249"`` stay strings; empty cells
+    are ``""``). For tables that are checked or compared field by field; :func:`read_tsv` gives a
+    DataFrame.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+    """
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
 def write_jsonl_gz(path: str | Path, records: Iterable[Mapping]) -> None:
     """Atomically write records as gzip-compressed JSON lines (mtime 0, so output is reproducible)."""
     buf = io.BytesIO()

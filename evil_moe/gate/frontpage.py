@@ -22,6 +22,8 @@ import csv
 import math
 from pathlib import Path
 
+from evil_moe import tables
+
 MIME = {".svg": "image/svg+xml", ".png": "image/png"}
 
 # compare/summary.tsv columns shown on the first page (with their intervals folded into one cell)
@@ -87,11 +89,6 @@ def _list_table(title: str, header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _summary_rows(summary: str | Path) -> list[dict]:
-    with open(summary, newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
-
-
 def arm_table_rst(summary: str | Path, gate: dict) -> str:
     """The first page's per-arm table: one row per arm the gate judged (treatments) or reports
     beside them (ceilings, the positive control), on its judged view: held-out hack rate, drop vs
@@ -107,7 +104,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
 
     verdicts = gate.get("arms", {}) or {}
     rows = []
-    for r in _summary_rows(summary):
+    for r in tables.read_tsv_rows(summary):
         cls = ARMS.get(r.get("arm", ""))
         if cls is None or cls.role not in ("treatment", "ceiling", "positive_control"):
             continue
@@ -129,7 +126,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
 def summary_table_rst(summary: str | Path) -> str:
     """Held-out rates per arm and view (:data:`FRONT_COLUMNS`; intervals folded into the cell)."""
     rows = []
-    for r in _summary_rows(summary):
+    for r in tables.read_tsv_rows(summary):
         rows.append([_with_ci(r, c, *ci) if ci else _cell(r.get(c, "") or "") for c, ci in FRONT_COLUMNS])
     return _list_table("Held-out rates per arm and view (``compare/summary.tsv``; every column under Results)",
                        [c for c, _ in FRONT_COLUMNS], rows)

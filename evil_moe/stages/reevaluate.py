@@ -31,7 +31,6 @@ isolation), written last.
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from dataclasses import dataclass
@@ -184,7 +183,7 @@ def _finished_pilot(src: Path, samples: int) -> tuple[dict, dict, str, int]:
     status = json.loads(paths["status"].read_text())
     if status.get("status") != "ok":
         raise ValueError(f"{paths['status']}: the pilot did not finish (status {status.get('status')!r})")
-    first = next(iter(_read_tsv(paths["steps"])), None)
+    first = next(iter(tables.read_tsv_rows(paths["steps"])), None)
     if first is None:
         raise ValueError(f"{paths['steps']}: no steps")
     arm, seed = first["arm"], int(first["seed"])
@@ -211,14 +210,9 @@ def _pilot_design(cfg: Config, samples: int, arm: str, problems_path: str, seed_
     return cfg, arm_obj, arm_obj.eval_views(cfg.pilot), cfg.pilot.steps - 1, problems, heldout
 
 
-def _read_tsv(path: Path) -> list[dict]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
-
-
 def _check_same_design(outcomes_path: Path, status: dict, views, step: int, heldout_ids: set) -> None:
     """The config gives the pilot's design: its final step, views and held-out problems."""
-    rows = [r for r in _read_tsv(outcomes_path) if int(r["step"]) == step]
+    rows = [r for r in tables.read_tsv_rows(outcomes_path) if int(r["step"]) == step]
     if not rows:
         raise ValueError(f"{outcomes_path}: no outcomes at step {step} (pilot.steps of the config "
                          f"is not the pilot's)")
