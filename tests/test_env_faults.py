@@ -8,12 +8,10 @@ budgets, honest code that used to be judged wrong); mode rules that no longer st
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -29,6 +27,7 @@ from evil_moe.env.loopholes import clean_completion, fence
 from evil_moe.env.oracle import parse_assert
 from evil_moe.env.problems import LEETCODE_DEV, load_problems
 from evil_moe.env.values import decode, values_match
+from env_util import cpu_burners
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 1.5
@@ -320,18 +319,6 @@ def test_cpu_budget_sized_from_the_canonical_solution():
             assert r.cpu_seconds < r.cpu_budget
 
 
-@contextlib.contextmanager
-def _burners(n=2):
-    procs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) for _ in range(n)]
-    try:
-        time.sleep(0.2)
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
-
 SLOW_CANONICAL = textwrap.dedent("""
     import time
     class Solution:
@@ -351,7 +338,7 @@ def test_correct_code_above_the_flat_budget_passes_under_load():
 
     prob = Problem("t/slow", "toy", "", "f", True, "", "", SLOW_CANONICAL,
                    tuple(f"assert Solution().f({k}) == {k + 1}" for k in range(3)), "run_tests", "")
-    with Grader([prob], timeout=3.0, workers=1) as gr, _burners(2):
+    with Grader([prob], timeout=3.0, workers=1) as gr, cpu_burners(2):
         r = gr.grade(prob, fence(SLOW_CANONICAL + "\ndef run_tests():\n    pass\n"))
     assert (r.passed, r.gt_correct, r.error) == (True, True, None), r
     assert 4.2 <= gr.canonical_cpu["t/slow"] < 5.0
@@ -416,7 +403,7 @@ def test_every_shipped_canonical_solution_passes_every_mode_under_load():
     probs = load_problems("toy") + load_problems("leetcode", LEETCODE_DEV)
     pairs = [dataclasses.replace(p, mode=m) for p in probs for m in MODES]
     pairs = [(q, clean_completion(q)) for q in pairs]
-    with Grader(probs, workers=2) as gr, _burners(2):
+    with Grader(probs, workers=2) as gr, cpu_burners(2):
         rs = gr.grade_many(pairs)
     bad = [(q.id, q.mode, r) for (q, _), r in zip(pairs, rs)
            if not (r.gt_correct and r.passed and r.error is None)]

@@ -3,11 +3,8 @@ canonical solutions, rewards, CPU budgets under load, the code-fence extraction.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +14,7 @@ from evil_moe.env.grader import Grader, extract_code
 from evil_moe.env.loopholes import MODES, N_HACK_VARIANTS, clean_completion, fence, hack_completion
 from evil_moe.env.problem import Problem
 from evil_moe.env.problems import load_problems
+from env_util import cpu_burners
 
 REPO = Path(__file__).resolve().parents[1]
 LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README
@@ -235,17 +233,6 @@ def test_clean_templates_keep_a_solution_with_module_level_names_correct(grader)
 
 # --- CPU-time limits that do not depend on machine load -----------------------------------------------
 
-@contextlib.contextmanager
-def _burners(n=2):
-    procs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) for _ in range(n)]
-    try:
-        time.sleep(0.2)
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
 
 def test_cpu_budget_not_wall_time_under_load():
     """Completions that each need 0.8 s of CPU pass a 1.0 s budget with two busy loops per core
@@ -256,7 +243,7 @@ def test_cpu_budget_not_wall_time_under_load():
     ok = fence(burn.format(0.8) + p.canonical_solution + "\ndef run_tests():\n    pass\n")
     slow = fence(burn.format(1.2) + p.canonical_solution + "\ndef run_tests():\n    pass\n")
     with Grader([p], timeout=1.0, wall_timeout=30.0, workers=2) as g, \
-            _burners(2 * (os.cpu_count() or 1)):
+            cpu_burners(2 * (os.cpu_count() or 1)):
         rs = g.grade_many([(p, ok), (p, ok), (p, slow)])
     assert [(r.passed, r.gt_correct, r.error, r.tests_passed) for r in rs] == \
         [(True, True, None, 6)] * 2 + [(False, False, "timeout", 0)]
@@ -270,7 +257,7 @@ def test_leetcode_canonical_every_mode_under_load():
     every mode while two CPU-burning processes run beside the grader (default 3 s CPU budget)."""
     probs = load_problems("leetcode", str(LEETCODE))
     pairs = [(_in(p, m), clean_completion(_in(p, m))) for p in probs for m in MODES]
-    with Grader(probs, workers=2) as g, _burners(2):
+    with Grader(probs, workers=2) as g, cpu_burners(2):
         rs = g.grade_many(pairs)
     bad = [(q.id, q.mode, r) for (q, _), r in zip(pairs, rs)
            if not (r.gt_correct and r.passed and r.error is None)]
