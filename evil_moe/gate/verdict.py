@@ -54,7 +54,8 @@ def arm_reason(arm: str, verdict: str, notes: Sequence[str], seeds: int | None =
     return text + "; " + tail
 
 
-def holm_reason(v: "evil_moe.gate.rule.ArmVerdict", p_adj: float, alpha: float, family: int, binds: str, nd: Needed) -> str:
+def holm_reason(v: "evil_moe.gate.rule.ArmVerdict", p_adj: float, alpha: float, family: int,
+                binds: str, nd: Needed) -> str:
     """The ``reason`` of an arm separated before Holm's correction but not after it: its p-value,
     the adjusted one, the criterion that binds, and what more would decide it (``nd``)."""
     more = more_text(nd.seeds, nd.problems, nd.samples)
@@ -75,7 +76,8 @@ def underpowered_reason(positive_control: Effect, pc: "evil_moe.gate.rule.Criter
             f"from a failing one")
 
 
-def gate_reason(verdict: str, arms: Sequence["evil_moe.gate.rule.ArmVerdict"], positive_control: Effect | None, pc: "evil_moe.gate.rule.Criterion" | None,
+def gate_reason(verdict: str, arms: Sequence["evil_moe.gate.rule.ArmVerdict"],
+                positive_control: Effect | None, pc: "evil_moe.gate.rule.Criterion | None",
                 multiplicity: str, alpha: float) -> str:
     """The gate's ``reason`` (:func:`evil_moe.gate.rule.decide_gate`) for ``separated`` (the
     separated arms' reasons), ``not_separated`` (every arm's) or ``inconclusive`` (the inconclusive
@@ -148,7 +150,8 @@ def _arm_phrase(v: "evil_moe.gate.rule.ArmVerdict") -> str:
     return base
 
 
-def sentence(verdict: str, validity: list[dict], gate: "evil_moe.gate.rule.GateVerdict" | None, sizes: str) -> str:
+def sentence(verdict: str, validity: list[dict], gate: "evil_moe.gate.rule.GateVerdict | None",
+             sizes: str) -> str:
     """``gate.json``'s ``sentence``: the verdict (``invalid``, ``separated``, ``not_separated``,
     ``inconclusive``) in one sentence with rounded numbers, opening with the verdict word.
 
