@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,11 @@ def test_workflow_dag_quick():
     assert "workflow_dag:" in out and "jobs" in out
     jobs = int(out.split(" -> ")[1].split(" jobs")[0])
     assert jobs >= 300
+    # the peer: problems, model, extract, 51 seeds x 6 arms pilots, compare, all
+    peer = re.search(r"peer \(bare Snakemake, same job shape\): (\d+) jobs.*ours / peer: ([0-9.]+)x wall", out)
+    assert peer, out
+    assert int(peer.group(1)) == 3 + 51 * 6 + 2
+    assert float(peer.group(2)) > 0
 
 
 @pytest.mark.slow
