@@ -40,7 +40,7 @@ run: $(BIN)/.installed check-bwrap
 	@$(BIN)/python -c "import json; g=json.load(open('results/compare/gate.json')); print('verdict:', g['sentence'])"
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
 
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -m "not slow and not slurm"

@@ -32,3 +32,19 @@ def world(tmp_path_factory, one_thread):
     from stage_fixtures import build_world
 
     return build_world(tmp_path_factory.mktemp("toy_world"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Long modules first: those whose every test is marked slow or slurm (the end-to-end
+    workflows), then those with some slow test, then the rest; file order within each group.
+    With ``make test``'s ``--dist loadscope --no-loadscope-reorder`` each xdist worker starts on
+    one of the long modules and the short ones fill in around them (xdist's own reorder, by test
+    count, started the two longest modules last)."""
+    def long(item):
+        return any(item.get_closest_marker(m) for m in ("slow", "slurm"))
+
+    by_module: dict[str, list[bool]] = {}
+    for item in items:
+        by_module.setdefault(item.nodeid.split("::")[0], []).append(long(item))
+    rank = {m: 0 if all(v) else 1 if any(v) else 2 for m, v in by_module.items()}
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
