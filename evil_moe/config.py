@@ -129,7 +129,31 @@ def validate(data: dict, schema: dict | None = None) -> dict:
     if isinstance(data.get("pilot"), dict) and isinstance(data.get("compare"), dict):
         _check_arms(data)
     _check_gpu_memory(data)
+    _check_sampler(data)
     return data
+
+
+def _check_sampler(data: dict) -> None:
+    """``pilot.sampler: vllm`` cannot take a knob on a tied ``lm_head`` (the engine ties the head
+    to the input embedding; :class:`evil_moe.rl.vllm_sampler.VLLMSampler` refuses it at run
+    time): refused here, before any job runs, when the student's shape says its head is tied
+    (:func:`evil_moe.cluster.resources.model_shape`; left to the run-time check when the shape
+    cannot be worked out). One ConfigError naming ``adapter.target_modules``."""
+    if not all(isinstance(data.get(k), dict) for k in ("models", "pilot", "problems", "adapter")):
+        return
+    if data["pilot"].get("sampler") != "vllm" or "lm_head" not in data["adapter"].get("target_modules", ()):
+        return
+    from evil_moe.cluster.resources import ResourceError, model_shape
+
+    try:
+        tied = model_shape(data).tied
+    except (ResourceError, KeyError):
+        return
+    if tied:
+        raise ConfigError(
+            "pilot.sampler vllm: the student's lm_head shares its weight with the input embedding "
+            "(tied), so vLLM cannot take its knob: remove lm_head from 'adapter.target_modules' "
+            "or use pilot.sampler hf (docs/gpu.md)")
 
 
 def _check_gpu_memory(data: dict) -> None:

@@ -299,7 +299,8 @@ def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
     (2 + 12) B), not HF generate's KV cache."""
     from evil_moe.cluster.resources import pilot_gpu_memory
 
-    sets = ["models.gpu_mem_gb=141", "pilot.micro_batch=1"]
+    # no knob on Qwen3-4B's tied lm_head: vLLM cannot take it (the config check refuses it)
+    sets = ["models.gpu_mem_gb=141", "pilot.micro_batch=1", NO_HEAD]
     hf = pilot_gpu_memory(cfg_of(REPO / "config" / "pilot.yaml", sets=sets))
     vl = pilot_gpu_memory(cfg_of(REPO / "config" / "pilot.yaml",
                                  sets=[*sets, "pilot.sampler=vllm",
@@ -309,6 +310,21 @@ def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
     assert vl.resident - hf.resident == pytest.approx(share)
     score = 8 * 1024 * 151936 * 14
     assert vl.sample == pytest.approx(hf.sample - _hf_generate(hf) + share + score)
+
+
+NO_HEAD = "adapter.target_modules=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
+
+
+def test_vllm_with_a_knob_on_a_tied_lm_head_is_refused_before_any_job():
+    """config/pilot.yaml targets lm_head and Qwen3-4B's head is tied: with pilot.sampler vllm the
+    config check refuses it naming adapter.target_modules (not the pilots at run time, after
+    the teacher, extract and distill jobs); without lm_head it passes."""
+    from evil_moe.config import ConfigError
+
+    sets = ["models.gpu_mem_gb=141", "pilot.sampler=vllm"]
+    with pytest.raises(ConfigError, match=r"remove lm_head from 'adapter.target_modules'"):
+        cfg_of(REPO / "config" / "pilot.yaml", sets=sets)
+    assert cfg_of(REPO / "config" / "pilot.yaml", sets=[*sets, NO_HEAD])
 
 
 def _hf_generate(mem):

@@ -162,6 +162,10 @@ def test_tied_lm_head_knob_is_refused_naming_the_key():
         FakeSampler(FakeLLM(model, Tok()), adapter)
 
 
+# the toy's lm_head is tied: a vllm config drops its knob (the config check refuses it otherwise)
+NO_HEAD = "adapter.target_modules=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
+
+
 def test_config_without_vllm_names_the_extra(tmp_path):
     from evil_moe.config import load_config
     from evil_moe.rl.vllm_sampler import VLLMUnavailable
@@ -169,7 +173,7 @@ def test_config_without_vllm_names_the_extra(tmp_path):
 
     if vllm_import_error() is None:
         pytest.skip("vLLM imports here")
-    cfg = load_config([REPO / "config" / "config.yaml"], ["pilot.sampler=vllm"])
+    cfg = load_config([REPO / "config" / "config.yaml"], ["pilot.sampler=vllm", NO_HEAD])
     with pytest.raises(VLLMUnavailable, match=r"pip install '\.\[vllm\]'"):
         VLLMSampler.from_config(str(tmp_path), cfg, None)
 
@@ -185,7 +189,7 @@ def test_real_vllm_engine_agrees_with_our_forward(tmp_path):
     model, adapter = _world()
     model.save_pretrained(tmp_path)
     cfg = load_config([REPO / "config" / "config.yaml"],
-                      ["pilot.sampler=vllm", "pilot.vllm_gpu_memory_utilization=0.2"])
+                      ["pilot.sampler=vllm", "pilot.vllm_gpu_memory_utilization=0.2", NO_HEAD])
     engine = VLLMSampler.from_config(str(tmp_path), cfg, adapter)
     rolls = generate(model, Tok(), PROMPTS, n=3, max_new=12, temperature=1.0, top_p=1.0, seed=1,
                      adapter=adapter, engine=engine)
