@@ -26,7 +26,8 @@ the merged δS weights pushed before each step's sampling, behaviour log-probs f
 vLLM is skipped, saying why, where it does not import. Each sampler's last step is summarised in
 one table: seconds per phase, decode tokens/s, the fraction of the HBM bandwidth bound, the
 sampler gap (our log-probs against the engine's), and the peak memory against the memory model
-of ``config/pilot.yaml`` (:func:`evil_moe.cluster.resources.pilot_gpu_memory`). The loss micro-batch
+of the same setup (:func:`memory_model_gib`: config/pilot.yaml's model with the benchmark's rows,
+max_new, micro-batch, targets and prompt length). The loss micro-batch
 defaults to config/pilot.yaml's ``pilot.micro_batch``.
 
 This is the one command to run when a GPU is lent (docs/gpu.md):
@@ -248,15 +249,29 @@ def pilot_yaml_micro_batch() -> int:
                .pilot.micro_batch)
 
 
-def memory_model_gb() -> dict:
-    """config/pilot.yaml's memory model by phase (GB; evil_moe.cluster.resources.pilot_gpu_memory)."""
-    from evil_moe.config import load_config
+def memory_model_gib(args, micro_rows: int) -> dict | str:
+    """The memory model (:func:`evil_moe.cluster.resources.pilot_gpu_memory`, in GiB like the
+    measured peak) of *this benchmark's* setup: config/pilot.yaml's model and dtype with the
+    benchmark's rows (``--group`` × ``--prompts``), ``--max-new``, loss micro-batch, sampler share,
+    adapter targets (DEFAULT_TARGETS: no lm_head knob) and toy prompts (128 tokens), so the peak
+    and the model describe the same run. Returns the config check's refusal text when the setup
+    does not fit ``models.gpu_mem_gb``."""
+    from evil_moe.config import ConfigError, load_config
     from evil_moe.cluster.resources import pilot_gpu_memory
+    from evil_moe.model.adapter import DEFAULT_TARGETS
 
     repo = Path(__file__).resolve().parent.parent
-    cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "pilot.yaml"]).raw
+    sets = ["problems.source=toy", "problems.path=null",
+            f"adapter.target_modules=[{', '.join(DEFAULT_TARGETS)}]",
+            f"pilot.group={args.group}", f"pilot.prompts_per_step={args.prompts}",
+            f"pilot.max_new={args.max_new}", f"pilot.micro_batch={micro_rows}",
+            f"pilot.vllm_gpu_memory_utilization={args.vllm_mem}"]
+    try:
+        cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "pilot.yaml"], sets).raw
+    except ConfigError as err:
+        return str(err)
     mem = pilot_gpu_memory(cfg)
-    return {k: getattr(mem, k) / 1e9 for k in ("resident", "train", "sample", "evaluate")}
+    return {k: getattr(mem, k) / 2**30 for k in ("resident", "train", "sample")}
 
 
 def make_engine(model, adapter, args, folder: str):
@@ -325,14 +340,16 @@ def main(argv=None) -> int:
     auto_path = "generate" if N * args.max_new * vocab * 4 <= 2 * 2**30 else "forward"
     path = auto_path if args.behaviour == "auto" else args.behaviour
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    model_gb = memory_model_gb()
+    model_gib = memory_model_gib(args, args.micro_rows or N)
     print(f"gpu_pilot: {gpu}; {n_params / 1e6:.2f} M params, weights {weight_bytes / 1e9:.3f} GB "
           f"({next(model.parameters()).dtype}); built in {t_build:.1f} s; rows {N} = {args.prompts} "
           f"prompts x {args.group}; max_new {args.max_new}; behaviour log-probs: {path} "
           f"(auto picks {auto_path}: the generate logit store would be "
           f"{N * args.max_new * vocab * 4 / 2**30:.1f} GiB); loss micro-batch {args.micro_rows or N} rows; "
-          "memory model of config/pilot.yaml: "
-          + ", ".join(f"{k} {v:.1f} GB" for k, v in model_gb.items()), flush=True)
+          "memory model of this setup (HF sampler; config/pilot.yaml's model with these rows, "
+          "max_new, micro-batch, targets and 128-token prompts): "
+          + (", ".join(f"{k} {v:.1f} GiB" for k, v in model_gib.items())
+             if isinstance(model_gib, dict) else model_gib), flush=True)
     vhack = random_vhack(adapter.r, k=2, seed=0).to(device)
     normaliser = DrGRPONormaliser(args.group, args.max_new, args.prompts)
     bound = weight_bytes / args.hbm_bw
@@ -380,7 +397,7 @@ def main(argv=None) -> int:
     print(f"gpu_pilot: wall {time.perf_counter() - t_start:.1f} s including the build")
     if args.json:
         Path(args.json).write_text(json.dumps({"build_s": t_build, "params": n_params,
-                                               "weight_bytes": weight_bytes, "memory_model_gb": model_gb,
+                                               "weight_bytes": weight_bytes, "memory_model_gib": model_gib,
                                                "steps": figs}, indent=1))
     return 0
 
