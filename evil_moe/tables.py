@@ -80,7 +80,8 @@ STEPS = _cols([
     ("delta_s_hack_norm", "L2", "norm of all delta_s_hack after the step (subtract and route grow it)"),
     ("tokens", "tokens", "completion tokens in the step"),
     ("seconds", "s", "wall-clock seconds of the step"),
-    ("seconds_sample", "s", "of which: sampling the step's rollouts (generate, adapter merged)"),
+    ("seconds_sample", "s", "of which: sampling the step's rollouts (HF generate with the adapter merged; "
+     "with pilot.sampler vllm the weight push, the engine's sampling and our behaviour log-prob forward)"),
     ("seconds_grade", "s", "of which: grading them in the sandbox"),
     ("seconds_loss", "s", "of which: the loss's forward and backward (per-sample gradients included)"),
     ("seconds_arm", "s", "of which: the arm's hooks (detector, flags, routing, projection; kept-row rebaselining)"),

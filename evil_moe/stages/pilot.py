@@ -11,7 +11,7 @@ Outputs in ``out_dir``: ``steps.tsv`` (:data:`evil_moe.tables.STEPS`), ``eval.ts
 (:data:`evil_moe.tables.OUTCOMES`, one row per held-out completion), ``rollouts.jsonl.gz``,
 ``adapter.safetensors`` and ``status.json`` (written last). While running:
 ``steps.partial.tsv`` and ``checkpoint.pt``. A rerun of the same command resumes from the
-checkpoint and produces the same ``steps.tsv`` (every column but ``seconds``) as an
+checkpoint and produces the same ``steps.tsv`` (every column but the ``seconds*`` timings) as an
 uninterrupted run.
 
 Stop rules: a step with ``frac_clipped > pilot.max_frac_clipped`` makes the run invalid
