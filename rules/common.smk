@@ -534,7 +534,7 @@ def get_compare_pilots(wildcards):
 def get_reeval_input(wildcards):
     """A finished pilot's outputs the re-evaluation reads (its final adapter, steps, outcomes,
     status), the problems and the student; v_hack and the initial adapter only when the arm
-    evaluates the projected view (vanilla with pilot.static_projection)."""
+    evaluates the projected view (Arm.projected_view with pilot.static_projection)."""
     pilot = res(f"pilots/{wildcards.arm}/s{wildcards.seed}")
     inputs = {
         "problems": res("problems.jsonl"),
@@ -544,7 +544,10 @@ def get_reeval_input(wildcards):
         "outcomes": f"{pilot}/outcomes.tsv",
         "status": f"{pilot}/status.json",
     }
-    if wildcards.arm == "vanilla" and config["pilot"]["static_projection"]:
+    if (
+        ARM_REGISTRY[wildcards.arm].projected_view
+        and config["pilot"]["static_projection"]
+    ):
         inputs["vhack"] = res("vhack/main_hack.safetensors")
         if config["pilot"]["init"] == "distill":
             inputs["init"] = res("distill/student_adapter.safetensors")
