@@ -21,6 +21,12 @@ from evil_moe.stages.common import prompt_ids_for, rates
 if TYPE_CHECKING:
     from evil_moe.rl.trainer import Trainer
 
+# The held-out sampling seed of the chunk starting at held-out index c0 in run seed s:
+# HELDOUT_SEED_STRIDE·s + HELDOUT_SEED_BASE + c0 (+ a re-evaluation's seed_offset); which offsets
+# keep clear of every pilot's held-out and training seeds: evil_moe.stages.reevaluate.
+HELDOUT_SEED_STRIDE = 7_000_003
+HELDOUT_SEED_BASE = 999_983
+
 
 @contextlib.contextmanager
 def _view(trainer: Trainer, view: str, init_ds: Sequence[torch.Tensor]):
@@ -80,7 +86,7 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
             for c0 in range(0, len(heldout), chunk):
                 rolls = generate(trainer.model, tok, prompts[c0:c0 + chunk], n=pc.heldout_samples,
                                  max_new=pc.max_new, temperature=pc.temperature, top_p=pc.top_p,
-                                 seed=trainer.seed * 7_000_003 + 999_983 + c0 + seed_offset,
+                                 seed=trainer.seed * HELDOUT_SEED_STRIDE + HELDOUT_SEED_BASE + c0 + seed_offset,
                                  adapter=trainer.adapter,
                                  source="student", engine=trainer.engine)
                 probs = [heldout[c0 + r.prompt_index] for r in rolls]

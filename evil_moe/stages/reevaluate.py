@@ -42,14 +42,13 @@ from evil_moe import tables
 from evil_moe.rl.arms import get_arm
 from evil_moe.config import Config
 from evil_moe.stages.common import load_policy, load_problem_file, make_grader, require_file, train_heldout
+from evil_moe.rl.evaluation import HELDOUT_SEED_STRIDE as _EVAL_SEED_STRIDE
 from evil_moe.rl.evaluation import evaluate
 from evil_moe.rl.vhack import VHack
 
 # The default seed offset (module docstring: disjoint from every pilot's held-out and training
 # seeds for up to 3,500,001 held-out problems).
 SEED_OFFSET = 3_500_001
-# The pilot's held-out seed stride per run seed (evil_moe.rl.evaluation.evaluate).
-_EVAL_SEED_STRIDE = 7_000_003
 
 
 @dataclass
@@ -252,10 +251,11 @@ def reevaluate_tree(cfg: Config, *, pilots_dir: str, out_dir: str, arms, seeds, 
             dst = Path(out_dir) / arm / f"s{seed}"
             st = dst / "status.json"
             if skip_done and st.is_file():
-                old = json.loads(st.read_text()).get("reevaluate") or {}
+                kept = json.loads(st.read_text())
+                old = kept.get("reevaluate") or {}
                 if (old.get("samples"), old.get("seed_offset")) == (samples, seed_offset):
                     log(f"{arm} s{seed}: done before, kept")
-                    done.append(json.loads(st.read_text()))
+                    done.append(kept)
                     continue
             t = time.perf_counter()
             done.append(reevaluate_pilot(cfg, pilot_dir=str(Path(pilots_dir) / arm / f"s{seed}"),
