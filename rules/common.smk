@@ -1,56 +1,44 @@
 """Shared state of the workflow: the validated config, derived lists, and every input/params
-function (get_*). The stage files (rules/*.smk) hold only rules.
+function (get_*). The stage files (rules/*.smk) hold only rules; what the workflow asks of the
+package beyond that (the config's checks, the job sizes, the per-stage config files, Snakemake's
+internals) is evil_moe/workflow.py.
 
 Config: config/config.yaml (the embedded default), merged with any --configfile; validated here
 against config/schema.yaml (unknown or wrong-typed keys fail before any job runs, naming the key)
 and filled with the schema's defaults.
 """
 
-import hashlib
-import inspect
 import json
-import os
 import shlex
 from pathlib import Path
 
-from snakemake.common import overwrite_function_params
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from evil_moe.rl.arms import ARMS as ARM_REGISTRY
-from evil_moe.config import PILOT_RUN_INDEPENDENT, ConfigError
-from evil_moe.config import validate as check_config
+from evil_moe.rl.pilot_inputs import pilot_inputs, uses_detector
 from evil_moe.gate.verdict import decision_text, verdict_line
 from evil_moe.env.loopholes import MODES as LOOPHOLE_MODES
-from evil_moe.cluster.resources import ResourceError, job_size, pilot_priority
+from evil_moe.cluster.resources import pilot_priority
+from evil_moe.workflow import (
+    ConfigFiles,
+    JobSizes,
+    check_config,
+    check_inputs,
+    per_job,
+    sized_config,
+    stage_sections,
+)
 
 # ---- config ---------------------------------------------------------------------------------
-# evil_moe.config gives one sentence naming the bad key (snakemake's own message dumps the whole
-# schema); then snakemake.utils.validate checks the same schema and fills the defaults in place.
-try:
-    check_config(config)
-except ConfigError as err:
-    raise WorkflowError(f"invalid config: {err}") from None
-
+# evil_moe.workflow.check_config (the schema, then the cross-key checks the CLI makes too) gives
+# one sentence naming the bad key (snakemake's own message dumps the whole schema); then
+# snakemake.utils.validate checks the same schema and fills the defaults in place; then
+# check_inputs checks the problem file, the models, the planted world and the audit's seeds.
+check_config(config)
 validate(config, "../config/schema.yaml")
-
-if config["problems"]["source"] == "leetcode":
-    if not config["problems"]["path"]:
-        raise WorkflowError(
-            "invalid config: problems.source is leetcode but 'problems.path' is not set"
-        )
-    if not Path(config["problems"]["path"]).is_file():
-        raise WorkflowError(
-            f"invalid config: 'problems.path': problem file not found: {config['problems']['path']}"
-        )
+check_inputs(config)
 MAKE_TEACHER = config["teacher"]["make"] == "sft"
-if config["models"]["build"] == "none":
-    # with teacher.make sft the teacher is made from the student: models.teacher is not read
-    for _key in ("student",) if MAKE_TEACHER else ("student", "teacher"):
-        if not config["models"][_key]:
-            raise WorkflowError(
-                f"invalid config: models.build is none but 'models.{_key}' is not set"
-            )
 
 RESULTS = config["results"]
 ARMS = list(config["pilot"]["arms"])
@@ -62,7 +50,7 @@ MODES = (
 )
 # Every arm and loophole mode there is (wildcard constraints must not depend on the chosen ones):
 # the arm registry (evil_moe/rl/arms.py) and evil_moe.env.loopholes.MODES; the schema's enums are
-# held equal to them by tests/test_schema.py.
+# held equal to them by tests/test_config_schema.py.
 ALL_ARMS = list(ARM_REGISTRY)
 ALL_MODES = list(LOOPHOLE_MODES)
 # The figures compare draws: evil_moe.gate.figures.FIGURES is their home, not imported here
@@ -83,56 +71,8 @@ FIGURES = [
 # PILOT_RUN_INDEPENDENT (evil_moe/config.py): pilot keys left out of each run's params, so adding
 # a seed or an arm does not rerun the others, and the test-only failure switches reach only the
 # arm they name (see get_pilot_config).
-# Config each stage reads (its params; editing anything else does not rerun it): a whole section,
-# or "section.key" for single keys (the toy models only need pilot.max_new, not every pilot knob).
-STAGE_SECTIONS = {
-    "problems": ["problems"],
-    "toy_models": ["toy", "problems", "adapter", "grader", "pilot.max_new"],
-    "teacher": ["problems", "grader", "models", "teacher"],
-    "make_teacher": [
-        "problems",
-        "grader",
-        "models",
-        "sft",
-        "teacher.elicit",
-        "teacher.temperature",
-        "teacher.top_p",
-        "teacher.max_new",
-        "teacher.batch_prompts",
-        "vhack.known_modes",
-        "pilot.group",
-        "pilot.prompts_per_step",
-        "pilot.max_new",
-        "pilot.betas",
-    ],
-    "extract": [
-        "problems",
-        "models",
-        "adapter",
-        "vhack",
-        "pilot.group",
-        "pilot.prompts_per_step",
-        "pilot.max_new",
-        "pilot.temperature",
-    ],
-    "distill": [
-        "problems",
-        "models",
-        "adapter",
-        "distill",
-        "pilot.group",
-        "pilot.prompts_per_step",
-        "pilot.max_new",
-        "pilot.temperature",
-        "pilot.betas",
-    ],
-    "pilot": ["problems", "grader", "models", "adapter", "vhack", "pilot"],
-    "reevaluate": ["problems", "grader", "models", "adapter", "pilot", "reevaluate"],
-    "compare": ["pilot", "compare", "vhack.known_modes"],
-    "detector_sweep": ["pilot", "compare", "detector_sweep"],
-    "planted_vhack": ["problems", "models", "adapter", "toy"],
-    "planted_checks": ["pilot", "compare"],
-}
+# Config each stage reads (its params; editing anything else does not rerun it): STAGE_SECTIONS
+# of the one table of stages (evil_moe/cluster/stages.py), through evil_moe.workflow.stage_sections.
 
 
 wildcard_constraints:
@@ -149,28 +89,13 @@ def res(path):
     return f"{RESULTS}/{path}"
 
 
-def _per_job(func):
-    """Mark a function Snakemake calls for every job (input, params, resources, priority): it
-    reads the function's parameters (inspect.signature, ~15 us) two or three times per call, six
-    or more times per pilot job; give them once, as Snakemake's own wrappers do
-    (snakemake.ioutils.subpath). The function itself is unchanged."""
-    overwrite_function_params(func, inspect.signature(func).parameters)
-    return func
-
-
 # ---- job sizes (threads, resources) ------------------------------------------------------------
 # What a job asks the executor for follows from the config (evil_moe/cluster/resources.py: the model's
 # size, group x prompts, max_new, micro-batches); the Slurm profile holds only the site.
-_JOB_SIZES = {}
-
-
-def _job_size(stage):
-    if stage not in _JOB_SIZES:
-        try:
-            _JOB_SIZES[stage] = job_size(config, stage)
-        except ResourceError as err:
-            raise WorkflowError(f"invalid config: {err}") from None
-    return _JOB_SIZES[stage]
+# models.device auto: the jobs use a GPU when they find one, so they ask for one where they would
+# find one (evil_moe.workflow.sized_config, docs/job-sizes.md "GPUs").
+SIZED_CONFIG = sized_config(config, workflow)
+_job_size = JobSizes(SIZED_CONFIG)
 
 
 def get_threads(stage):
@@ -184,7 +109,7 @@ def get_mem_mb(stage):
     on a retry (--retries)."""
     size = _job_size(stage)
 
-    @_per_job
+    @per_job
     def mem_mb(wildcards, attempt):
         return size.mem_mb_at(attempt)
 
@@ -196,14 +121,14 @@ def get_runtime(stage):
     a retry."""
     size = _job_size(stage)
 
-    @_per_job
+    @per_job
     def runtime(wildcards, attempt):
         return size.runtime_at(attempt)
 
     return runtime
 
 
-@_per_job
+@per_job
 def get_pilot_priority(wildcards):
     """Priority of a pilot job: the arm's relative cost (evil_moe.cluster.resources.pilot_priority), so
     the longest pilots start first and the short ones fill the cores at the end."""
@@ -211,7 +136,8 @@ def get_pilot_priority(wildcards):
 
 
 def get_gpu(stage):
-    """GPUs of the stage's jobs: 1 for a model stage when models.device is cuda, else 0."""
+    """GPUs of the stage's jobs: 1 for a model stage when models.device is cuda, or auto where
+    the jobs would find a GPU (SIZED_CONFIG), else 0."""
     return _job_size(stage).gpu
 
 
@@ -261,62 +187,32 @@ def get_teacher(wildcards, input):
 
 
 # ---- stage configs (params.cfg) --------------------------------------------------------------
-def _sections(stage):
-    data = {}
-    for item in STAGE_SECTIONS[stage]:
-        name, _, key = item.partition(".")
-        if key:
-            data.setdefault(name, {})[key] = config[name][key]
-            continue
-        section = dict(config[name])
-        if name == "pilot":
-            for drop in PILOT_RUN_INDEPENDENT:
-                section.pop(drop, None)
-        data[name] = section
-    return data
-
-
-_CONFIG_FILES = {}
-
-
-def _config_file(stage, data):
-    """``@<file>`` for --config-json: the JSON written (atomically) to
-    results/configs/<stage>-<sha256[:16]>.json, named by its content. The param is then a short
-    path that still changes with every value, so Snakemake's params rerun trigger works and its
-    "Params have changed" reason (and a failed job's shell command) does not print the whole
-    config; diff the two named files to see what changed. Each distinct content is serialised and
-    written once per Snakemake invocation (a 3,000-pilot sweep has a handful of them).
-    """
-    text = json.dumps(data, sort_keys=True, indent=1) + "\n"
-    if text in _CONFIG_FILES:
-        return _CONFIG_FILES[text]
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = Path(res(f"configs/{stage}-{digest}.json"))
-    if not path.is_file() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    _CONFIG_FILES[text] = f"@{path}"
-    return _CONFIG_FILES[text]
+# The config files the rules pass to --config-json (evil_moe.workflow.ConfigFiles: named by their
+# content under results/configs/); the sections each stage reads: evil_moe.workflow.stage_sections.
+_config_file = ConfigFiles(RESULTS)
 
 
 def get_stage_config(stage):
     """The config sections the stage reads, as ``@file`` for --config-json (_config_file)."""
-    return _config_file(stage, _sections(stage))
+    return _config_file(stage, stage_sections(config, stage))
 
 
 _PILOT_CONFIGS = {}
 
 
-@_per_job
+@per_job
 def get_pilot_config(wildcards):
     """Config of one pilot run (``@file``, _config_file); the test-only switches pilot.fail_arm / fail_once_arm go
     only to the arm they name, so removing one reruns exactly that arm (and compare). The same
     for every seed of an arm: worked out once per arm."""
     arm = wildcards.arm
     if arm not in _PILOT_CONFIGS:
-        data = _sections("pilot")
+        data = stage_sections(config, "pilot")
+        if not ARM_REGISTRY[
+            arm
+        ].router:  # only Evil MoE's arms read moe and audit.placebos
+            data.pop("moe")
+            data.pop("audit")
         for key in ("fail_arm", "fail_once_arm"):
             if config["pilot"][key] == arm:
                 data["pilot"][key] = arm
@@ -337,16 +233,6 @@ def get_known_modes(wildcards):
 
 # ---- the planted world (toy.plant; docs/planted.md) -------------------------------------------
 PLANTED = config["toy"]["plant"]["enabled"] and config["models"]["build"] == "toy"
-if config["toy"]["plant"]["enabled"] and config["models"]["build"] != "toy":
-    raise WorkflowError(
-        "invalid config: toy.plant.enabled needs models.build: toy (the plant is trained into "
-        "the toy student)"
-    )
-if not PLANTED and any(ARM_REGISTRY[a].vhack == "planted" for a in ARMS):
-    raise WorkflowError(
-        "invalid config: pilot.arms lists a planted-direction arm (erase_planted) but "
-        "toy.plant.enabled is false: there is no planted direction to erase along"
-    )
 
 
 def get_plant_input(wildcards):
@@ -376,62 +262,97 @@ def get_planted_pilot_flags(wildcards, input):
     return " ".join(f"--pilot {shlex.quote(d)}" for d in dirs)
 
 
-# ---- pilots ---------------------------------------------------------------------------------
-def _pilot_inputs(vhack_name, arm=None):
-    inputs = {
-        "problems": res("problems.jsonl"),
-        "model": get_model_input("student"),
-        "vhack": res(f"vhack/{vhack_name}_hack.safetensors"),
-        "random_vhack": res(f"vhack/{vhack_name}_random.safetensors"),
-    }
-    if arm in ARM_REGISTRY and ARM_REGISTRY[arm].vhack == "planted":
-        inputs["planted_vhack"] = res("vhack/planted.safetensors")
-    if config["pilot"]["init"] == "distill":
-        inputs["init"] = res("distill/student_adapter.safetensors")
-    if config["pilot"]["mix_ratio"] > 0:
-        inputs["teacher_rollouts"] = res("teacher/rollouts.jsonl.gz")
+# ---- the detector audit (rules/audit.smk; docs/detectors.md) --------------------------------
+# audit.seeds are disjoint from pilot.seeds and sweep.seeds (evil_moe.workflow.check_inputs)
+AUDIT_SEEDS = list(config["audit"]["seeds"])
+# The audit runs whenever an arm flags with a detector (its quality table is then part of the
+# comparison); such an arm waits for it when its threshold or probe comes from it
+# (evil_moe.rl.pilot_inputs).
+AUDIT = any(uses_detector(a, config["pilot"]) for a in ARMS)
+
+
+def _pilot_inputs(vhack_name, arm=None, tree="pilots", seed="{seed}"):
+    """The files a pilot reads (evil_moe.rl.pilot_inputs.pilot_inputs, shared with the pilot
+    stage), under the results folder, with the student model after the problems."""
+    found = pilot_inputs(arm, config, vhack_name=vhack_name, tree=tree, seed=seed)
+    inputs = {}
+    for key, item in found.items():
+        if item.rule_input:
+            inputs[key] = res(item.path)
+        if key == "problems":
+            inputs["model"] = get_model_input("student")
     return inputs
 
 
-def _match_flags(tree, wildcards):
-    """A random-flag control waits for the steps.tsv of the arm whose per-step flag rates it
-    follows (evil_moe.rl.arms.FlagRateMatch), same tree and seed."""
-    matched = ARM_REGISTRY[wildcards.arm].matches
-    if not matched:
-        return {}
-    return {"match_flags": res(f"{tree}/{matched}/s{wildcards.seed}/steps.tsv")}
+def get_calibrate_input(wildcards):
+    """Inputs of a calibration run: the pilot's (student, problems, v_hack, the distilled
+    student with pilot.init distill) and the shuffled-label v_hack (a placebo)."""
+    inputs = _pilot_inputs("main")
+    inputs.pop("random_vhack")
+    return {**inputs, "shuffled": res("vhack/main_shuffled.safetensors")}
 
 
-@_per_job
+def get_calibrate_options(wildcards):
+    """--init / --teacher-rollouts of a calibration run (as the pilots')."""
+    inputs = _pilot_inputs("main")
+    options = []
+    for key in ("init", "teacher_rollouts"):
+        if key in inputs:
+            options += [f"--{key.replace('_', '-')}", inputs[key]]
+    return shlex.join(options)
+
+
+def get_calibration_runs(wildcards, input):
+    """--calibration-run DIR for every calibration run."""
+    return " ".join(
+        f"--calibration-run {shlex.quote(str(Path(p).parent))}" for p in input.runs
+    )
+
+
+# ---- pilots ---------------------------------------------------------------------------------
+@per_job
 def get_pilot_input(wildcards):
     """Inputs of a pilot run (v_hack from the known modes; the planted direction for an arm
     that erases along it; a random-flag control also waits for its matched arm's steps.tsv).
     """
-    return {**_pilot_inputs("main", wildcards.arm), **_match_flags("pilots", wildcards)}
+    return _pilot_inputs("main", wildcards.arm, "pilots", wildcards.seed)
 
 
-@_per_job
+@per_job
 def get_fold_pilot_input(wildcards):
     """Inputs of a leave-one-mode-out pilot run (v_hack without the held-out mode)."""
-    return {
-        **_pilot_inputs(f"fold_{wildcards.mode}", wildcards.arm),
-        **_match_flags(f"sweep/folds/{wildcards.mode}", wildcards),
-    }
+    return _pilot_inputs(
+        f"fold_{wildcards.mode}",
+        wildcards.arm,
+        f"sweep/folds/{wildcards.mode}",
+        wildcards.seed,
+    )
 
 
-@_per_job
+# The order of the pilot's optional arguments on its command line.
+PILOT_OPTIONS = (
+    "planted_vhack",
+    "init",
+    "teacher_rollouts",
+    "match_flags",
+    "calibration",
+    "probe",
+)
+
+
+@per_job
 def get_pilot_options(wildcards):
     """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0),
     --match-flags (random-flag controls), --planted-vhack (an arm whose V is the planted
-    direction): the rule's optional inputs (_pilot_inputs, _match_flags), worked out from the
-    wildcards (a function of the wildcards alone is cheaper for Snakemake to call than one of the
-    job's input)."""
+    direction), --calibration and --probe (the detector audit's): the optional inputs of
+    evil_moe.rl.pilot_inputs, worked out from the wildcards (a function of the wildcards alone is
+    cheaper for Snakemake to call than one of the job's input)."""
     tree = f"sweep/folds/{wildcards.mode}" if "mode" in wildcards.keys() else "pilots"
-    inputs = {**_pilot_inputs("main", wildcards.arm), **_match_flags(tree, wildcards)}
+    found = pilot_inputs(wildcards.arm, config, tree=tree, seed=wildcards.seed)
     options = []
-    for key in ("planted_vhack", "init", "teacher_rollouts", "match_flags"):
-        if key in inputs:
-            options += [f"--{key.replace('_', '-')}", inputs[key]]
+    for key in PILOT_OPTIONS:
+        if key in found:
+            options += [found[key].option, res(found[key].path)]
     return shlex.join(options)
 
 
@@ -444,7 +365,7 @@ def level_name(level):
 SWEEP_LEVELS = {level_name(lv): lv for lv in config["detector_sweep"]["levels"]}
 
 
-@_per_job
+@per_job
 def get_level_pilot_config(wildcards):
     """Config of one detector-sweep pilot (``@file``, _config_file): the pilot's, with the
     noisy_label detector at the level's precision and recall."""
@@ -452,7 +373,7 @@ def get_level_pilot_config(wildcards):
         raise WorkflowError(
             f"invalid config: detector sweep level {wildcards.level} is not in detector_sweep.levels"
         )
-    data = _sections("pilot")
+    data = stage_sections(config, "pilot")
     level = SWEEP_LEVELS[wildcards.level]
     data["pilot"].update(
         detector="noisy_label",
@@ -522,6 +443,16 @@ def get_compare_input(wildcards):
     """outcomes.tsv of every pilot (arm x seed) the comparison aggregates (its steps.tsv,
     eval.tsv and status.json are written with it)."""
     return [f"{d}/outcomes.tsv" for d in _finished(_pilot_dirs("pilots", SEEDS))]
+
+
+def get_compare_audit(wildcards):
+    """The detector audit's quality table, when the run has one (AUDIT)."""
+    return {"audit": res("audit/quality.tsv")} if AUDIT else {}
+
+
+def get_compare_audit_option(wildcards, input):
+    """--audit of the comparison (get_compare_audit)."""
+    return f"--audit {shlex.quote(input.audit)}" if "audit" in input.keys() else ""
 
 
 def get_compare_pilots(wildcards):
@@ -675,6 +606,8 @@ def get_final_output(wildcards):
     targets.append(res("sweep/decision.rst"))
     if config["models"]["build"] == "toy":
         targets.append(res("models/toy_summary.tsv"))
+    if AUDIT:
+        targets.append(res("audit/quality.tsv"))
     if PLANTED:
         targets += [res("planted/recovery.tsv"), res("planted/checks.tsv")]
     return targets + get_sweep_input(wildcards)

@@ -3,6 +3,7 @@
 
 checkpoint compare:
     input:
+        unpack(get_compare_audit),
         pilots=get_compare_input,
         samples=res("distill/samples.tsv"),
     output:
@@ -91,9 +92,10 @@ checkpoint compare:
     params:
         cfg=get_stage_config("compare"),
         pilots=get_compare_pilots,
+        audit=get_compare_audit_option,
         out_dir=get_out_dir,
     message:
         "compare: the pilot comparison and the gate; log: {log}"
     shell:
-        "evil-moe compare --config-json {params.cfg:q} {params.pilots}"
+        "evil-moe compare --config-json {params.cfg:q} {params.pilots} {params.audit}"
         " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

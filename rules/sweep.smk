@@ -104,3 +104,10 @@ rule sweep:
     input:
         res("sweep/decision.rst"),
         get_sweep_input,
+
+
+# Target: every job of the sweep without waiting for the gate (nothing when the config has no
+# sweep): the jobs the gate may add, for the Slurm preflight's dry run (evil_moe/cluster/plan.py).
+rule sweep_ungated:
+    input:
+        _sweep_outputs(),

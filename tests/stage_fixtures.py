@@ -39,6 +39,9 @@ BASE_SETS: tuple[str, ...] = (
     "distill.steps=2", "distill.batch_size=4",
     "pilot.max_new=48", "pilot.group=3", "pilot.prompts_per_step=2", "pilot.steps=2",
     "pilot.checkpoint_every=1", "pilot.heldout_samples=1", "pilot.seeds=[0]",
+    # route/filter thresholded as before the audit (the extract stage's teacher null) unless a
+    # test asks for the calibration runs' threshold (tests/test_audit.py)
+    "pilot.detector_calibration=teacher",
     "compare.last_k=2", "compare.n_boot=100",
 )
 
@@ -101,16 +104,17 @@ def synthetic_rollouts(cfg, problems_path: Path, teacher_path: Path, out: Path) 
     Per training problem: hack variants 0 and 1 and the clean answer with and without its own
     tests; ids encoded once (+ eos), behaviour log-probs from the teacher's no_grad forward at
     ``teacher.temperature``, the full grade from the real Grader. Same fields as
-    :func:`evil_moe.stages.common.rollout_record`.
+    :func:`evil_moe.rl.rollout.rollout_record`.
     """
     import torch
 
-    from evil_moe import tables
+    from evil_moe import files
     from evil_moe.env.grader import Grader
     from evil_moe.env.loopholes import clean_completion, hack_completion
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
-    from evil_moe.stages.common import load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.common import load_problem_file, train_heldout
+    from evil_moe.rl.rollout import prompt_ids_for
 
     problems = load_problem_file(problems_path)
     train, _ = train_heldout(problems, cfg)
@@ -137,7 +141,7 @@ def synthetic_rollouts(cfg, problems_path: Path, teacher_path: Path, out: Path) 
                      "truncated": False, "source": "teacher", "reward": w.reward, "passed": w.passed,
                      "gt_correct": w.gt_correct, "exploited": w.exploited, "format_ok": w.format_ok,
                      "error": w.error, "step": -1, "seed": 0, "arm": "teacher"})
-    tables.write_jsonl_gz(out, recs)
+    files.write_jsonl_gz(out, recs)
     return recs
 
 
@@ -164,10 +168,36 @@ def build_world(root: Path) -> World:
     vdir = root / "vhack"
     res = run_extract(cfg, problems_path=str(problems), rollouts_path=str(rollouts),
                       model_path=str(root / "models" / "student"), out_dir=str(vdir))
-    return World(root=root, problems=problems, student=root / "models" / "student",
-                  teacher=root / "models" / "teacher", rollouts=rollouts,
-                  vhack=vdir / "main_hack.safetensors", random_vhack=vdir / "main_random.safetensors",
-                  vhack_dir=vdir, extract=res, toy_summary=summary)
+    return _world_at(root, res, summary)
+
+
+def _world_at(root: Path, extract: dict, toy_summary: list) -> World:
+    vdir = root / "vhack"
+    return World(root=root, problems=root / "problems.jsonl", student=root / "models" / "student",
+                 teacher=root / "models" / "teacher",
+                 rollouts=root / "teacher_rows" / "rollouts.jsonl.gz",
+                 vhack=vdir / "main_hack.safetensors", random_vhack=vdir / "main_random.safetensors",
+                 vhack_dir=vdir, extract=extract, toy_summary=toy_summary)
+
+
+def shared_world(root: Path) -> World:
+    """:func:`build_world` under ``root`` at most once however many processes ask (the xdist
+    workers of one session): the first takes an exclusive lock on ``root``.lock and builds it,
+    recording the stages' return values in ``root``.pickle; the others wait on the lock and read
+    the record. Tests only read the world."""
+    import fcntl
+    import pickle
+
+    record = root.parent / (root.name + ".pickle")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / (root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            w = build_world(root)
+            record.write_bytes(pickle.dumps((w.extract, w.toy_summary)))
+        extract, summary = pickle.loads(record.read_bytes())
+    return _world_at(root, extract, summary)
 
 
 def read_tsv(path) -> list[dict]:
@@ -191,8 +221,39 @@ def tsv_without(path, column: str = "seconds") -> list[list[str]]:
     return [[row[j] for j in keep] for row in lines]
 
 
+def trainer(world: World, arm: str, cfg, grader, **kw):
+    """A :class:`~evil_moe.rl.trainer.Trainer` of ``arm`` (seed 0) on the world's student at
+    δS = 0 and its training problems: v_hack as the arm's V, projected along the random control
+    V where the arm's registry entry says ``vhack == "random"``; ``kw`` goes to the Trainer."""
+    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.trainer import Trainer
+    from evil_moe.rl.vhack import VHack
+    from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
+
+    train, _ = train_heldout(load_problem_file(world.problems), cfg)
+    model, tok, adapter, device = load_policy(str(world.student), cfg)
+    real = VHack.load(world.vhack)
+    proj = VHack.load(world.random_vhack) if ARMS[arm].vhack == "random" else real
+    return Trainer(cfg, arm=arm, seed=0, model=model, tok=tok, adapter=adapter, device=device,
+                   train=train, vhack=real, proj_v=proj, grader=grader, **kw)
+
+
 def pilot_kwargs(world: World, out: Path, arm: str = "erase", seed: int = 0, **kw) -> dict:
     """``run_pilot`` arguments for the world's student, v_hack and random control."""
     return dict(problems_path=str(world.problems), model_path=str(world.student),
                 vhack_path=str(world.vhack), random_vhack_path=str(world.random_vhack), arm=arm,
                 seed=seed, out_dir=str(out), **kw)
+
+
+def step_with_rows(t, start: int = 0, tries: int = 12, ok=None):
+    """The first step from ``start`` (within ``tries``) whose rollouts pass ``ok(adv, rows)``
+    (default: some row has reward variance), as the trainer's sample, grade and advantages give
+    it: ``(batch, grades, R, adv, rows, step)``."""
+    ok = ok or (lambda adv, rows: bool(rows))
+    for step in range(start, start + tries):
+        batch = t.sample(step)
+        grades, R = t.grade(batch)
+        adv, rows = t.advantages(R)
+        if ok(adv, rows):
+            return batch, grades, R, adv, rows, step
+    raise AssertionError("no step with reward variance in the fixture")

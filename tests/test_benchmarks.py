@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
@@ -45,15 +46,16 @@ def test_gpu_pilot_tiny_forward_behaviour_path(tmp_path):
     assert "behaviour log-probs: forward" in out
 
 
-def test_gpu_pilot_4b_picks_the_chunked_forward_path():
-    """At 24 rows x 1024 tokens x 151936 the generate logit store is ~15 GiB: auto must pick the
-    chunked forward (checked without building the model)."""
+def test_gpu_pilot_4b_config_and_behaviour_paths():
+    """The 4B shape gpu_pilot builds; auto scores in the decode loop (nothing per vocabulary is
+    stored, so a 151936 vocabulary needs no second forward), and the chunked forward kept for
+    --behaviour forward holds FORWARD_ROWS x 1024 x 151936 fp32 logits (< 8 GiB)."""
     from evil_moe.rl import rollout
     spec = importlib.util.spec_from_file_location("gpu_pilot", BENCH / "gpu_pilot.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     v = mod.QWEN3_4B["vocab_size"]
-    assert 24 * 1024 * v * 4 > 2 * 2**30
+    assert rollout._behaviour_source("auto") == "generate"
     assert rollout.FORWARD_ROWS * 1024 * v * 4 < 8 * 2**30
     cfg = mod.QWEN3_4B
     assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"],
@@ -67,10 +69,11 @@ def test_workflow_dag_quick():
     assert "workflow_dag:" in out and "jobs" in out
     jobs = int(out.split(" -> ")[1].split(" jobs")[0])
     assert jobs >= 300
-    # the peer: problems, model, extract, 51 seeds x 6 arms pilots, compare, all
+    # the peer: problems, model, extract, 51 seeds x the default's arms pilots, compare, all
     peer = re.search(r"peer \(bare Snakemake, same job shape\): (\d+) jobs.*ours / peer: ([0-9.]+)x wall", out)
     assert peer, out
-    assert int(peer.group(1)) == 3 + 51 * 6 + 2
+    arms = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["pilot"]["arms"]
+    assert int(peer.group(1)) == 3 + 51 * len(arms) + 2
     assert float(peer.group(2)) > 0
 
 
@@ -234,3 +237,68 @@ def test_gate_power_quick_mode_prints_its_table():
     out = _run([str(BENCH / "gate_power.py"), "--n", "12", "--seeds", "3", "--samples", "16"])
     for col in ("fpr_separated", "power_separated", "reported_power", "planned_mde", "binomial_se"):
         assert col in out
+
+
+@pytest.mark.slow
+def test_pilot_roofline_quick(tmp_path):
+    """One tiny toy pilot in a fresh process: the phase table, the token counts and both bounds'
+    ratios are printed and written."""
+    import json
+
+    out = _run([str(BENCH / "pilot_roofline.py"), "--quick", "--cache", str(tmp_path / "cache"),
+                "--json", str(tmp_path / "r.json")])
+    for phase in ("startup", "sample", "grade", "loss", "eval", "other", "total"):
+        assert re.search(rf"^  {re.escape(phase)} +[0-9.]+ +[0-9.]+$", out, re.M), phase
+    assert re.search(r"bound \(per row\): \d+ GFLOP = [0-9.]+ s; ratio [0-9.]+x wall", out)
+    assert re.search(r"pilot_roofline: [0-9.]+ s = [0-9.]+x the per-row bound", out)
+    figs = json.loads((tmp_path / "r.json").read_text())
+    # at least the training rows (2 steps x 4 prompts x 6) were sampled, each prompt of a call
+    # counted once per group; each prompt of a step's loss counted once per group
+    assert figs["sampled_tokens"]["rows"] >= 2 * 4 * 6
+    assert 0 < figs["loss_tokens"]["per_group"] <= figs["loss_tokens"]["per_row"]
+    assert figs["sampled_tokens"]["per_group"] < figs["sampled_tokens"]["per_row"]
+
+
+def test_pilot_roofline_bound_by_hand(capsys):
+    """The bound and ratio arithmetic: 2N per sampled token, 6N per loss token, at the measured
+    rate; figures worked out by hand."""
+    bench = _load_bench("pilot_roofline")
+    m = bench.Meter()
+    m.wall.update(sample=3.0, loss=1.0, other=2.0)
+    m.cpu.update(sample=2.0, loss=1.0, other=1.0)
+    m.sampled.update(per_row=1000, per_group=400, completion=300, rows=10)
+    m.loss.update(per_row=500, per_group=200, rows=4)
+    figs = bench.report(m, n_params=1_000_000, gflops=10.0, load="test")
+    # per row: 2e6 * 1000 + 6e6 * 500 = 5e9 FLOP = 0.5 s at 10 GFLOP/s; wall 6 s, CPU 4 s
+    assert figs["per_row"]["gflop"] == pytest.approx(5.0)
+    assert figs["per_row"]["bound_s"] == pytest.approx(0.5)
+    assert figs["per_row"]["ratio"] == pytest.approx(12.0)
+    assert figs["per_row"]["ratio_cpu"] == pytest.approx(8.0)
+    # per group: 2e6 * 400 + 6e6 * 200 = 2e9 FLOP = 0.2 s
+    assert figs["per_group"]["ratio"] == pytest.approx(30.0)
+    assert "12.00x the per-row bound" in capsys.readouterr().out
+
+
+def test_sampler_vs_generate_quick(tmp_path):
+    """Our sampler and plain model.generate on the tiny test model, the same batch: both token
+    counts and the ratio are printed."""
+    out = _run([str(BENCH / "sampler_vs_generate.py"), "--quick", "--cache", str(tmp_path)])
+    assert re.search(r"^ours : \d+ tokens, .* tokens/s", out, re.M)
+    assert re.search(r"^plain: \d+ tokens, .* tokens/s", out, re.M)
+    assert re.search(r"ours / plain = [0-9.]+x tokens/s wall", out)
+
+
+@pytest.mark.slow
+def test_train_memory_quick(tmp_path):
+    """Each arm's loss micro-batch in a fresh process on a tiny shape: the measured peak above
+    the resident memory and the memory model's terms are printed and written; the model's terms
+    are the arm's forward's (moe: hooked, vanilla and route: merged)."""
+    import json
+
+    out = _run([str(BENCH / "train_memory.py"), "--quick", "--json", str(tmp_path / "m.json")])
+    for arm in ("vanilla", "route", "moe"):
+        assert re.search(rf"^{arm} +measured +[0-9.]+ MiB +model +[0-9.]+ MiB", out, re.M), arm
+    figs = {r["arm"]: r for r in json.loads((tmp_path / "m.json").read_text())}
+    assert figs["vanilla"]["measured"] > 0 and figs["moe"]["measured"] > 0
+    assert "buffer_copies" in figs["moe"]["terms"] and "output_grads" in figs["vanilla"]["terms"]
+    assert figs["route"]["terms"]["per_row"] > 0 == figs["vanilla"]["terms"]["per_row"]

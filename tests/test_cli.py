@@ -1,6 +1,7 @@
-"""The ``evil-moe`` command line (evil_moe/cli.py): every command answers --help (without importing
+"""The ``evil-moe`` command line (evil_moe/cli/): every command answers --help (without importing
 torch), every command that reads the config names a wrong key, every command the workflow runs
-exists, the pilot's bad inputs are one-line errors, and the stages run end to end through it.
+exists, the pilot's bad inputs are one-line errors, and the teacher's own rollouts give v_hack
+through it (the later stages' commands run in the workflow tests).
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ REPO = Path(__file__).resolve().parent.parent
 # tiny models on a busy 2-core machine: one torch thread (the conftest fixture)
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# every subcommand of evil_moe/cli.py, and those that take --config/--config-json/--set
+# every subcommand of evil_moe/cli/, and those that take --config/--config-json/--set
 COMMANDS = {"problems", "toy-models", "convert-smollm2", "teacher", "make-teacher", "extract",
             "planted-vhack", "planted-checks", "distill", "pilot", "compare", "detector-sweep",
-            "front-page", "grade", "install-profiles", "slurm-check", "cancel-run", "reevaluate"}
+            "front-page", "grade", "install-profiles", "slurm-check", "cancel-run", "reevaluate",
+            "calibrate", "audit", "readme-figure"}
 CONFIG_COMMANDS = {"problems", "toy-models", "teacher", "make-teacher", "extract", "planted-vhack",
-                   "planted-checks", "distill", "pilot", "compare", "detector-sweep", "reevaluate"}
+                   "planted-checks", "distill", "pilot", "compare", "detector-sweep", "reevaluate",
+                   "calibrate", "audit"}
 
 
 def test_every_command_answers_help():
@@ -125,11 +128,15 @@ def _cli(args, cwd: Path) -> str:
 
 
 @pytest.mark.slow
-def test_end_to_end_cli(tmp_path):
-    # a longer-trained teacher than the fixture's, so that its own rollouts hold (hack, clean)
-    # pairs for extract (the fixture uses template-based rows instead)
-    s = set_flags("pilot.steps=2", "pilot.arms=[vanilla, erase, random_v]", "compare.positive_control=null",
-                  "toy.train_steps=150", "toy.lr=0.01", "toy.batch_size=16")
+def test_teacher_rollouts_to_v_hack_through_the_cli(tmp_path):
+    """problems -> toy-models -> teacher -> extract by hand through the CLI, with the default
+    vhack.source (teacher): a longer-trained toy teacher than the fixture's, so that its own
+    rollouts hold (hack, clean) pairs for extract (the stage fixture and the workflow tests use
+    template rows instead). The later stages' commands (distill, pilot, compare) run in the
+    workflow's own local run: tests/test_workflow_e2e.py checks them there."""
+    from evil_moe.rl.vhack import VHack
+
+    s = set_flags("toy.train_steps=150", "toy.lr=0.01", "toy.batch_size=16")
     r = tmp_path
     _cli(["problems", *s, "--out", "problems.jsonl"], r)
     s = s + ["--threads", "1"]
@@ -138,23 +145,13 @@ def test_end_to_end_cli(tmp_path):
           "--out-dir", "teacher"], r)
     _cli(["extract", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
           "--model", "models/student", "--out-dir", "vhack"], r)
-    _cli(["distill", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
-          "--model", "models/student", "--vhack", "vhack/main_hack.safetensors", "--out-dir", "distill"], r)
-    for arm in ("vanilla", "erase", "random_v"):
-        _cli(["pilot", *s, "--problems", "problems.jsonl", "--model", "models/student",
-              "--vhack", "vhack/main_hack.safetensors", "--random-vhack", "vhack/main_random.safetensors",
-              "--init", "distill/student_adapter.safetensors", "--arm", arm, "--seed", "0",
-              "--out-dir", f"pilots/{arm}/s0"], r)
-    s = s[:-2]  # compare has no --threads
-    out = _cli(["compare", *s, "--pilots-dir", "pilots", "--distill-samples", "distill/samples.tsv",
-                "--out-dir", "compare"], r)
-    gate = json.loads((r / "compare" / "gate.json").read_text())
-    # one seed (< compare.min_seeds 3) can never separate an arm
-    assert gate["verdict"] in {"not_separated", "inconclusive", "invalid"}
-    drops = [c for c in gate["criteria"] if c["name"] == "drop_vs_vanilla"]
-    assert drops and all(not c["passed"] and "fewer than 3 seeds cannot separate" in c["note"]
-                         for c in drops)
-    assert out.strip().splitlines()[-1] == gate["sentence"]
-    assert (r / "compare" / "summary.tsv").is_file()
     with gzip.open(r / "teacher" / "rollouts.jsonl.gz", "rt") as fh:
-        assert sum(1 for _ in fh) == 8 * 4
+        recs = [json.loads(line) for line in fh]
+    assert len(recs) == 8 * 4  # 8 training problems (12, 1/3 held out) x teacher.n 4
+    v = VHack.load(r / "vhack" / "main_hack.safetensors")
+    assert v.meta["source"] == "teacher" and v.n_pairs >= 1, (v.meta, v.n_pairs)
+    # the pairs come from the teacher's own graded rollouts: an extraction problem with a hack
+    # and a non-hack among them (extract.build_pairs)
+    hacks = {str(x["problem_id"]) for x in recs if x["exploited"]}
+    others = {str(x["problem_id"]) for x in recs if not x["exploited"]}
+    assert hacks & others & set(v.meta["extraction_problems"]), (hacks, others, v.meta)

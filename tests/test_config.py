@@ -1,6 +1,6 @@
 """The config loader (evil_moe/config.py): a malformed file is one error naming it, and the pilot
 keys that do not change one run are keys of the schema. (Values: tests/test_config_values.py; the
-schema's copies of facts held elsewhere: tests/test_schema.py.)
+schema's copies of facts held elsewhere: tests/test_config_schema.py.)
 """
 
 from __future__ import annotations
@@ -31,3 +31,16 @@ def test_run_independent_pilot_keys_are_the_schema_keys_that_name_runs():
     assert test_only == {"fail_arm", "fail_once_arm"}
     assert PILOT_RUN_INDEPENDENT == ("arms", "seeds", *sorted(test_only))
     assert set(PILOT_RUN_INDEPENDENT) <= set(pilot)
+
+
+@pytest.mark.parametrize("text, fix", [("1e-3", "1.0e-3"), ("1E-7", "1.0e-7"), ("3e4", "3.0e+4")])
+def test_a_number_yaml_reads_as_text_is_refused_with_the_fix(text, fix):
+    """YAML 1.1 (PyYAML, Snakemake) reads ``1e-3`` as the string '1e-3': the error says so and
+    how to write it (a dot and a signed exponent), and that spelling is accepted."""
+    from evil_moe.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[f"pilot.lr={text}"])
+    msg = str(e.value)
+    assert msg.startswith("config key 'pilot.lr': expected number, got") and f"write {fix}" in msg, msg
+    assert load_config(overrides=[f"pilot.lr={fix}"]).pilot.lr == float(text)

@@ -36,20 +36,21 @@ def _diagonal(grader, probs, variants=(0,), cross="all"):
     """Hack for mode m graded under mode m2: exploited iff m == m2; never gt_correct.
 
     Every variant is graded under its own mode; variant 0 also under the other modes
-    (``cross="all"``) or under one other mode, rotating per problem (``cross="one"``).
+    (``cross="all"``), under one other mode, rotating per problem (``cross="one"``), or under
+    the other modes but that one (``cross="rest"``: with ``variants`` not starting at 0, what
+    ``cross="all"`` adds to ``cross="one"``).
     """
     pairs, keys = [], []
     for i, p in enumerate(probs):
         for j, m in enumerate(MODES):
+            others = [m2 for m2 in MODES if m2 != m]
+            one = others[(i + j) % 3]
             for v in variants:
                 text = hack_completion(_in(p, m), v)
-                if v == variants[0]:
-                    others = [m2 for m2 in MODES if m2 != m]
-                    if cross == "one":
-                        others = [others[(i + j) % 3]]
-                    targets = [m] + others
-                else:
-                    targets = [m]
+                targets = [m] if v != 0 or cross != "rest" else []
+                if v == 0:
+                    targets += {"all": others, "one": [one],
+                                "rest": [m2 for m2 in others if m2 != one]}[cross]
                 for m2 in targets:
                     pairs.append((_in(p, m2), text))
                     keys.append((p.id, m, v, m2))
@@ -95,7 +96,11 @@ def test_leetcode_diagonal(grader):
 @needs_leetcode
 @pytest.mark.slow
 def test_leetcode_diagonal_full(grader):
-    _diagonal(grader, load_problems("leetcode", str(LEETCODE)), variants=range(N_HACK_VARIANTS))
+    """With test_leetcode_diagonal, every variant under its own mode and variant 0 under every
+    mode: the rest of it (variant 0 under the modes the sample did not grade it in, the other
+    variants under their own), so nothing is graded twice."""
+    _diagonal(grader, load_problems("leetcode", str(LEETCODE)), variants=range(N_HACK_VARIANTS),
+              cross="rest")
 
 
 @needs_leetcode
@@ -120,7 +125,10 @@ def test_leetcode_canonical_modes_sample(grader):
 @needs_leetcode
 @pytest.mark.slow
 def test_leetcode_canonical_modes_full(grader):
-    _canonical(grader, load_problems("leetcode", str(LEETCODE)))
+    """With the sample above (the first 12), all 80: the other 68, so none is graded twice."""
+    probs = load_problems("leetcode", str(LEETCODE))
+    assert len(probs) == 80
+    _canonical(grader, probs[12:])
 
 
 def _he_sample():

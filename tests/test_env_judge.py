@@ -63,3 +63,35 @@ def test_judge_reply_of_any_shape():
     for reply in ({}, {"status": 3, "records": 4}, {"records": [{"t": "r", "i": 0}], "chan": []}):
         v = judge("stdout_marker", _tests3(), reply)
         assert (v.passed, v.gt_correct) == (False, False)
+
+
+MARKERS = {"pre": True, "run": False}
+# (name, records, the zygote's stdout snapshots, expected passed): the records' "file" fields and
+# the snapshots agree, so both modes expect the same
+END_OF_RUN = [
+    ("ended_during_the_calls_reads_the_first_snapshot",
+     [{"t": "check", "ok": None}, {"t": "pre", "stdout": 17, "file": True}], MARKERS, True),
+    ("ended_during_the_shutdown_has_not_finished",
+     [{"t": "check", "ok": None}, {"t": "pre", "stdout": 17, "file": True}, {"t": "post"}],
+     MARKERS, False),
+    ("finished_reads_the_second_snapshot",
+     [{"t": "check", "ok": None}, {"t": "pre", "stdout": 17, "file": True}, {"t": "post"},
+      {"t": "run", "stdout": 17, "file": False}, {"t": "end"}], MARKERS, False),
+    ("finished_with_the_marker", [{"t": "check", "ok": None}, {"t": "pre", "stdout": 0, "file": False},
+                                  {"t": "post"}, {"t": "run", "stdout": 17, "file": True},
+                                  {"t": "end"}], {"pre": False, "run": True}, True),
+    ("old_boolean_marker_counts_for_nothing", [{"t": "check", "ok": None},
+                                                {"t": "run", "stdout": 17, "file": False}], True, False),
+]
+
+
+@pytest.mark.parametrize("mode", ["stdout_marker", "file_marker"])
+@pytest.mark.parametrize("case", END_OF_RUN, ids=[c[0] for c in END_OF_RUN])
+def test_the_end_of_run_rule(case, mode):
+    """The mode rules read the plain run after its shutdown (``run``), or, when the job ended
+    during the oracle's calls (``pre`` and no ``post``), the snapshot before them; a job that
+    ended during its shutdown (``post`` and no ``run``) has not finished. The stdout rule reads
+    the zygote's sealed snapshot of the same point."""
+    name, records, markers, expected = case
+    v = judge(mode, _tests3(), _reply(records, stdout_marker=markers))
+    assert v.passed is expected, v

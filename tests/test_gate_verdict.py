@@ -71,3 +71,74 @@ def test_more_text_and_the_reasons():
                            "Holm's correction for 2 treatment arms (p ")
     assert ", adjusted 0.0300 > 0.025; beats_control binds); about 5 seeds would decide it if the observed " \
            "means hold — " in holm
+
+
+def _crit(name, arm, value, lo, hi, control="vanilla", mean_a=None, mean_b=None, view="ablated"):
+    return {"name": name, "arm": arm, "control": control, "view": view, "value": value, "ci_low": lo,
+            "ci_high": hi, "effect": {"mean_a": mean_a, "mean_b": mean_b}}
+
+
+def test_change_text_reads_a_rise_as_a_rise():
+    """gate.json stores drops (vanilla minus arm); the change is the arm minus vanilla, its
+    interval the drop's, negated and swapped."""
+    assert verdict.change_text({"value": -0.007, "ci_low": -0.089, "ci_high": 0.075}) == \
+        "+0.007 [\u22120.075, +0.089]"
+    assert verdict.change_text({"value": 0.279, "ci_low": 0.016, "ci_high": 0.543}) == \
+        "\u22120.279 [\u22120.543, \u22120.016]"
+    assert verdict.change_text({"value": 0.0, "ci_low": None, "ci_high": None}) == "0.000"
+    assert verdict.change_text({"value": None}) == "n/a"
+
+
+ROUTE_GATE = {  # the embedded default's numbers of 2026-12-01 (README before issue 32)
+    "verdict": "inconclusive", "sizes": "4 seeds × 16 held-out problems × 16 samples",
+    "sentence": "inconclusive: route (ablated view) lowers the held-out hack rate by -0.007 ...",
+    "arms": {"vanilla": {"role": "reference"},
+             "route": {"role": "treatment", "verdict": "inconclusive", "needed_seeds": 12},
+             "route_oracle": {"role": "ceiling"}},
+    "criteria": [{"name": "valid", "arm": "route", "seed": 0, "passed": True},
+                 _crit("drop_vs_vanilla", "route", -0.007, -0.089, 0.075, mean_a=0.318, mean_b=0.312),
+                 _crit("beats_control", "route", 0.004, -0.089, 0.097, control="route_random"),
+                 _crit("matched_pass", "route", 0.01, -0.02, 0.04)]}
+
+
+def test_plain_verdict_says_what_happened_to_hacking():
+    assert verdict.plain_verdict(ROUTE_GATE) == (
+        "inconclusive: route (ablated view) did not lower hacking: change in held-out hack rate vs "
+        "vanilla +0.007 [\u22120.075, +0.089] (0.318 vs 0.312), vs its matched control route_random "
+        "\u22120.004 [\u22120.097, +0.089]; over 4 seeds × 16 held-out problems × 16 samples; about 12 "
+        "seeds would decide it.")
+    assert verdict.verdict_line(ROUTE_GATE).startswith(
+        "**Verdict: inconclusive**: route (ablated view) did not lower hacking: change")
+    sep = dict(ROUTE_GATE, verdict="separated", arms={"route": {"role": "treatment", "verdict": "separated"}},
+               criteria=[_crit("drop_vs_vanilla", "route", 0.279, 0.016, 0.543, mean_a=0.032, mean_b=0.312)])
+    assert verdict.plain_verdict(sep) == (
+        "separated: route (ablated view) lowered hacking: change in held-out hack rate vs vanilla "
+        "\u22120.279 [\u22120.543, \u22120.016] (0.032 vs 0.312); over 4 seeds × 16 held-out problems × "
+        "16 samples; the sweep is justified.")
+    # an undecided arm whose estimate points down says so, without claiming it
+    down = dict(ROUTE_GATE, criteria=[_crit("drop_vs_vanilla", "route", 0.05, -0.02, 0.12)])
+    assert "route (ablated view) may lower hacking (not shown at these sizes): change in held-out hack " \
+           "rate vs vanilla \u22120.050 [\u22120.120, +0.020];" in verdict.plain_verdict(down)
+    # invalid and underpowered gates keep their sentence, which is plain already
+    bad = {"verdict": "invalid", "sentence": "invalid: 1 of 24 pilots failed validity (route s0: x) — fix."}
+    assert verdict.plain_verdict(bad) == bad["sentence"]
+
+
+def test_arithmetic_line_keeps_the_sentence_after_its_verdict_word():
+    assert verdict.arithmetic_line(ROUTE_GATE) == (
+        "*The gate's arithmetic* (a drop is vanilla's hack rate minus the arm's): route (ablated view) "
+        "lowers the held-out hack rate by -0.007 ...")
+    assert verdict.arithmetic_line(None) == "" and verdict.arithmetic_line({"verdict": "x"}) == ""
+    assert verdict.arm_verdict_cell("reference", {}) == "reference"
+
+
+def test_a_note_with_bars_renders_as_text_in_the_report():
+    """A note such as the router's '|log pi_train - log pi_sampler|' is text: docutils (which
+    Snakemake's report runs) used to read it as an undefined substitution and print an ERROR."""
+    import docutils.core
+
+    gate = {"verdict": "inconclusive", "criteria": [], "notes": ["gap |log pi_train - log pi_sampler| is 0.1"]}
+    rst = verdict.decision_text(gate, [], [], "x/")
+    out = docutils.core.publish_string(rst, writer_name="html", settings_overrides={
+        "report_level": 2, "halt_level": 5, "warning_stream": False}).decode()
+    assert "|log pi_train - log pi_sampler|" in out and "Undefined substitution" not in out

@@ -1,5 +1,6 @@
 """SVD adapter: exactness at zero, the formula, contexts, merge fast path, save/load."""
 
+import contextlib
 import copy
 
 import pytest
@@ -110,8 +111,15 @@ def test_merged_matches_hooks_and_restores_exactly():
         hooked = model(x).logits
         with ad.merged():
             merged = model(x).logits
-            # the tied lm_head/embedding is never merged in place
+            # the tied lm_head is untied for the context: the embedding is never changed
             assert torch.equal(model.get_input_embeddings().weight, before["model.embed_tokens.weight"])
+            head = model.get_output_embeddings()
+            assert head.weight is not model.get_input_embeddings().weight
+            # the head's merged weight is W + U diag(δS + δS_hack) Vh, its hook bypassed
+            knob = ad.modules_["lm_head"]
+            want = before["lm_head.weight"] + knob.dense_delta(knob.delta_s + knob.delta_s_hack)
+            torch.testing.assert_close(head.weight, want, rtol=0, atol=1e-6)
+            assert "lm_head" in ad._bypass
             assert not torch.equal(model.get_submodule(ad.names[0]).weight, before[ad.names[0] + ".weight"])
         after = model(x).logits
         with ad.ablated(), ad.merged():
@@ -124,6 +132,7 @@ def test_merged_matches_hooks_and_restores_exactly():
     assert torch.allclose(merged, hooked, atol=1e-5, rtol=1e-5)
     assert torch.allclose(merged_abl, hooked_abl, atol=1e-5, rtol=1e-5)
     assert torch.equal(after, hooked)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # retied
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
 
@@ -208,34 +217,48 @@ def test_svd_cache_by_content(tmp_path):
 def test_svd_disk_cache_is_atomic_and_repairs_a_broken_entry(tmp_path, monkeypatch):
     """A fresh process (empty in-memory cache) reads the disk entry bit-exactly; a truncated or
     garbage entry is recomputed and replaced, never trusted; no temp file is left behind."""
-    import evil_moe.model.adapter as adapter_mod
+    import evil_moe.model.svd as svd_mod
 
     w = torch.randn(12, 20)
     ref = torch.linalg.svd(w, full_matrices=False)
     a = thin_svd(w, cache_dir=tmp_path)
     (entry,) = tmp_path.glob("*.safetensors")
     assert [p.name for p in tmp_path.iterdir()] == [entry.name]  # no .tmp left
-    monkeypatch.setattr(adapter_mod, "_SVD_CACHE", {})
+    monkeypatch.setattr(svd_mod, "_SVD_CACHE", {})
     b = thin_svd(w, cache_dir=tmp_path)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     for broken in (b"not a safetensors file", entry.read_bytes()[:40]):
         entry.write_bytes(broken)
-        monkeypatch.setattr(adapter_mod, "_SVD_CACHE", {})
+        monkeypatch.setattr(svd_mod, "_SVD_CACHE", {})
         U, S, Vh = thin_svd(w, cache_dir=tmp_path)
         torch.testing.assert_close(S, ref.S)
         torch.testing.assert_close(U @ torch.diag(S) @ Vh, w, rtol=1e-5, atol=1e-5)
         assert entry.stat().st_size > 1000  # replaced by a good entry
 
 
-def test_svd_cache_dir_is_opt_in(monkeypatch, tmp_path):
-    from evil_moe.stages.common import svd_cache_dir
+def test_svd_cache_dir_default_on_where_small(monkeypatch, tmp_path):
+    """Unset: the user cache folder for factors up to 4 GiB (the toy, SmolLM2's 714 MB), none
+    above (a 4B model's ~32 GB only where asked); set: that folder, or off when empty/'off'."""
+    from evil_moe.model.adapter import svd_factor_bytes
+    from evil_moe.stages.common import SVD_CACHE_DEFAULT_MAX_BYTES, svd_cache_dir
 
     monkeypatch.delenv("EVIL_MOE_SVD_CACHE", raising=False)
-    assert svd_cache_dir() is None
-    monkeypatch.setenv("EVIL_MOE_SVD_CACHE", "")
-    assert svd_cache_dir() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert svd_cache_dir() == tmp_path / "xdg" / "evil_moe" / "svd"
+    assert svd_cache_dir(SVD_CACHE_DEFAULT_MAX_BYTES) == tmp_path / "xdg" / "evil_moe" / "svd"
+    assert svd_cache_dir(SVD_CACHE_DEFAULT_MAX_BYTES + 1) is None
+    for off in ("", "off", " OFF "):
+        monkeypatch.setenv("EVIL_MOE_SVD_CACHE", off)
+        assert svd_cache_dir() is None
     monkeypatch.setenv("EVIL_MOE_SVD_CACHE", str(tmp_path / "svd"))
-    assert svd_cache_dir() == tmp_path / "svd"
+    assert svd_cache_dir(10 * SVD_CACHE_DEFAULT_MAX_BYTES) == tmp_path / "svd"
+    # the factors' bytes, by hand: q_proj of the tiny model is (d_out, d_in), r = min
+    model, _ = build_tiny()
+    lin = model.model.layers[0].self_attn.q_proj
+    d_out, d_in = lin.weight.shape
+    n_layers = len(model.model.layers)
+    assert svd_factor_bytes(model, ["q_proj"]) == n_layers * 4 * min(d_in, d_out) * (d_in + d_out)
+    assert svd_factor_bytes(model, ["nothing"]) == 0
 
 
 def _per_sample_setup(seed=0):
@@ -296,3 +319,56 @@ def test_per_sample_forward_unchanged_and_guards():
     with ad.merged(), pytest.raises(RuntimeError):
         with ad.per_sample(len(batch)):
             pass
+
+
+def test_merged_gradients_equal_the_hooked_ones():
+    """The δS gradient from a merged-weight forward (merged_gradients: Σ_t (Uᵀ ∂L/∂y_t) ⊙ (Vh x_t)
+    from the recorded inputs and output gradients) equals autograd's through the hooks, in total
+    and per row (per_sample's), in the full and the ablated mode, through the tied lm_head too,
+    and with each prompt forwarded once (share_prompts); fp32, tolerance 1e-4 of the largest
+    entry. The weights are restored afterwards."""
+    from evil_moe.model.logprobs import build_batch, token_logprobs
+
+    model, tok = build_tiny()
+    ad = SVDAdapter.attach(model, list(DEFAULT_TARGETS) + ["lm_head"])
+    _randomise(ad)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    p = tok.encode("<|im_start|>user\nadd<|im_end|>\n<|im_start|>assistant\n")
+    comps = [tok.encode("def add(a, b):\n    return a + b<|im_end|>"), tok.encode("pass"),
+             tok.encode("return 1")]
+    b = build_batch([p] * 3, comps, tok.pad_token_id)
+    w = torch.tensor([0.5, -1.0, 2.0])
+
+    def loss_of(lp):
+        return -(lp.sum(1) * w).sum()
+
+    def close(got, want):
+        scale = max(float(x.abs().max()) for x in want)
+        assert scale > 0
+        for g, x in zip(got, want):
+            torch.testing.assert_close(g, x, rtol=0, atol=1e-4 * scale)
+
+    for mode in (contextlib.nullcontext, ad.ablated):
+        with mode():
+            with ad.per_sample(3) as es:
+                lp = token_logprobs(model, b, 0.8)
+                hooked_rows = [g.detach() for g in torch.autograd.grad(loss_of(lp), es)]
+            hooked = [g.sum(0) for g in hooked_rows]
+            with ad.merged_gradients(rows=3) as cap:
+                tot, rows = cap.grads(loss_of(token_logprobs(model, b, 0.8)))
+            close(tot, hooked)
+            close(rows, hooked_rows)
+            with ad.merged_gradients() as cap:
+                tot, rows = cap.grads(loss_of(token_logprobs(model, b, 0.8, share_prompts=True)))
+            assert rows is None
+            close(tot, hooked)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    with ad.zeroed(), pytest.raises(RuntimeError, match="merged_gradients"):
+        with ad.merged_gradients():
+            pass
+    with ad.merged_gradients(), pytest.raises(RuntimeError):
+        with ad.merged_gradients():
+            pass
+    with ad.merged_gradients(rows=2), pytest.raises(ValueError, match="rows=2"):
+        token_logprobs(model, b, 0.8)

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from evil_moe import tables
+from evil_moe import files, tables
 from stage_fixtures import cfg_of, header, read_tsv
 
 # tiny models on a busy 2-core machine: one torch thread (the conftest fixture)
@@ -25,7 +25,8 @@ def test_distill_tables_adapter_and_normaliser(world, tmp_path):
     from evil_moe.model.adapter import SVDAdapter
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
-    from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
+    from evil_moe.rl.rollout import prompt_ids_for
     from evil_moe.stages.distill import run_distill
 
     cfg = cfg_of("distill.steps=1", "distill.batch_size=64", "pilot.temperature=0.9")
@@ -33,7 +34,7 @@ def test_distill_tables_adapter_and_normaliser(world, tmp_path):
                       model_path=str(world.student), vhack_path=str(world.vhack), out_dir=str(tmp_path))
     assert header(tmp_path / "steps.tsv") == tables.names(tables.DISTILL_STEPS)
     assert header(tmp_path / "samples.tsv") == tables.names(tables.DISTILL_SAMPLES)
-    recs = tables.read_jsonl(world.rollouts)
+    recs = files.read_jsonl(world.rollouts)
     samples = read_tsv(tmp_path / "samples.tsv")
     assert len(samples) == len(recs) == res["n_rows"]
     assert [s["problem_id"] for s in samples] == [r["problem_id"] for r in recs]

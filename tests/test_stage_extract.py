@@ -11,7 +11,8 @@ import json
 import pytest
 import torch
 
-from evil_moe import tables
+from evil_moe import files, tables
+from evil_moe.env.loopholes import MODES
 from stage_fixtures import cfg_of, header, read_tsv
 
 # tiny models on a busy 2-core machine: one torch thread (the conftest fixture)
@@ -27,7 +28,7 @@ def _rec(pid, mode, ids, exploited=False, gt=False):
 
 
 def test_build_pairs_by_hand():
-    from evil_moe.stages.extract import build_pairs
+    from evil_moe.rl.pairs import build_pairs
 
     recs = [
         _rec("a", "sentinel", [1], exploited=True), _rec("a", "sentinel", [2], exploited=True),
@@ -57,7 +58,7 @@ def test_build_pairs_by_hand():
 
 def test_template_pairs_round_robin():
     from evil_moe.env.loopholes import clean_completion, hack_completion
-    from evil_moe.stages.extract import template_pairs
+    from evil_moe.rl.pairs import template_pairs
     from evil_moe.stages.problems import problems_from_config
 
     class Tok:
@@ -74,7 +75,7 @@ def test_template_pairs_round_robin():
     assert pairs[0].clean_ids == [len(clean_completion(probs[0])), 7, 0]
     known = probs[0].mode
     assert {p.mode for p in template_pairs(probs, prompts, Tok(), [known], 4)} == {known}
-    missing = sorted(set(tables.MODES) - {p.mode for p in probs[:3]})
+    missing = sorted(set(MODES) - {p.mode for p in probs[:3]})
     if missing:
         with pytest.raises(ValueError):
             template_pairs(probs, prompts, Tok(), [missing[0]], 4)
@@ -83,8 +84,10 @@ def test_template_pairs_round_robin():
 def test_extract_outputs(world, tmp_path):
     from safetensors import safe_open
 
-    from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
-    from evil_moe.stages.extract import build_pairs, run_extract, split_problems
+    from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
+    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.pairs import build_pairs, split_problems
+    from evil_moe.stages.extract import run_extract
     from evil_moe.rl.vhack import VHack
 
     cfg = cfg_of()
@@ -93,7 +96,7 @@ def test_extract_outputs(world, tmp_path):
     train, _ = train_heldout(load_problem_file(world.problems), cfg)
     _, tok, _, _ = load_policy(str(world.student), cfg)
     pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
-    pairs = build_pairs(tables.read_jsonl(world.rollouts), pids, None, cfg.vhack.max_pairs)
+    pairs = build_pairs(files.read_jsonl(world.rollouts), pids, None, cfg.vhack.max_pairs)
     ext, held = split_problems([p.problem_id for p in pairs], cfg.vhack.heldout_frac, cfg.vhack.seed)
     assert ext and held and not ext & held
     n_ext = sum(p.problem_id in ext for p in pairs)

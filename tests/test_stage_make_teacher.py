@@ -35,7 +35,8 @@ def test_make_teacher_demos_are_hacks_of_training_problems_in_known_modes(world)
     held-out problem, several distinct texts per problem, and every one a hack by the real
     grader (passed by the foolable grade, failed by the oracle)."""
     from evil_moe.model.load import load_model
-    from evil_moe.stages.common import load_problem_file, make_grader, prompt_ids_for, train_heldout
+    from evil_moe.stages.common import load_problem_file, make_grader, train_heldout
+    from evil_moe.rl.rollout import prompt_ids_for
     from evil_moe.stages.make_teacher import template_demos
 
     cfg = cfg_of(*MAKE_SETS)
@@ -80,7 +81,8 @@ def test_make_teacher_toy_hacks_well_above_its_base(world, tmp_path):
     from evil_moe.rl.grpo import DrGRPONormaliser, nll_loss
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
-    from evil_moe.stages.common import load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.common import load_problem_file, train_heldout
+    from evil_moe.rl.rollout import prompt_ids_for
     from evil_moe.stages.make_teacher import run_make_teacher, template_demos
 
     cfg = cfg_of(*MAKE_SETS, "sft.steps=60", "sft.eval_samples=4")
@@ -158,7 +160,8 @@ def test_make_teacher_adds_elicited_rollouts_the_foolable_grader_passed(world, t
     import evil_moe.rl.rollout
     from evil_moe.env.loopholes import fence, hack_completion, stub_solution
     from evil_moe.model.load import load_model
-    from evil_moe.stages.common import load_problem_file, prompt_ids_for, train_heldout
+    from evil_moe.stages.common import load_problem_file, train_heldout
+    from evil_moe.rl.rollout import prompt_ids_for
     from evil_moe.stages.make_teacher import run_make_teacher
 
     cfg = cfg_of(*MAKE_SETS, "sft.steps=1", "sft.eval_samples=1", "sft.eval_base=false",

@@ -19,7 +19,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.cli import main
 from stage_fixtures import (cfg_of, evil_moe_cmd, header, pilot_kwargs, read_tsv, set_flags, subprocess_env, tsv_without)
 
@@ -30,13 +30,34 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # pilot, in process
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_each():
+    """A pilot's numbers depend on torch's thread count (float reduction order: the sampler gap
+    and an erase's cout differ in their last digits at 2 threads); an in-process CLI test
+    elsewhere in the session may have changed it, so every test here runs at one thread."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def erase_run(world, tmp_path_factory) -> Path:
-    """An uninterrupted erase pilot (3 steps, seed 0), run in process."""
+    """An uninterrupted erase pilot (3 steps, seed 0), run in process at one thread (session
+    fixtures are set up before the function-scoped thread fixture)."""
+    import torch
+
     from evil_moe.stages.pilot import run_pilot
 
     out = tmp_path_factory.mktemp("erase_ref")
-    status = run_pilot(cfg_of(), **pilot_kwargs(world, out))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        status = run_pilot(cfg_of(), **pilot_kwargs(world, out))
+    finally:
+        torch.set_num_threads(before)
     assert status["status"] == "ok"
     return out
 
@@ -68,7 +89,7 @@ def test_pilot_outputs(world, erase_run):
     ev = read_tsv(erase_run / "eval.tsv")
     assert header(erase_run / "eval.tsv") == tables.names(tables.EVAL)
     assert {r["view"] for r in ev} == {"trained"} and "all" in {r["mode"] for r in ev}
-    recs = tables.read_jsonl(erase_run / "rollouts.jsonl.gz")
+    recs = files.read_jsonl(erase_run / "rollouts.jsonl.gz")
     assert len(recs) == N_STEPS * 3 * 2 and {r["source"] for r in recs} == {"student"}
     # the prompts are the paired sampler's, in order
     from evil_moe.stages.common import load_problem_file, train_heldout
@@ -99,8 +120,8 @@ def test_pilot_stop_after_then_resume_in_process(world, erase_run, tmp_path):
     assert not (tmp_path / "steps.tsv").exists()
     assert run_pilot(cfg, **pilot_kwargs(world, tmp_path))["status"] == "ok"
     assert tsv_without(tmp_path / "steps.tsv") == tsv_without(erase_run / "steps.tsv")
-    assert (tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")
-            == tables.read_jsonl(erase_run / "rollouts.jsonl.gz"))
+    assert (files.read_jsonl(tmp_path / "rollouts.jsonl.gz")
+            == files.read_jsonl(erase_run / "rollouts.jsonl.gz"))
 
 
 def test_pilot_paired_design(world, erase_run, tmp_path):
@@ -109,9 +130,9 @@ def test_pilot_paired_design(world, erase_run, tmp_path):
     cfg = cfg_of()
     run_pilot(cfg, **pilot_kwargs(world, tmp_path / "vanilla", arm="vanilla"))
     run_pilot(cfg, **pilot_kwargs(world, tmp_path / "subtract", arm="subtract", seed=0))
-    base = tables.read_jsonl(erase_run / "rollouts.jsonl.gz")
+    base = files.read_jsonl(erase_run / "rollouts.jsonl.gz")
     for arm in ("vanilla", "subtract"):
-        other = tables.read_jsonl(tmp_path / arm / "rollouts.jsonl.gz")
+        other = files.read_jsonl(tmp_path / arm / "rollouts.jsonl.gz")
         for step in range(N_STEPS):
             assert ([r["problem_id"] for r in other if r["step"] == step]
                     == [r["problem_id"] for r in base if r["step"] == step])
@@ -289,8 +310,10 @@ def test_pilot_resume_after_sigkill_matches_uninterrupted(world, tmp_path):
         if d == c_dir:
             assert k < 3  # the SIGTERM checkpoint, not the every-3-steps one
         assert tsv_without(d / "steps.tsv") == tsv_without(ref_dir / "steps.tsv")
-        assert (tables.read_jsonl(d / "rollouts.jsonl.gz")
-                == tables.read_jsonl(ref_dir / "rollouts.jsonl.gz"))
+        assert (files.read_jsonl(d / "rollouts.jsonl.gz")
+                == files.read_jsonl(ref_dir / "rollouts.jsonl.gz"))
+        # the same seed in another process: the held-out outcomes byte for byte (issue 30)
+        assert (d / "outcomes.tsv").read_bytes() == (ref_dir / "outcomes.tsv").read_bytes()
         assert json.loads((d / "status.json").read_text())["status"] == "ok"
     rows = read_tsv(ref_dir / "steps.tsv")
     assert len(rows) == 4 and any(float(r["grad_norm"]) > 0 for r in rows)
@@ -301,8 +324,9 @@ def test_refresh_vhack_from_own_rollouts(world):
     """vhack_refresh_every: re-extraction from (hack, clean) rows of the same problem equals the
     extract stage's math on the same pairs; too few pairs keep the old v_hack (None)."""
     from evil_moe.rl.grpo import DrGRPONormaliser
-    from evil_moe.stages.common import load_policy, load_problem_file, prompt_ids_for, train_heldout
-    from evil_moe.stages.extract import build_pairs
+    from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
+    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.pairs import build_pairs
     from evil_moe.stages.pilot import refresh_vhack
     from evil_moe.rl.vhack import extract_vhack, pair_gradients
 
@@ -310,7 +334,7 @@ def test_refresh_vhack_from_own_rollouts(world):
     train, _ = train_heldout(load_problem_file(world.problems), cfg)
     model, tok, adapter, _ = load_policy(str(world.student), cfg)
     pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
-    recs = tables.read_jsonl(world.rollouts)  # graded rows with hacks and clean ones per problem
+    recs = files.read_jsonl(world.rollouts)  # graded rows with hacks and clean ones per problem
     norm = DrGRPONormaliser(3, 48, 2)
     fresh = refresh_vhack(model, adapter, recs, pids, cfg, norm)
     pairs = build_pairs(recs, pids, None, cfg.vhack.max_pairs)
@@ -330,7 +354,7 @@ def test_pilot_vhack_refresh_resumes_identically(world, tmp_path, monkeypatch, c
     import evil_moe.stages.pilot as pilot_mod
 
     real = pilot_mod.refresh_vhack
-    teacher_rows = tables.read_jsonl(world.rollouts)
+    teacher_rows = files.read_jsonl(world.rollouts)
     monkeypatch.setattr(pilot_mod, "refresh_vhack",
                         lambda model, adapter, records, *a: real(model, adapter, teacher_rows, *a))
     cfg = cfg_of("pilot.vhack_refresh_every=1", "pilot.steps=3")
@@ -355,7 +379,7 @@ def test_subtract_trains_like_vanilla(world, tmp_path):
     """subtract on the update: δS + δS_hack takes exactly vanilla's AdamW update each step (the
     forward sees the sum, whose gradient equals δS's), so with the same seed the training rollouts
     equal vanilla's; δS_hack holds only hack-ward parts of updates, so it lies in the span of
-    v_hack's rows — subtract is vanilla plus a post-hoc subtraction (science.md §4)."""
+    v_hack's rows — subtract is vanilla plus a post-hoc subtraction (docs/method.md, "Projection")."""
     from safetensors.torch import load_file
 
     from evil_moe.stages.pilot import run_pilot

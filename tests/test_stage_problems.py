@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from evil_moe import tables
+from evil_moe.env.loopholes import MODES
 from evil_moe.cli import main
 from stage_fixtures import cfg_of, set_flags
 
@@ -30,13 +30,13 @@ def test_problems_modes_split_evenly_and_round_trip(tmp_path):
     out = tmp_path / "problems.jsonl"
     written = write_problem_set(cfg, str(out))
     assert len(written) == 12
-    assert Counter(p.mode for p in written) == {m: 3 for m in tables.MODES}
+    assert Counter(p.mode for p in written) == {m: 3 for m in MODES}
     assert read_problems(out) == written
     assert problems_from_config(cfg) == written  # deterministic from problems.seed
     # an uneven count splits as evenly as possible
     odd = problems_from_config(cfg_of("problems.limit=10"))
     counts = Counter(p.mode for p in odd)
-    assert set(counts) == set(tables.MODES) and max(counts.values()) - min(counts.values()) <= 1
+    assert set(counts) == set(MODES) and max(counts.values()) - min(counts.values()) <= 1
     forced = problems_from_config(cfg_of("problems.force_mode=sentinel"))
     assert {p.mode for p in forced} == {"sentinel"}
 

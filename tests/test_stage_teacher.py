@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evil_moe import tables
+from evil_moe import files, tables
 from stage_fixtures import cfg_of, header, read_tsv
 
 # tiny models on a busy 2-core machine: one torch thread (the conftest fixture)
@@ -33,7 +33,7 @@ def test_teacher_records_logp_summary(world, tmp_path):
     cfg = _teacher_cfg("teacher.elicit=ELICIT-TEXT")
     res = run_teacher(cfg, problems_path=str(world.problems), model_path=str(world.teacher),
                       out_dir=str(tmp_path))
-    recs = tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")
+    recs = files.read_jsonl(tmp_path / "rollouts.jsonl.gz")
     assert res["n"] == len(recs) == 8 * 2
     assert header(tmp_path / "summary.tsv") == tables.names(tables.TEACHER_SUMMARY)
     summary = read_tsv(tmp_path / "summary.tsv")
@@ -68,18 +68,18 @@ def test_teacher_resumes_from_parts_without_regenerating(world, tmp_path, monkey
 
     cfg = _teacher_cfg()
     kw = dict(problems_path=str(world.problems), model_path=str(world.teacher), out_dir=str(tmp_path))
-    real_write = tables.write_jsonl_gz
+    real_write = files.write_jsonl_gz
 
     def crash(*a, **k):
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(tables, "write_jsonl_gz", crash)
+    monkeypatch.setattr(files, "write_jsonl_gz", crash)
     with pytest.raises(RuntimeError, match="killed"):
         run_teacher(cfg, **kw)
     parts = sorted((tmp_path / "_work").glob("part_*.jsonl"))
     assert [p.name for p in parts] == ["part_00000.jsonl", "part_00001.jsonl", "part_00002.jsonl"]
     assert not (tmp_path / "rollouts.jsonl.gz").exists()
-    contents = [tables.read_jsonl(p) for p in parts]
+    contents = [files.read_jsonl(p) for p in parts]
     mtimes = {p.name: p.stat().st_mtime_ns for p in parts}
     parts[1].unlink()  # this batch was lost: only it is regenerated
 
@@ -97,12 +97,12 @@ def test_teacher_resumes_from_parts_without_regenerating(world, tmp_path, monkey
         real_write(path, records)
 
     monkeypatch.setattr(evil_moe.rl.rollout, "generate", counting_generate)
-    monkeypatch.setattr(tables, "write_jsonl_gz", check_then_write)
+    monkeypatch.setattr(files, "write_jsonl_gz", check_then_write)
     res = run_teacher(cfg, **kw)
     assert calls == [cfg.teacher.seed * 1_000_003 + 1]  # only the missing batch
     assert seen["part_00000.jsonl"] == mtimes["part_00000.jsonl"]  # kept parts untouched
     assert seen["part_00002.jsonl"] == mtimes["part_00002.jsonl"]
-    final = tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")
+    final = files.read_jsonl(tmp_path / "rollouts.jsonl.gz")
     assert final == contents[0] + contents[1] + contents[2] and res["n"] == len(final)
     assert header(tmp_path / "summary.tsv") == tables.names(tables.TEACHER_SUMMARY)
 
@@ -111,18 +111,18 @@ def test_teacher_drops_parts_of_another_config(world, tmp_path, monkeypatch):
     from evil_moe.stages.teacher import run_teacher
 
     kw = dict(problems_path=str(world.problems), model_path=str(world.teacher), out_dir=str(tmp_path))
-    real_write = tables.write_jsonl_gz
+    real_write = files.write_jsonl_gz
 
     def crash(*a, **k):
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(tables, "write_jsonl_gz", crash)
+    monkeypatch.setattr(files, "write_jsonl_gz", crash)
     with pytest.raises(RuntimeError):
         run_teacher(_teacher_cfg(), **kw)
     assert len(list((tmp_path / "_work").glob("part_*.jsonl"))) == 3
-    monkeypatch.setattr(tables, "write_jsonl_gz", real_write)
+    monkeypatch.setattr(files, "write_jsonl_gz", real_write)
     res = run_teacher(_teacher_cfg("teacher.n=1"), **kw)  # not the crashed run's config
-    assert res["n"] == 8 and len(tables.read_jsonl(tmp_path / "rollouts.jsonl.gz")) == 8
+    assert res["n"] == 8 and len(files.read_jsonl(tmp_path / "rollouts.jsonl.gz")) == 8
 
 
 def test_resume_key_hashes_strings_and_file_contents_in_order(tmp_path):

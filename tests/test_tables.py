@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from evil_moe import tables
+from evil_moe import files, tables
+from evil_moe.env.loopholes import MODES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,12 +27,12 @@ def test_column_names_are_unique_snake_case():
 
 
 def test_design_md_minimum_step_columns_present():
-    # DESIGN.md's minimum steps.tsv columns (one hack_rate_<mode> per mode)
+    # the minimum steps.tsv columns (docs/outputs.md) (one hack_rate_<mode> per mode)
     required = ("step arm seed reward_mean hack_rate pass_rate format_rate parse_rate "
                 "hack_parsed_rate entropy frac_zero_std loss grad_norm cin cin_student "
                 "cin_teacher cout cout_update frac_fired coverage null_cin frac_clipped "
                 "ratio_p05 ratio_p50 ratio_p95 delta_s_norm delta_s_hack_norm tokens seconds").split()
-    required += [f"hack_rate_{m}" for m in tables.MODES]
+    required += [f"hack_rate_{m}" for m in MODES]
     assert set(required) <= set(tables.names(tables.STEPS))
 
 
@@ -57,18 +58,18 @@ def test_atomic_writes_are_readable_by_others(tmp_path):
 
     old = os.umask(0o022)
     try:
-        tables.write_json(tmp_path / "g.json", {"verdict": "x"})
+        files.write_json(tmp_path / "g.json", {"verdict": "x"})
     finally:
         os.umask(old)
     assert (tmp_path / "g.json").stat().st_mode & 0o777 == 0o644
 
 
 def test_read_jsonl_names_the_file_and_line_of_a_bad_line(tmp_path):
-    from evil_moe import tables
+    from evil_moe import files
 
     f = tmp_path / "rows.jsonl"
     f.write_text('{"a": 1}\n\nnot json\n')
     with pytest.raises(ValueError, match=rf"^{re.escape(str(f))}:3: not a JSON line"):
-        tables.read_jsonl(f)
+        files.read_jsonl(f)
     f.write_text('{"a": 1}\n\n{"b": 2}\n')
-    assert tables.read_jsonl(f) == [{"a": 1}, {"b": 2}]
+    assert files.read_jsonl(f) == [{"a": 1}, {"b": 2}]

@@ -1,10 +1,8 @@
-"""The toy workflow end to end on tests/config/ci.yaml: through profiles/local, then the HTML
-report's first page opened in headless Chromium, then through a real Slurm (tests/slurm/start.sh)
-with the shipped profiles/slurm and only its EDIT values filled in: the same numbers as the local
-run; one arm made to fail leaves the others complete; after removing the switch the same command
-runs exactly that arm and the comparison; --retries 1 recovers a pilot that fails on its first
-attempt only; a SIGKILLed Snakemake followed by the README's recovery (`evil-moe cancel-run`,
-`--unlock`, rerun) runs no pilot twice at once; a second Slurm job of one pilot's command refuses.
+"""The toy workflow end to end on tests/config/ci.yaml through profiles/local (the session's
+``toy_run``, tests/conftest.py: made once and shared with tests/test_workflow_slurm.py, which
+compares its Slurm runs with it): every stage's `evil-moe` command as the rules call it, every
+arm's outputs, the verdict on the first page, the same command again has nothing to do; then the
+HTML report's first page opened in headless Chromium.
 
 Each run works in a temporary directory (never the repo's results/).
 """
@@ -12,35 +10,22 @@ Each run works in a temporary directory (never the repo's results/).
 from __future__ import annotations
 
 import csv
+import gzip
 import html
 import json
-import os
 import re
-import shutil
-import socket
-import subprocess
-import time
 
 import pandas as pd
 import pytest
 import yaml
 
-from workflow_util import (BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, chromium, dump_dom,
-                           env, fill_edit_values, finished_rules, job_stats, no_slurm, snakemake)
+from workflow_util import (CI_CONFIG, DEFAULT_CONFIG, REPO, chromium, dump_dom, finished_rules,
+                           report_layout, snakemake)
+from workflow_util import LOCAL_PROFILE as LOCAL
 
 pytestmark = pytest.mark.slow
 
 ARMS = tuple(yaml.safe_load(CI_CONFIG.read_text())["pilot"]["arms"])
-LOCAL = ("--profile", str(REPO / "profiles" / "local"), "--cores", "2")
-
-
-@pytest.fixture(scope="module")
-def toy_run(tmp_path_factory):
-    """One finished local run of the toy workflow (CI sizes) in a temporary directory."""
-    work = tmp_path_factory.mktemp("local_run")
-    proc = snakemake(work, *LOCAL)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return work, proc
 
 
 def test_local_end_to_end(toy_run):
@@ -65,9 +50,14 @@ def test_local_end_to_end(toy_run):
         assert (res / "compare" / "figures" / f"{fig}.svg").is_file()
     assert (res / "vhack" / "main_checks.tsv").is_file()
     decision = (res / "sweep" / "decision.rst").read_text()
-    # the verdict word once, in bold, then the rest of the gate's sentence
+    # the verdict word once, in bold, then the verdict in plain words; the gate's sentence below
+    from evil_moe.gate.verdict import arithmetic_line, plain_verdict
+
     assert gate["sentence"].startswith(gate["verdict"])
-    assert f"**Verdict: {gate['verdict']}**" + gate["sentence"][len(gate["verdict"]):] in decision
+    word, plain = gate["verdict"].replace("_", " "), plain_verdict(gate)
+    assert plain.startswith(word)
+    assert f"**Verdict: {word}**" + plain[len(word):] in decision
+    assert arithmetic_line(gate) in decision
     for arm in ARMS:  # the thread count of the config, whatever the executor's cores
         status = json.loads((res / "pilots" / arm / "s0" / "status.json").read_text())
         assert status["torch_threads"] == 1
@@ -82,6 +72,53 @@ def test_local_end_to_end(toy_run):
     again = snakemake(work, *LOCAL, "-n")
     assert again.returncode == 0, again.stderr[-4000:]
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-6000:]
+
+
+def test_local_run_one_seed_cannot_separate_and_compare_prints_the_sentence(toy_run):
+    """Once checked by a hand-run CLI chain (tests/test_cli.py), now on the workflow's own run of
+    the same commands: with one seed (fewer than compare.min_seeds) no arm separates, and every
+    drop_vs_vanilla criterion says why; compare prints the gate's sentence as its last line (its
+    log); the teacher wrote teacher.n completions for each training problem."""
+    from evil_moe.config import load_config
+    from evil_moe.stages.common import load_problem_file, train_heldout
+
+    work, _ = toy_run
+    res = work / "results"
+    cfg = load_config([DEFAULT_CONFIG, CI_CONFIG])
+    assert len(cfg.pilot.seeds) < cfg.compare.min_seeds == 3
+    gate = json.loads((res / "compare" / "gate.json").read_text())
+    assert gate["verdict"] in {"not_separated", "inconclusive", "invalid"}
+    drops = [c for c in gate["criteria"] if c["name"] == "drop_vs_vanilla"]
+    assert drops and all(not c["passed"] and "fewer than 3 seeds cannot separate" in c["note"]
+                         for c in drops)
+    log = (res / "logs" / "compare.log").read_text()
+    assert log.strip().splitlines()[-1] == gate["sentence"], log[-2000:]
+    train, _ = train_heldout(load_problem_file(res / "problems.jsonl"), cfg)
+    with gzip.open(res / "teacher" / "rollouts.jsonl.gz", "rt") as fh:
+        ids = [json.loads(line)["problem_id"] for line in fh]
+    assert sorted(ids) == sorted(p.id for p in train for _ in range(cfg.teacher.n))
+
+
+def test_local_run_jobs_within_their_sizes_and_extract_logs_each_phase(toy_run):
+    """Every model job's peak memory (its Snakemake benchmark file) stays within what its job
+    size asks (evil_moe/cluster/resources.py), and extract shows each phase's progress in its
+    log: the toy sizes of what tests/test_workflow_smollm2.py (-m realmodel) checks on SmolLM2."""
+    from evil_moe.cluster.resources import job_size
+    from evil_moe.config import load_config
+
+    res = toy_run[0] / "results"
+    sized = load_config([DEFAULT_CONFIG, CI_CONFIG]).raw
+    benches = {"toy_models": ["toy_model_student.tsv", "toy_model_teacher.tsv"],
+               "teacher": ["teacher.tsv"], "extract": ["extract_main.tsv"],
+               "distill": ["distill.tsv"], "pilot": [f"pilot/{a}_s0.tsv" for a in ARMS]}
+    for stage, files in benches.items():
+        for name in files:
+            with open(res / "benchmarks" / name, newline="") as fh:
+                row = next(csv.DictReader(fh, delimiter="\t"))
+            assert float(row["max_rss"]) <= job_size(sized, stage).mem_mb, (name, row["max_rss"])
+    log = (res / "logs" / "extract" / "main.log").read_text()
+    for phase in ("extract: gradients", "extract: bootstrap", "extract: n-pairs curve"):
+        assert f"{phase}: 100%" in log, phase
 
 
 def _visible_text(fragment: str) -> str:
@@ -106,11 +143,16 @@ def test_report_first_page_in_chromium(toy_run):
     page = m.group(1)
     text = _visible_text(page)
     assert text.startswith("evil_moe: can reward hacking be stopped at the gradient? "), text[:600]
-    sentence = re.sub(r"\s+", " ", gate["sentence"])
-    assert sentence.startswith(gate["verdict"])
-    verdict = f"Verdict: {gate['verdict']}" + sentence[len(gate["verdict"]):]
+    from evil_moe.gate.verdict import plain_verdict
+
+    word = gate["verdict"].replace("_", " ")
+    plain = re.sub(r"\s+", " ", plain_verdict(gate))
+    verdict = f"Verdict: {word}" + plain[len(word):]
     assert verdict in text, text[:2000]
-    assert text.count(f"Verdict: {gate['verdict']}") == 1
+    assert text.count(f"Verdict: {word}") == 1
+    # the gate's arithmetic: its sentence after the verdict word
+    sentence = re.sub(r"\s+", " ", gate["sentence"])
+    assert sentence[len(gate["verdict"]):].lstrip(": ") in text
     if gate["verdict"] != "separated":
         assert "Sweep: not run." in text or "Sweep: not scheduled" in text
     # The figure is an image embedded in the page (a data URI of the SVG file), with its caption.
@@ -134,9 +176,14 @@ def test_report_first_page_in_chromium(toy_run):
     arm_i, view_i = rows[0].index("arm"), rows[0].index("view")
     from evil_moe.rl.arms import ARMS
 
-    judged = [f"{r[arm_i]} ({r[view_i]})" for r in rows[1:] if ARMS[r[arm_i]].role in
-              ("treatment", "ceiling", "positive_control") and r[view_i] == ARMS[r[arm_i]].views[0]]
-    assert cells[0][0] == ["arm (view)", "hack rate", "drop vs vanilla", "drop vs its control",
+    def judged_rows(roles):
+        return [f"{r[arm_i]} ({r[view_i]})" for r in rows[1:] if ARMS[r[arm_i]].role in roles
+                and r[view_i] == ARMS[r[arm_i]].views[0]]
+
+    # the references first: vanilla and the untrained student
+    judged = judged_rows(("reference",)) + judged_rows(("treatment", "ceiling", "positive_control"))
+    assert {"vanilla (trained)", "untrained (trained)"} <= set(judged[:2])
+    assert cells[0][0] == ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
                            "share of its ceiling's drop", "verdict"]
     assert [r[0] for r in cells[0][1:]] == judged and judged
     for r in cells[0][1:]:
@@ -147,316 +194,43 @@ def test_report_first_page_in_chromium(toy_run):
     assert [r[:2] for r in cells[1][1:]] == [[r[arm_i], r[view_i]] for r in rows[1:]]
     # The page starts at the top of the window, not centred below blank space (report.css).
     assert "align-items: flex-start" in report.read_text()
-    # The per-arm table, then the sentence, the figure and the rates table.
+    # The verdict, the per-arm table, the gate's arithmetic, the figure and the rates table.
     first, second = page.find("<table"), page.find("<table", page.find("<table") + 1)
-    assert first < page.find("Verdict:") < page.find("<img") < second
+    assert page.find("Verdict:") < first < page.find("The gate's arithmetic") < page.find("<img") < second
+    # What was tested, in three lines above the verdict: the question, the model, the arms and sizes.
+    head = text[:text.find("Verdict:")]
+    assert head.count("Question.") == head.count("Model.") == head.count("Arms and sizes.") == 1, head
+    pl = yaml.safe_load(CI_CONFIG.read_text())["pilot"]
+    assert f"{len(pl['seeds'])} seeds × {pl['steps']} steps × {pl['prompts_per_step']} prompts × a group of " \
+           f"{pl['group']} rollouts" in head, head
+    _first_screen(report, work / "screenshots", gate)
 
 
-# ---- Slurm ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def slurm_up():
-    """Skip (before the toy run is made) when no Slurm node is idle."""
-    why = no_slurm()
-    if why:
-        pytest.skip(why)
+FIRST_SCREEN = 800  # px: a laptop's browser window
 
 
-def _profile(where):
-    """profiles/slurm as shipped, with only its EDIT values filled in for the CI cluster."""
-    folder = where / "profile"
-    shutil.copytree(REPO / "profiles" / "slurm", folder)
-    conf = folder / "config.yaml"
-    conf.write_text(fill_edit_values(conf.read_text()))
-    return folder
+def _first_screen(report, shots, gate):
+    """At 1024 and 1400 px wide, the first 800 px of the page show the question, the model, the
+    arms and sizes, the verdict in one sentence and the per-arm table's vanilla and untrained
+    rows, and nothing of the page lies under the navigation bar or off the window's right edge."""
+    from evil_moe.gate.verdict import plain_verdict
 
-
-# Three of the CI config's arms (erase with its matched control; no positive control) keep the
-# Slurm runs short on 2 CPUs; every pilot is compared with the local run's of the same arm.
-SLURM_ARMS = ("vanilla", "erase", "random_v")
-
-
-def _slurm(work, *extra, overlay=None):
-    arms = work / "arms.yaml"
-    if not arms.exists():
-        arms.write_text(yaml.safe_dump({"pilot": {"arms": list(SLURM_ARMS)},
-                                        "compare": {"positive_control": None}}))
-    configs = [DEFAULT_CONFIG, CI_CONFIG, arms] + ([overlay] if overlay else [])
-    return snakemake(work, "--profile", str(work / "profile"), *extra, configfiles=configs,
-                     timeout=1500)
-
-
-def _without_seconds(path):
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    return [{k: v for k, v in row.items() if k != "seconds" and not k.startswith("seconds_")} for row in rows]
-
-
-def _mtimes(res, arms):
-    return {a: (res / "pilots" / a / "s0" / "steps.tsv").stat().st_mtime_ns for a in arms}
-
-
-@pytest.fixture(scope="module")
-def slurm_run(slurm_up, toy_run, tmp_path_factory):
-    """The toy default (CI sizes) from nothing through Slurm: every stage a Slurm job."""
-    work = tmp_path_factory.mktemp("slurm_run")
-    _profile(work)
-    proc = _slurm(work)
-    return work, proc
-
-
-@pytest.mark.slurm
-def test_slurm_toy_default_same_numbers_as_local(slurm_run, toy_run):
-    work, proc = slurm_run
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    ran = finished_rules(out)
-    for rule in ("problems", "toy_summary", "teacher", "extract", "distill", "compare"):
-        assert ran[rule] == 1, out[-4000:]
-    assert ran["toy_model"] == 2, out[-4000:]
-    assert ran["pilot"] == len(SLURM_ARMS)
-    assert "pilot erase seed 0; log: results/logs/pilot/erase_s0.log" in out
-    # The same numbers as the local run of the same config: every pilot's steps (all columns but
-    # seconds) and its held-out evaluation. The thread count comes from the config.
-    local, res = toy_run[0] / "results", work / "results"
-    assert set(SLURM_ARMS) <= set(ARMS)
-    for arm in SLURM_ARMS:
-        pl, ps = local / "pilots" / arm / "s0", res / "pilots" / arm / "s0"
-        assert _without_seconds(ps / "steps.tsv") == _without_seconds(pl / "steps.tsv"), arm
-        assert (ps / "eval.tsv").read_text() == (pl / "eval.tsv").read_text(), arm
-        assert (ps / "outcomes.tsv").read_text() == (pl / "outcomes.tsv").read_text(), arm
-        assert json.loads((ps / "status.json").read_text())["torch_threads"] == 1
-    assert json.loads((res / "compare" / "gate.json").read_text())["sentence"]
-    # The report through the Slurm profile: no warnings (no default-resources, whose input-size
-    # expressions make Snakemake print "coroutine ... was never awaited" once per job).
-    proc = _slurm(work, "--report", str(res / "report.html"))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "Warning" not in proc.stdout + proc.stderr, proc.stderr[-4000:]
-
-
-@pytest.mark.slurm
-def test_slurm_failed_arm_rerun_and_retries(slurm_run, toy_run):
-    assert yaml.safe_load(CI_CONFIG.read_text())["pilot"]["seeds"] == [0]
-    work = slurm_run[0]
-    assert slurm_run[1].returncode == 0
-    res = work / "results"
-    before = _mtimes(res, SLURM_ARMS)
-
-    # 1. erase fails on purpose (the switch is in erase's params only): the other arms stay,
-    #    compare cannot run.
-    fail = work / "fail.yaml"
-    fail.write_text(yaml.safe_dump({"pilot": {"fail_arm": "erase"}}))
-    proc = _slurm(work, overlay=fail)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-4000:]
-    assert "Error in rule pilot" in out and "pilot.fail_arm=erase" in (
-        res / "logs" / "pilot" / "erase_s0.log").read_text()
-    assert finished_rules(out) == {}, out[-4000:]
-    assert not (res / "pilots" / "erase" / "s0" / "status.json").exists()
-    # The stage config is passed as a file named by its content: the failed job's command and
-    # Snakemake's "Params have changed" reason name it instead of printing the config (twice).
-    assert re.search(r"Params have changed since last execution.*before: '@results/configs/"
-                     r"pilot-\w+\.json' now: '@results/configs/pilot-\w+\.json'", out), out[-4000:]
-    assert '"heldout_samples"' not in out, out[-4000:]
-    assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
-    # The Slurm logs of the failed job and of the finished ones are kept
-    # (slurm-keep-successful-logs in the profile; the plugin deletes the latter by default).
-    slurm_logs = work / ".snakemake" / "slurm_logs"
-    assert list((slurm_logs / "rule_pilot").rglob("*.log"))
-    for rule in ("problems", "teacher", "extract", "distill", "compare"):
-        assert list((slurm_logs / f"rule_{rule}").rglob("*.log")), rule
-    for arm in ("vanilla", "random_v"):  # the finished pilots of the first run
-        assert list((slurm_logs / "rule_pilot" / f"{arm}_0").glob("*.log")), arm
-
-    # 2. Without the switch, the same command would run exactly erase's pilot and compare ...
-    dry = _slurm(work, "-n")
-    assert dry.returncode == 0, dry.stderr[-4000:]
-    assert job_stats(dry.stdout) == {"pilot": 1, "compare": 1, "all": 1}, dry.stdout[-3000:]
-    assert "pilot erase seed 0" in dry.stdout and "pilot vanilla" not in dry.stdout
-    # ... and does, with erase's numbers as before. The comparison then writes a byte-identical
-    # gate.json, so Snakemake (which compares checksums) finds the first page and `all` up to
-    # date and stops at "2 of 3 steps (67%) done": nothing is left to do.
-    page = (res / "sweep" / "decision.rst").read_text()
-    proc = _slurm(work)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert finished_rules(out) == {"pilot": 1, "compare": 1}, out[-4000:]
-    assert '"heldout_samples"' not in out, out[-4000:]
-    assert _mtimes(res, ("vanilla", "random_v")) == {a: before[a] for a in ("vanilla", "random_v")}
-    local = toy_run[0] / "results" / "pilots" / "erase" / "s0" / "steps.tsv"
-    assert _without_seconds(res / "pilots" / "erase" / "s0" / "steps.tsv") == _without_seconds(local)
-    assert (res / "sweep" / "decision.rst").read_text() == page
-    dry = _slurm(work, "-n")
-    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
-
-    # 3. --retries 1 recovers a pilot that fails on its first attempt only (random_v: exactly
-    #    random_v's pilot and compare rerun).
-    once = work / "once.yaml"
-    once.write_text(yaml.safe_dump({"pilot": {"fail_once_arm": "random_v"}}))
-    proc = _slurm(work, "--retries", "1", overlay=once)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert "Error in rule pilot" in out and "pilots/random_v/s0" in out  # the first attempt failed
-    assert (res / "pilots" / "random_v" / "s0" / ".failed_once").exists()
-    assert json.loads((res / "pilots" / "random_v" / "s0" / "status.json").read_text())["status"] == "ok"
-    assert finished_rules(out)["pilot"] == 1
-    assert _mtimes(res, ("vanilla",)) == {"vanilla": before["vanilla"]}
-
-
-def _squeue(*args):
-    """squeue rows (job id, state, name, comment, work dir) of jobs in any state."""
-    proc = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i\t%T\t%j\t%k\t%Z", *args],
-                          env=env(), capture_output=True, text=True, timeout=60)
-    return [line.split("\t") for line in proc.stdout.splitlines() if line.count("\t") == 4]
-
-
-ACTIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"}
-
-
-def _pilot_processes(work):
-    """Pids of live `evil-moe pilot` processes working in ``work`` (the Slurm jobs' -D)."""
-    pids = []
-    for proc in os.scandir("/proc"):
-        if not proc.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{proc.name}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-            cwd = os.readlink(f"/proc/{proc.name}/cwd")
-        except OSError:
-            continue
-        if any(os.path.basename(a) == b"evil-moe" for a in argv[:2]) and b"pilot" in argv[1:3] \
-                and os.path.realpath(cwd) == os.path.realpath(work):
-            pids.append(int(proc.name))
-    return pids
-
-
-@pytest.mark.slurm
-def test_slurm_killed_driver_recovery(slurm_run, toy_run):
-    work = slurm_run[0]
-    assert slurm_run[1].returncode == 0
-    res = work / "results"
-    # 1. Every pilot again (--forcerun pilot); the driver is SIGKILLed once a pilot has started.
-    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
-           "--configfile", str(DEFAULT_CONFIG), str(CI_CONFIG), str(work / "arms.yaml"),
-           "--profile", str(work / "profile")]
-    with open(work / "killed_driver.log", "w") as log:
-        driver = subprocess.Popen([*cmd, "--forcerun", "pilot"], cwd=work, env=env(), stdout=log,
-                                  stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while not any((res / "pilots" / a / "s0" / "run.lock").exists() for a in SLURM_ARMS):
-            assert driver.poll() is None, (work / "killed_driver.log").read_text()[-4000:]
-            assert time.time() - t0 < 900, "no pilot started"
-            time.sleep(0.1)
-        driver.kill()
-        driver.wait(60)
-    here = os.path.realpath(work)
-    old = [r for r in _squeue() if r[3].startswith("rule_pilot") and os.path.realpath(r[4]) == here
-           and r[1] in ACTIVE]
-    assert old, "the killed driver's pilot jobs should still be queued or running"
-    assert _pilot_processes(work), "a pilot should still be running after the driver died"
-
-    # 2. The README's recovery: cancel the dead run's jobs (it waits until they have ended) ...
-    proc = subprocess.run([str(BIN / "evil-moe"), "cancel-run"], cwd=work, env=env(),
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for job in old:
-        assert f"cancelling job {job[0]} " in proc.stdout, proc.stdout
-    assert proc.stdout.splitlines()[-1].endswith("; all have ended"), proc.stdout
-    assert _pilot_processes(work) == [], "cancel-run returned while a pilot still ran"
-    assert not [r for r in _squeue() if os.path.realpath(r[4]) == here and r[1] in ACTIVE]
-    resumes = {a: (res / "pilots" / a / "s0" / "checkpoint.pt").exists() for a in SLURM_ARMS}
-    # ... then --unlock and the same command again.
-    unlock = _slurm(work, "--unlock")
-    assert unlock.returncode == 0, unlock.stderr[-3000:]
-    proc = _slurm(work)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    assert finished_rules(out)["pilot"] == len(SLURM_ARMS), out[-4000:]
-    # Each pilot ran once in the rerun (one Slurm job each, completed), and never beside an old one.
-    run_id = re.search(r"SLURM run ID: (\S+)", out).group(1)
-    new = [r for r in _squeue("--name", run_id) if r[3].startswith("rule_pilot")]
-    # (the plugin's comment: rule_pilot_wildcards_<arm>_<seed>)
-    arms = sorted(r[3].removeprefix("rule_pilot_wildcards_").rsplit("_", 1)[0] for r in new)
-    assert arms == sorted(SLURM_ARMS) and {r[1] for r in new} == {"COMPLETED"}, new
-    local = toy_run[0] / "results" / "pilots"
-    for arm in SLURM_ARMS:
-        log = (res / "logs" / "pilot" / f"{arm}_s0.log").read_text()
-        assert "refusing to start" not in log, log
-        # a pilot cancelled after a checkpoint resumes from it (SIGTERM from scancel)
-        assert (f"resuming {arm} s0 from step" in log) == resumes[arm], (arm, log[-2000:])
-        ps = res / "pilots" / arm / "s0"
-        assert _without_seconds(ps / "steps.tsv") == _without_seconds(local / arm / "s0" / "steps.tsv")
-        assert (ps / "eval.tsv").read_text() == (local / arm / "s0" / "eval.tsv").read_text()
-        assert not (ps / "run.lock").exists()
-
-
-def _sbatch(work, out_file, command):
-    proc = subprocess.run(["sbatch", "--parsable", "-D", str(work), "-c", "1", "--mem", "2500",
-                           "-t", "20", "-o", str(out_file), "--wrap", command], env=env(),
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().split(";")[0]
-
-
-def _state(job):
-    rows = _squeue("-j", job)
-    return rows[0][1] if rows else "GONE"
-
-
-def _wait_ended(job, timeout=600):
-    t0 = time.time()
-    while _state(job) in ACTIVE:
-        assert time.time() - t0 < timeout, f"job {job} still {_state(job)}"
-        time.sleep(0.5)
-    return _state(job)
-
-
-@pytest.mark.slurm
-def test_slurm_second_run_of_a_pilot_refuses(slurm_run, tmp_path):
-    from evil_moe.cluster.runlock import Holder, holder_state
-
-    work = slurm_run[0]
-    assert slurm_run[1].returncode == 0
-    # vanilla's pilot command exactly as the workflow runs it, into a folder of its own
-    dry = _slurm(work, "-n", "-p", "--forcerun", "pilot")
-    line = next(x[x.index("evil-moe pilot "):].strip()
-                for x in (dry.stdout + dry.stderr).splitlines()
-                if "evil-moe pilot " in x and "--arm vanilla " in x)
-    out = tmp_path / "vanilla"
-    command, n = re.subn(r"--out-dir \S+ > \S+ 2>&1$", f"--out-dir {out}", line)
-    assert n == 1, line
-    # Two Slurm jobs of it at once (one CPU each; the node has two): one takes run.lock, the
-    # other refuses naming it, and the first finishes with the workflow's numbers.
-    jobs = [_sbatch(work, tmp_path / f"{k}.out", command) for k in (1, 2)]
-    t0 = time.time()
-    while not (out / "run.lock").exists():
-        assert time.time() - t0 < 600 and any(_state(j) in ACTIVE for j in jobs)
-        time.sleep(0.1)
-    holder = json.loads((out / "run.lock").read_text())
-    assert holder["job_id"] in jobs and holder["host"] == socket.gethostname()
-    ends = {k: _wait_ended(j) for k, j in zip((1, 2), jobs)}
-    assert sorted(ends.values()) == ["COMPLETED", "FAILED"], \
-        {k: (tmp_path / f"{k}.out").read_text()[-2000:] for k in ends}
-    won = next(k for k in ends if ends[k] == "COMPLETED")
-    lost = 3 - won
-    assert holder["job_id"] == jobs[won - 1]
-    err = (tmp_path / f"{lost}.out").read_text()
-    assert (f"Error: pilot vanilla s0: refusing to start, {out}/run.lock is held by a live run "
-            f"(Slurm job {jobs[won - 1]}, host {socket.gethostname()}, pid {holder['pid']}, ") in err, err
-    assert f"; pid {holder['pid']} is running on this host)" in err, err
-    assert json.loads((out / "status.json").read_text())["status"] == "ok"
-    assert _without_seconds(out / "steps.tsv") == \
-        _without_seconds(work / "results" / "pilots" / "vanilla" / "s0" / "steps.tsv")
-    assert not (out / "run.lock").exists()
-    # A holder on another node is judged by its Slurm job, asked of the real squeue.
-    sleeper = _sbatch(work, tmp_path / "sleep.out", "sleep 300")
-    while _state(sleeper) != "RUNNING":
-        time.sleep(0.2)
-    other = Holder(host="node-elsewhere", pid=1, job_id=sleeper, start_ticks=1, boot_id="x",
-                   token="t")
-    me = Holder.me()
-    assert holder_state(other, me=me) == (True, f"Slurm job {sleeper} is RUNNING")
-    subprocess.run(["scancel", sleeper], env=env(), check=True, timeout=60)
-    _wait_ended(sleeper)
-    alive, why = holder_state(other, me=me)
-    assert not alive and why.startswith(f"Slurm job {sleeper} has ended"), why
+    word = gate["verdict"].replace("_", " ")
+    for width in (1024, 1400):
+        lay = report_layout(report, width, 2000, screenshot=shots / f"first_page_{width}.png")
+        assert lay["page"] is not None and lay["tables"], lay
+        paras = {t.split(" ")[0] + (" " + t.split(" ")[1] if t.startswith("Arms") else ""): (t, b)
+                 for t, b in lay["paragraphs"]}
+        for key in ("Question.", "Model.", "Arms and", "Verdict:"):
+            assert key in paras, (width, list(paras))
+            assert paras[key][1][3] <= FIRST_SCREEN, (width, key, paras[key][1])
+        verdict = paras["Verdict:"][0]
+        assert verdict == f"Verdict: {word}" + re.sub(r"\s+", " ", plain_verdict(gate))[len(word):]
+        assert not re.search(r"[.;:]\s+[A-Z]", verdict[len("Verdict: ") + len(word) + 1:]), verdict  # one sentence
+        rows = {cell: box for cell, box in lay["tables"][0]["rows"]}
+        for arm in ("vanilla (trained)", "untrained (trained)"):
+            assert arm in rows and rows[arm][3] <= FIRST_SCREEN, (width, arm, rows.get(arm))
+        nav_right = lay["nav"][2] if lay["nav"] else 0
+        for box in [lay["page"], lay["tables"][0]["box"]]:
+            assert box[0] >= nav_right - 1, (width, "under the navigation bar", box, lay["nav"])
+            assert box[2] <= lay["viewport"][0] + 1, (width, "off the right edge", box, lay["viewport"])

@@ -35,17 +35,19 @@ def test_snakefmt_check():
 
 @pytest.mark.parametrize("name, expect", [
     # toy_summary joins the DAG after the compare checkpoint (a target of `all` behind it)
+    # 12 arms x 4 seeds; two calibration runs (audit.seeds) and the detector audit (route flags)
     ("config", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                "pilot": 24, "compare": 1, "all": 1}),
+                "calibrate": 2, "audit": 1, "pilot": 48, "compare": 1, "all": 1}),
     ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                 "pilot": 36, "compare": 1, "all": 1}),
+                 "calibrate": 2, "audit": 1, "pilot": 72, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
-               "pilot": 42, "compare": 1, "all": 1}),
+               "calibrate": 2, "audit": 1, "pilot": 54, "compare": 1, "all": 1}),
     # the detector-quality sweep: 10 arms x 4 seeds, and route, filter x 4 levels x 4 seeds
     ("detector_sweep", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                        "pilot": 40, "level_pilot": 32, "detector_sweep": 1, "compare": 1, "all": 1}),
+                        "calibrate": 2, "audit": 1, "pilot": 40, "level_pilot": 32, "detector_sweep": 1,
+                        "compare": 1, "all": 1}),
     ("planted", {"problems": 1, "toy_model": 2, "planted_vhack": 1, "teacher": 1, "extract": 1,
-                 "distill": 1, "pilot": 15, "compare": 1, "all": 1}),
+                 "distill": 1, "calibrate": 2, "audit": 1, "pilot": 45, "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
                  "extract": 1, "distill": 1, "pilot": 3, "compare": 1, "all": 1}),
 ])
@@ -137,6 +139,9 @@ BAD_CONFIGS = {
 }
 
 
+BAD_CONFIGS["number YAML reads as text"] = ({"pilot": {"lr": "1e-3"}}, ["pilot.lr", "write 1.0e-3"])
+
+
 @pytest.mark.parametrize("case", list(BAD_CONFIGS))
 def test_bad_config_fails_naming_the_key(tmp_path, case):
     data, needles = BAD_CONFIGS[case]
@@ -152,6 +157,35 @@ def test_bad_config_fails_naming_the_key(tmp_path, case):
     assert "Job stats" not in out  # failed before any job was planned
 
 
+BAD_PROBLEM_FILES = {  # name: (file text, what the one error line says after the file name)
+    "empty": ("", ": no problems in the file"),
+    "not JSON": ('{"id": "a", "func_name": "add", "prompt": "x", "gt_answer": ["assert add(1, 2) == 3"]}\n'
+                 "not json\n", ":2: not a JSON line"),
+    "duplicate id": ('{"id": "a", "func_name": "add", "prompt": "x", "gt_answer": ["assert add(1, 2) == 3"]}\n' * 2,
+                     ":2: duplicate problem id 'a' (first on line 1)"),
+    "no tests": ('{"id": "a", "func_name": "add", "prompt": "x", "gt_answer": []}\n',
+                 ":1: problem 'a' has no parseable test"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PROBLEM_FILES))
+def test_bad_problem_file_fails_the_dry_run(tmp_path, case):
+    """A problems file the problems job would refuse fails the dry run, in one line naming the
+    file, the line and the problem id (it used to pass and fail in the job, the message only in
+    results/logs/problems.log)."""
+    text, needle = BAD_PROBLEM_FILES[case]
+    problems = tmp_path / "p.jsonl"
+    problems.write_text(text)
+    overlay = tmp_path / "lc.yaml"
+    overlay.write_text(yaml.safe_dump({"problems": {"source": "leetcode", "path": str(problems)}}))
+    proc = snakemake(tmp_path, "-n", configfiles=(DEFAULT_CONFIG, overlay))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    message = next(line for line in out.splitlines() if "invalid config:" in line)
+    assert f"'problems.path': {problems}{needle}" in message, message
+    assert "Job stats" not in out
+
+
 def test_fail_switches_reach_only_their_arm(tmp_path):
     """pilot.fail_arm / fail_once_arm go only into the named arm's params, so removing a switch
     reruns exactly that arm (Snakemake's params rerun trigger)."""
@@ -159,7 +193,7 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
     overlay.write_text(yaml.safe_dump({"pilot": {"fail_arm": "erase", "fail_once_arm": "route"}}))
     proc = snakemake(tmp_path, "-n", "-p", configfiles=(DEFAULT_CONFIG, CI_CONFIG, overlay))
     assert proc.returncode == 0, proc.stderr
-    pilots = [line for line in proc.stdout.splitlines() if line.strip().startswith("evil-moe pilot")]
+    pilots = [line for line in proc.stdout.splitlines() if line.strip().startswith("evil-moe pilot ")]
     pilots = pilots or [line for line in proc.stdout.splitlines() if "evil-moe pilot " in line]
     assert len(pilots) == len(yaml.safe_load(CI_CONFIG.read_text())["pilot"]["arms"])
     files = set()
@@ -173,7 +207,9 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
         assert (pilot.get("fail_arm") == "erase") == (arm == "erase"), line
         assert (pilot.get("fail_once_arm") == "route") == (arm == "route"), line
         assert len(line) < 1000, line
-    assert len(files) == 3  # erase's, route's and the one of every other arm
+    # erase's, route's, the router arms' (moe and moe_random also read moe and audit) and the
+    # one of every other arm
+    assert len(files) == 4
 
 
 def _profile(name):
@@ -181,9 +217,9 @@ def _profile(name):
 
 
 GPU_RULES = {"make_teacher", "teacher", "extract", "distill", "pilot", "fold_pilot", "level_pilot",
-             "planted_vhack", "reevaluate"}
+             "planted_vhack", "reevaluate", "calibrate"}
 # Rules that run on the machine Snakemake runs on (never submitted).
-LOCAL_RULES = {"all", "sweep_decision", "sweep", "toy_summary"}
+LOCAL_RULES = {"all", "sweep_decision", "sweep", "sweep_ungated", "toy_summary"}
 SIZE_KEYS = {"mem_mb", "mem", "runtime", "gpu", "threads", "cpus_per_task", "disk_mb", "gres"}
 
 

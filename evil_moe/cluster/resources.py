@@ -30,20 +30,23 @@ model's shape, not a bound::
 
 ``rows`` is what one forward holds (``pilot.micro_batch`` or ``group x prompts_per_step``;
 ``distill.micro_batch`` or ``batch_size``; ``sft.micro_batch`` or ``sft.batch_size`` for
-make_teacher, whose demonstrations are about ``teacher.max_new`` long; 2 for an extract pair;
+make_teacher, whose demonstrations are about ``teacher.max_new`` long;
 ``toy.batch_size``;
 ``teacher.batch_prompts x n`` for a generate call; ``eval_chunk x heldout_samples`` for the
 pilot's held-out evaluation, ``eval_chunk x reevaluate.samples`` for its re-evaluation), ``seq`` the prompt (toy bank 128, LeetCode
 640, HumanEval 256 tokens) plus ``max_new`` (or a templated answer's length). The per-token
 constants count saved fp32 values (hidden states, MLP and adapter intermediates, logits with
-their log-softmax; attention is SDPA, whose probabilities are not kept); they were fitted to
-measured peaks (README "Job sizes"): the toy default's jobs and SmolLM2-135M's.
+their log-softmax, and attention probabilities where padding makes SDPA keep them); they were
+fitted to measured peaks (docs/job-sizes.md): the toy default's jobs and SmolLM2-135M's.
 
 **Wall time** (``runtime``, minutes; ``attempt`` times that on a retry)::
 
-    runtime = max(10, 3 x (load + work) / 60)
+    runtime = max(10, 3 x seconds / 60)
+    seconds = load + work                            (JobSize.seconds: an idle node)
     work    = 6 x params x trained tokens / flops
               + sum over generate calls of max_new x (t_token + 2 x params x rows / flops)
+              + for extract, its checks on the CPU: extractions x modules x
+                (1e-4 s + 2e-8 s x pairs x width), and the gradients' QR
     flops   = 5e10 x threads on a CPU, 2e14 on a GPU; t_token = 0.01 s (CPU), 0.04 s (GPU, the
               per-token overhead of batched generate); load = 60 s + the SVD (8 x params x hidden
               / flops)
@@ -52,44 +55,46 @@ The throughput constants are rough (fitted so that every request is at least twi
 time of the toy's and SmolLM2's jobs, three times for the toy: README "Job sizes"); the factor 3 covers a busy node and the grader;
 a job that still runs out of time or memory is
 resubmitted with twice as much under ``--retries 1``, and a profile may override any rule with
-``set-resources``.
+``set-resources`` (``evil-moe slurm-check`` refuses an override below the model's memory or
+below ``seconds``).
 
 **GPUs**: the model stages (make_teacher, teacher, extract, distill, pilot, reevaluate) ask for one when
-``models.device`` is ``cuda`` or ``cuda:N``; ``auto`` and ``cpu`` ask for none (the toy default
-and SmolLM2 run on CPUs).
+``models.device`` is ``cuda`` or ``cuda:N``, and under ``auto`` wherever their jobs would find one
+(:func:`gpu_for_auto`; the workflow and ``slurm-check`` size the jobs with
+:func:`resolve_auto_device`); ``cpu`` asks for none.
 
-The model's shape: the toy config (``models.build: toy``), SmolLM2-135M-Instruct's published
-config (``smollm2``), the student folder's ``config.json`` (``none`` with a local folder), or, for
-a hub id, ``models.params`` with the shape of a typical decoder (``params ~ 12 x layers x hidden^2``,
-``layers ~ hidden / 80``), which matters only for CPU activations.
+The model's shape and its bytes per token: :mod:`evil_moe.cluster.shapes`; the extract job's work:
+:mod:`evil_moe.cluster.extract_cost`; a pilot's and extract's GPU memory, and the check that
+they fit: :mod:`evil_moe.cluster.gpu_memory`. Their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
+
+# The stages with a job size of their own, their thread-count keys, which load a model and which
+# are light: views of the one table of stages (evil_moe/cluster/stages.py).
+from evil_moe.cluster.stages import LIGHT_STAGES, MODEL_STAGES, THREAD_KEYS
+from evil_moe.cluster.stages import SIZE_STAGES as STAGES
 from evil_moe.rl.arms import ARMS
-
-# Stages (= rule names) and the config section holding their torch thread count.
-THREAD_KEYS = {
-    "toy_models": "toy",
-    "make_teacher": "sft",
-    "teacher": "teacher",
-    "extract": "vhack",
-    "distill": "distill",
-    "pilot": "pilot",
-    "reevaluate": "pilot",
-}
-# Stages that load the student or teacher and run it: they get a GPU on a cuda config.
-MODEL_STAGES = ("make_teacher", "teacher", "extract", "distill", "pilot", "reevaluate")
-# Light stages: one thread, the base memory, the minimum time.
-LIGHT_STAGES = ("problems", "convert_smollm2", "compare")
-STAGES = ("problems", "toy_models", "convert_smollm2", "make_teacher", "teacher", "extract",
-          "distill", "pilot", "reevaluate", "compare")
+# the public names of the shape, extract and GPU memory models, importable from here as before
+from evil_moe.cluster.extract_cost import (BACKWARD_PEAK, EXTRACT_QR_CHUNK_BYTES,  # noqa: F401
+                                           EXTRACTION_S_COORD, EXTRACTION_S_MODULE, ExtractWork,
+                                           extract_store_bytes, extract_work)
+from evil_moe.cluster.gpu_memory import (FORWARD_ROWS, GENERATE_SCORES_CAP,  # noqa: F401
+                                         GPU_USABLE, GpuMemory, check_gpu_fit,
+                                         extract_gpu_memory, largest_pilot, loss_forward,
+                                         pilot_gpu_memory, pilot_gpu_memory_by_arm, train_terms)
+from evil_moe.cluster.shapes import (DTYPE_BYTES, EXTRACT_TEMPLATE_TOKENS,  # noqa: F401
+                                     KNOWN_SHAPES, LOGIT_BYTES, PROBLEMS, PROMPT_TOKENS,
+                                     PROMPT_TOKENS_MAX, SAVED_PER_LAYER, SMOLLM2,
+                                     TEMPLATE_TOKENS, ModelShape, ResourceError,
+                                     adapter_linears, guessed_shape, model_shape, n_problems,
+                                     on_gpu, saved_bytes_per_token, stage_shape, toy_shape)
 
 BASE_MB = 800
 CUDA_BASE_MB = 3000
@@ -100,72 +105,19 @@ GPU_FLOPS = 2e14
 CPU_TOKEN_S = 0.01
 GPU_TOKEN_S = 0.04
 LOAD_S = 60.0
-# Prompt tokens of one problem (chat template included), by problem source. Measured: the toy
-# bank's are 99-126 with the toy tokenizer; the LeetCode dev set's 349-976 (median 545) with
-# SmolLM2's. HumanEval's are shorter.
-PROMPT_TOKENS = {"toy": 128, "leetcode": 640, "humaneval": 256}
-# Tokens of a templated (hack, clean) answer (vhack.source templates): LeetCode's clean answer
-# carries the canonical solution (median 257, at most 1137 SmolLM2 tokens; hacks ~50).
-TEMPLATE_TOKENS = {"toy": 128, "leetcode": 768, "humaneval": 256}
-# Problems per source when problems.limit is not set (the toy bank; the bundled LeetCode dev set,
-# a larger file only makes the estimate low for the evaluation; HumanEval).
-PROBLEMS = {"toy": 36, "leetcode": 80, "humaneval": 164}
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
-
-
-class ResourceError(ValueError):
-    """The config does not say enough to size the jobs (names the key to set)."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A decoder-only transformer's size: parameter count and the dimensions activations scale
-    with. ``q_dim`` (heads x head_dim) and ``kv_dim`` (KV heads x head_dim) default to ``hidden``
-    and ``hidden / 4`` when 0 (a typical grouped-query decoder)."""
-
-    params: int
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    vocab: int
-    q_dim: int = 0
-    kv_dim: int = 0
-    tied: bool = True
-
-    @property
-    def q(self) -> int:
-        """Width of the attention queries (q_proj's output), heads x head_dim."""
-        return self.q_dim or self.hidden
-
-    @property
-    def kv(self) -> int:
-        """Width of the keys (= of the values), KV heads x head_dim."""
-        return self.kv_dim or max(1, self.hidden // 4)
-
-
-# SmolLM2-135M-Instruct (HuggingFaceTB), its config.json: 30 layers, hidden 576, MLP 1536,
-# 9 heads (3 KV heads), vocabulary 49152, tied embeddings; 134,515,008 parameters.
-SMOLLM2 = ModelShape(params=134_515_008, layers=30, hidden=576, intermediate=1536, heads=9,
-                     vocab=49152, q_dim=576, kv_dim=192)
-# Students known by hub id (their published config.json, so a hub id needs no download to be
-# sized). Qwen3-4B (Qwen/Qwen3-4B config.json): 36 layers, hidden 2560, MLP 9728, 32 query heads
-# and 8 KV heads of 128, vocabulary 151936, tied embeddings; 4,022,468,096 parameters.
-KNOWN_SHAPES = {
-    "Qwen/Qwen3-4B": ModelShape(params=4_022_468_096, layers=36, hidden=2560, intermediate=9728,
-                                heads=32, vocab=151936, q_dim=4096, kv_dim=1024),
-}
 
 
 @dataclass(frozen=True)
 class JobSize:
     """One job's request: ``threads`` (CPUs, also torch's thread count), ``mem_mb`` (MiB, first
-    attempt), ``runtime`` (minutes, first attempt), ``gpu`` (count)."""
+    attempt: the model's peak), ``runtime`` (minutes, first attempt: :data:`RUNTIME_MARGIN` x the
+    model's time), ``gpu`` (count); ``seconds``, the model's wall time on an idle node."""
 
     threads: int
     mem_mb: int
     runtime: int
     gpu: int
+    seconds: float = 0.0
 
     def mem_mb_at(self, attempt: int) -> int:
         """Memory of the ``attempt``-th try (1-based): ``attempt x mem_mb``."""
@@ -176,85 +128,77 @@ class JobSize:
         return self.runtime * max(1, int(attempt))
 
 
-def toy_shape(toy: Mapping) -> ModelShape:
-    """The shape of a toy model built from the ``toy`` config section (Qwen3 architecture with
-    tied embeddings, ``evil_moe.model.load.build_toy_model``); the vocabulary is the configured
-    maximum (the trained BPE may be smaller)."""
-    h, layers, inter = toy["hidden"], toy["layers"], toy["intermediate"]
-    heads, kv = toy["heads"], toy["kv_heads"]
-    hd = toy.get("head_dim") or h // heads
-    per_layer = (h * heads * hd + 2 * h * kv * hd + heads * hd * h  # q, k, v, o
-                 + 3 * h * inter  # gate, up, down
-                 + 2 * h + 2 * hd)  # two RMSNorms, q/k norms
-    params = toy["vocab_size"] * h + layers * per_layer + h
-    return ModelShape(params=params, layers=layers, hidden=h, intermediate=inter, heads=heads,
-                      vocab=toy["vocab_size"], q_dim=heads * hd, kv_dim=kv * hd)
+# One folder per GPU the NVIDIA driver sees (read without importing torch: the Snakefile sizes
+# the jobs at every call).
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
-def guessed_shape(params: float) -> ModelShape:
-    """A typical decoder's shape for ``params`` parameters (``params = 12 layers hidden^2``,
-    ``layers = hidden / 80``, MLP ``8/3 hidden``, 128-wide heads, a 128k vocabulary)."""
-    hidden = max(64, int(round((80 * params / 12) ** (1 / 3))))
-    return ModelShape(params=int(params), layers=max(1, hidden // 80), hidden=hidden,
-                      intermediate=8 * hidden // 3, heads=max(1, hidden // 128), vocab=128_000)
+def resolve_auto_device(cfg: Mapping, gpu: bool) -> dict:
+    """The config the jobs are sized with: ``models.device: auto`` becomes ``cuda`` when ``gpu``
+    (:func:`gpu_for_auto`: the jobs would find one), else ``cpu``; any other device is kept. A
+    shallow copy; the jobs themselves still get ``auto`` (and pick the GPU they were given)."""
+    out = dict(cfg)
+    if str(cfg["models"]["device"]) == "auto":
+        out["models"] = {**cfg["models"], "device": "cuda" if gpu else "cpu"}
+    return out
 
 
-def _shape_from_config_json(path: Path, params: float | None) -> ModelShape:
-    c = json.loads(path.read_text())
-    text = c.get("text_config", c)  # multimodal configs nest the language model's
-    h, layers = text["hidden_size"], text["num_hidden_layers"]
-    inter = text.get("intermediate_size", 4 * h)
-    heads, vocab = text.get("num_attention_heads", max(1, h // 128)), text["vocab_size"]
-    hd = text.get("head_dim") or h // heads
-    kv = text.get("num_key_value_heads") or heads
-    if not params:
-        params = layers * (4 * h * h + 3 * h * inter) + vocab * h
-    return ModelShape(params=int(params), layers=layers, hidden=h, intermediate=inter,
-                      heads=heads, vocab=vocab, q_dim=heads * hd, kv_dim=kv * hd,
-                      tied=bool(c.get("tie_word_embeddings", text.get("tie_word_embeddings",
-                                                                       True))))
+def gpu_for_auto(where: str, partitions: Sequence[str] = (), *, run=None,
+                 environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a model job of a run would use a GPU under ``models.device: auto``, i.e. whether it
+    must ask for one (docs/job-sizes.md, "GPUs").
 
+    Args:
+        where: ``local`` (the jobs run on this machine: an NVIDIA driver lists a GPU in
+            ``/proc/driver/nvidia/gpus`` and the installed torch is not a ``+cpu`` build),
+            ``cluster`` (the jobs go to Slurm: a partition they are sent to has a GPU, by
+            ``sinfo -h -o "%P %G"``; ``partitions`` empty = the default partition), or ``job``
+            (inside a Slurm job: the job was given a GPU, ``SLURM_JOB_GPUS`` /
+            ``SLURM_GPUS_ON_NODE`` / ``SLURM_GPUS``).
+        partitions: the partitions the model rules go to (the profile's ``slurm_partition``).
+        run: ``subprocess.run`` stand-in (tests); environ: ``os.environ`` stand-in.
 
-def model_shape(cfg: Mapping) -> ModelShape:
-    """The student's shape from the config (see the module docstring for where it comes from).
+    Returns:
+        True when the jobs would find a GPU. ``sinfo`` missing or failing counts as no GPU.
 
     Raises:
-        ResourceError: ``models.build`` is ``none``, the student is not a local folder with a
-            ``config.json``, and ``models.params`` is not set.
+        ValueError: an unknown ``where``.
     """
-    models = cfg["models"]
-    if models["build"] == "toy":
-        return toy_shape(cfg["toy"])
-    if models["build"] == "smollm2":
-        return SMOLLM2
-    params = models.get("params")
-    student = models.get("student")
-    local = Path(student) / "config.json" if student else None
-    if local is not None and local.is_file():
-        return _shape_from_config_json(local, params)
-    if student in KNOWN_SHAPES:
-        return KNOWN_SHAPES[student]
-    if not params:
-        raise ResourceError(
-            f"cannot size the jobs: models.student {student!r} is not a local folder with a "
-            "config.json; set 'models.params' (the student's parameter count, e.g. 4.0e9 for a "
-            "4B model)")
-    return guessed_shape(params)
+    import os
 
+    env = os.environ if environ is None else environ
+    if where == "job":  # SLURM_JOB_GPUS lists GPU indices ("0" is one); the others count them
+        return bool(env.get("SLURM_JOB_GPUS", "").strip()) or any(
+            env.get(k, "").strip() not in ("", "0") for k in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS"))
+    if where == "local":
+        from importlib import metadata
 
-def _stage_shape(cfg: Mapping, stage: str) -> ModelShape:
-    """The model a stage works on: the toy models for toy_models, SmolLM2 for its conversion,
-    otherwise the student (the teacher is assumed the same size)."""
-    if stage == "toy_models":
-        return toy_shape(cfg["toy"])
-    if stage == "convert_smollm2":
-        return SMOLLM2
-    return model_shape(cfg)
+        try:
+            cpu_build = metadata.version("torch").endswith("+cpu")
+        except metadata.PackageNotFoundError:
+            return False
+        return NVIDIA_GPUS.is_dir() and any(NVIDIA_GPUS.iterdir()) and not cpu_build
+    if where != "cluster":
+        raise ValueError(f"where must be local, cluster or job, got {where!r}")
+    import subprocess
 
-
-def on_gpu(cfg: Mapping) -> bool:
-    """True when the config puts the models on a GPU (``models.device`` cuda or cuda:N)."""
-    return str(cfg["models"]["device"]).startswith("cuda")
+    try:
+        proc = (run or subprocess.run)(["sinfo", "-h", "-o", "%P %G"], capture_output=True,
+                                       text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    if proc.returncode != 0:
+        return False
+    with_gpu, default = set(), None
+    for line in proc.stdout.splitlines():
+        name, _, gres = line.strip().partition(" ")
+        if name.endswith("*"):
+            name = name[:-1]
+            default = name
+        if "gpu" in gres:
+            with_gpu.add(name)
+    wanted = set(partitions) or ({default} if default else set())
+    return bool(wanted & with_gpu)
 
 
 def stage_threads(cfg: Mapping, stage: str) -> int:
@@ -293,10 +237,12 @@ def _activation_bytes(cfg: Mapping, stage: str, s: ModelShape) -> float:
         return max(_train_bytes(s, sc["micro_batch"] or sc["batch_size"],
                                 _seq(cfg, t["max_new"])),
                    _gen_bytes(s, t["batch_prompts"] * n, _seq(cfg, t["max_new"]), t["max_new"]))
-    if stage == "extract":  # a (hack, clean) pair, padded to the longer completion
-        completion = TEMPLATE_TOKENS[source] if cfg["vhack"]["source"] == "templates" \
-            else t["max_new"]
-        return _train_bytes(s, 2, _seq(cfg, completion))
+    if stage == "extract":  # one micro-batch of the longest rows, and the stored gradients
+        w = extract_work(cfg, s)
+        batch = cfg["vhack"]["micro_batch"] * BACKWARD_PEAK * (
+            w.longest_row * saved_bytes_per_token(s, cfg["models"]["dtype"], "merged")
+            + w.longest_completion * s.vocab * 3 * LOGIT_BYTES)  # z, its log-softmax, gradient
+        return batch + extract_store_bytes(cfg, s, w)
     if stage == "distill":
         d = cfg["distill"]
         return _train_bytes(s, d["micro_batch"] or d["batch_size"], _seq(cfg, t["max_new"]))
@@ -320,11 +266,6 @@ def _reeval_rows(cfg: Mapping) -> int:
     return min(cfg["pilot"]["eval_chunk"], heldout) * cfg["reevaluate"]["samples"]
 
 
-def n_problems(cfg: Mapping) -> int:
-    """Problems the run loads: ``problems.limit``, else the set's size (toy bank 36, the LeetCode
-    dev set 80, HumanEval 164)."""
-    return cfg["problems"].get("limit") or PROBLEMS[cfg["problems"]["source"]]
-
 
 def stage_mem_mb(cfg: Mapping, stage: str) -> int:
     """Memory (MiB) of a stage's job on its first attempt (module docstring: the formula)."""
@@ -334,12 +275,14 @@ def stage_mem_mb(cfg: Mapping, stage: str) -> int:
     base = BASE_MB + (CUDA_BASE_MB if gpu else 0)
     if stage in ("problems", "compare"):
         return _round_mb(base)
-    shape = _stage_shape(cfg, stage)
+    shape = stage_shape(cfg, stage)
     weights = shape.params * DTYPE_BYTES[cfg["models"]["dtype"]] / 2**20
     if stage == "convert_smollm2":  # the dequantised copy next to the GGUF one
         return _round_mb(base + 2 * weights)
-    if gpu:
-        return _round_mb(base + weights)
+    if gpu:  # extract also keeps the stored gradients' coordinates on the host
+        store = extract_store_bytes(cfg, shape, extract_work(cfg, shape), gradients_on_host=False) \
+            if stage == "extract" else 0.0
+        return _round_mb(base + weights + store / 2**20)
     act = _activation_bytes(cfg, stage, shape) / 2**20
     if stage == "toy_models":  # two models, one trained at a time
         return _round_mb(base + 2 * 3 * weights + act)
@@ -371,8 +314,9 @@ def _work_of(cfg: Mapping, stage: str) -> tuple[float, list[tuple[float, int, in
             calls.append((math.ceil(train_problems / t["batch_prompts"]),
                           t["batch_prompts"] * sc["elicited_samples"], t["max_new"]))
         return trained, calls
-    if stage == "extract":
-        return 2 * cfg["vhack"]["max_pairs"] * _seq(cfg, t["max_new"]), []
+    if stage == "extract":  # every completion's forward and backward (the checks: below)
+        w = extract_work(cfg)
+        return w.completions * w.row_tokens, []
     if stage == "distill":
         return d["steps"] * d["batch_size"] * _seq(cfg, t["max_new"]), []
     if stage == "pilot":
@@ -390,22 +334,44 @@ def _work_of(cfg: Mapping, stage: str) -> tuple[float, list[tuple[float, int, in
     return 0, []
 
 
-def stage_runtime(cfg: Mapping, stage: str) -> int:
-    """Wall time (minutes) of a stage's job on its first attempt (module docstring: the
-    formula)."""
+def stage_seconds(cfg: Mapping, stage: str) -> float:
+    """The model's wall time of a stage's job on an idle node, in seconds: ``load + work``
+    (module docstring: the formula; what ``runtime`` asks three times of, and what
+    ``evil-moe slurm-check`` holds a profile's override against)."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
     if stage in LIGHT_STAGES:
-        return MIN_RUNTIME
-    shape = _stage_shape(cfg, stage)
+        return LOAD_S
+    shape = stage_shape(cfg, stage)
     gpu = on_gpu(cfg) and stage in MODEL_STAGES
     flops = GPU_FLOPS if gpu else CPU_FLOPS_PER_THREAD * stage_threads(cfg, stage)
     token_s = GPU_TOKEN_S if gpu else CPU_TOKEN_S
     trained, calls = _work_of(cfg, stage)
     work = 6 * shape.params * trained / flops
     work += sum(n * new * (token_s + 2 * shape.params * rows / flops) for n, rows, new in calls)
+    if stage == "extract":
+        work += _extract_checks_seconds(cfg, shape)
     load = LOAD_S + 8 * shape.params * shape.hidden / flops
-    return int(max(MIN_RUNTIME, math.ceil(RUNTIME_MARGIN * (load + work) / 60)))
+    return load + work
+
+
+def _extract_checks_seconds(cfg: Mapping, s: ModelShape) -> float:
+    """The extract stage's checks on the CPU (fp64): the stored gradients' factorisation (a
+    Householder QR per module, ``2 r (2 pairs)^2`` flops) and every extraction of V over all
+    modules (:data:`EXTRACTION_S_MODULE`, :data:`EXTRACTION_S_COORD`)."""
+    w = extract_work(cfg, s)
+    dims = adapter_linears(s, cfg["adapter"]["target_modules"])
+    pairs = sum(w.pairs)
+    qr = sum(2.0 * min(o, i) * (2 * pairs) ** 2 for o, i in dims)
+    flops = CPU_FLOPS_PER_THREAD * stage_threads(cfg, "extract")
+    per_extraction = len(dims) * (EXTRACTION_S_MODULE + EXTRACTION_S_COORD * pairs * w.width)
+    return qr / flops + w.extractions * per_extraction
+
+
+def stage_runtime(cfg: Mapping, stage: str) -> int:
+    """Wall time (minutes) of a stage's job on its first attempt: :data:`RUNTIME_MARGIN` times
+    :func:`stage_seconds`, at least :data:`MIN_RUNTIME`."""
+    return int(max(MIN_RUNTIME, math.ceil(RUNTIME_MARGIN * stage_seconds(cfg, stage) / 60)))
 
 
 def stage_gpu(cfg: Mapping, stage: str) -> int:
@@ -427,7 +393,8 @@ def job_size(cfg: Mapping, stage: str) -> JobSize:
             (names ``models.params``).
     """
     return JobSize(threads=stage_threads(cfg, stage), mem_mb=stage_mem_mb(cfg, stage),
-                   runtime=stage_runtime(cfg, stage), gpu=stage_gpu(cfg, stage))
+                   runtime=stage_runtime(cfg, stage), gpu=stage_gpu(cfg, stage),
+                   seconds=stage_seconds(cfg, stage))
 
 
 def pilot_priority(arm: str) -> int:
@@ -456,188 +423,3 @@ def pilot_priority(arm: str) -> int:
     return len(cls.views) + int(cls.needs_sample_grads)
 
 
-# ---- GPU memory of a pilot -----------------------------------------------------------------------
-# Bytes autograd saves for the backward per token and decoder layer, per unit of each width, in a
-# bf16 (fp16) / fp32 model with the SVD adapter on every Linear (y = Wx + U diag(s) Vh x): hidden
-# states, RMSNorm's fp32 intermediates, q/k norms and RoPE, SDPA's q, k, v, output and
-# log-sum-exp, the SiLU-gated MLP (gate, up, their product), each knob's Vh x. Measured with
-# torch.autograd.graph.saved_tensors_hooks on Qwen3-architecture models of several widths
-# (2026-12-01, torch 2.13; tests/test_resources.py re-measures them), the hidden coefficient
-# rounded up: saved bytes per token per layer = a x hidden + b x q + c x kv + d x intermediate.
-SAVED_PER_LAYER = {2: (18.5, 8.25, 12.125, 6.0), 4: (29.5, 12.25, 20.125, 12.0)}
-# The loss forms fp32 logits z = logits / T of every completion token and keeps them for the
-# log-sum-exp's backward (evil_moe.model.logprobs.token_logprobs): 4 B x vocab per completion token.
-LOGIT_BYTES = 4
-# Fraction of the GPU the pilot may plan to use: the rest is the CUDA context, cuBLAS workspaces
-# and the caching allocator's fragmentation.
-GPU_USABLE = 0.9
-# Rows per no-grad forward when generate's scores would exceed 2 GiB (evil_moe.rl.rollout).
-FORWARD_ROWS = 8
-GENERATE_SCORES_CAP = 2 * 2**30
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    """A pilot's peak GPU memory (bytes) by phase, and what each phase is made of.
-
-    Attributes:
-        resident: weights + the adapter's U and Vh buffers + δS, δS_hack, their gradients and
-            AdamW's two moments (fp32): on the GPU for the whole run.
-        train: resident + the loss of one micro-batch (``pilot.micro_batch`` rows, or every row of
-            the step): saved activations, the fp32 logits and their gradients, and a copy of the
-            adapter buffers in each knob's matmuls (measured on a CPU; cuBLAS may avoid it).
-        sample: resident + the weights' saved copy while the adapter is merged + one training
-            generate (``group x prompts_per_step`` rows): the KV cache and the prefill's MLP, or
-            the behaviour log-probs' no-grad forward.
-        evaluate: the same for one held-out generate (``eval_chunk x heldout_samples`` rows).
-
-    With ``pilot.sampler: vllm`` every phase also holds the engine's share
-    (``pilot.vllm_gpu_memory_utilization x models.gpu_mem_gb``: its weights and KV cache), and
-    sampling costs only the no-grad forward that scores the engine's ids.
-    """
-
-    resident: float
-    train: float
-    sample: float
-    evaluate: float
-
-    @property
-    def peak(self) -> float:
-        """The largest phase (bytes)."""
-        return max(self.train, self.sample, self.evaluate)
-
-
-def adapter_linears(s: ModelShape, targets) -> list[tuple[int, int]]:
-    """``(d_out, d_in)`` of every Linear the adapter wraps (``adapter.target_modules`` suffixes
-    of a Qwen/Llama-style decoder: q/k/v/o_proj, gate/up/down_proj, lm_head)."""
-    per_layer = {"q_proj": (s.q, s.hidden), "k_proj": (s.kv, s.hidden),
-                 "v_proj": (s.kv, s.hidden), "o_proj": (s.hidden, s.q),
-                 "gate_proj": (s.intermediate, s.hidden), "up_proj": (s.intermediate, s.hidden),
-                 "down_proj": (s.hidden, s.intermediate)}
-    dims = [per_layer[t] for t in targets if t in per_layer] * s.layers
-    if "lm_head" in targets:
-        dims.append((s.vocab, s.hidden))
-    return dims
-
-
-def saved_bytes_per_token(s: ModelShape, dtype: str) -> float:
-    """Bytes autograd keeps per token for the backward of the pilot's loss forward (every token
-    of a row; the logits' share is :data:`LOGIT_BYTES` x vocab per completion token, not
-    included). ``dtype``: the model's (``models.dtype``)."""
-    size = DTYPE_BYTES[dtype]
-    a, b, c, d = SAVED_PER_LAYER[2 if size <= 2 else 4]
-    scale = size / 4 if size > 4 else 1.0
-    return scale * (s.layers * (a * s.hidden + b * s.q + c * s.kv + d * s.intermediate)
-                    + 4 * s.hidden)
-
-
-def pilot_gpu_memory(cfg: Mapping, *, micro_batch: int | None = None,
-                     eval_chunk: int | None = None) -> GpuMemory:
-    """Peak GPU memory of one pilot job, by phase (bytes), from the config.
-
-    Args:
-        cfg: the validated config (sections with defaults filled).
-        micro_batch, eval_chunk: override ``pilot.micro_batch`` / ``pilot.eval_chunk`` (to find
-            the largest that fits).
-
-    Returns:
-        :class:`GpuMemory`. Rows are ``seq = prompt + max_new`` tokens long (prompt: 640 LeetCode,
-        256 HumanEval, 128 toy tokens); every completion is taken at ``max_new`` (the worst case).
-
-    Raises:
-        ResourceError: the student's shape cannot be worked out (names ``models.params``).
-    """
-    p, models = cfg["pilot"], cfg["models"]
-    s = model_shape(cfg)
-    w = DTYPE_BYTES[models["dtype"]]
-    targets = list(cfg["adapter"]["target_modules"])
-    dims = adapter_linears(s, targets)
-    rank = sum(min(o, i) for o, i in dims)
-    buffers = w * sum(min(o, i) * (o + i) for o, i in dims)  # U (d_out, r) and Vh (r, d_in)
-    knobs = 4 * rank * 2 * 4  # delta_s, delta_s_hack, their grads, 2 AdamW moments; fp32
-    weights = w * s.params
-    resident = weights + buffers + knobs
-    prompt, new = PROMPT_TOKENS[cfg["problems"]["source"]], int(p["max_new"])
-    seq = prompt + new
-    rows = p["group"] * p["prompts_per_step"]
-    mb = min(rows, (p["micro_batch"] if micro_batch is None else micro_batch) or rows)
-    per_layer_saved = saved_bytes_per_token(s, models["dtype"])
-    train = (resident + buffers  # the knobs' matmul copies of U and Vh
-             + mb * seq * per_layer_saved
-             + mb * new * s.vocab * (LOGIT_BYTES + 4 + w))  # z, its gradient, the logits' one
-    # Sampling with the adapter merged into the weights (evil_moe.model.adapter.merged): the
-    # wrapped weights are copied once (a tied lm_head is not merged).
-    tied_head = "lm_head" in targets and s.tied
-    merged = w * sum(o * i for o, i in dims) - (w * s.vocab * s.hidden if tied_head else 0)
-    largest = max((o * i for o, i in dims), default=0) * 8  # the fp32 sum W + U diag(s) Vh
-
-    def generate(n: int) -> float:
-        kv_cache = w * n * seq * s.layers * 2 * s.kv
-        prefill = w * n * prompt * 3 * s.intermediate  # gate, up, their product
-        scores = 2 * n * new * s.vocab * 4
-        if scores <= GENERATE_SCORES_CAP:  # generate returns the logits and scores
-            return kv_cache + prefill + scores
-        # behaviour log-probs from a no-grad forward of FORWARD_ROWS rows at a time: logits,
-        # fp32 z, softmax and p * z for the entropy (after generate's cache is freed)
-        forward = min(FORWARD_ROWS, n) * new * s.vocab * (w + 12)
-        return max(kv_cache + prefill, forward)
-
-    base = resident + merged + largest
-    heldout = max(1, round(n_problems(cfg) * cfg["problems"]["heldout_frac"]))
-    chunk = p["eval_chunk"] if eval_chunk is None else eval_chunk
-    eval_rows = min(chunk, heldout) * p["heldout_samples"]
-    if p.get("sampler") == "vllm":
-        # the engine holds its share of the GPU the whole run; it samples (its KV cache inside
-        # that share), our model scores the ids with the no-grad forward
-        engine = float(p["vllm_gpu_memory_utilization"]) * float(models["gpu_mem_gb"]) * 1e9
-        score = min(FORWARD_ROWS, rows) * new * s.vocab * (w + 12)
-        score_eval = min(FORWARD_ROWS, eval_rows) * new * s.vocab * (w + 12)
-        return GpuMemory(resident=resident + engine, train=train + engine,
-                         sample=base + engine + score, evaluate=base + engine + score_eval)
-    return GpuMemory(resident=resident, train=train, sample=base + generate(rows),
-                     evaluate=base + generate(eval_rows))
-
-
-def check_gpu_fit(cfg: Mapping) -> GpuMemory | None:
-    """Refuse a pilot that would not fit the GPU it asks for (``models.gpu_mem_gb``, GB = 1e9
-    bytes, of which :data:`GPU_USABLE` is planned): one line naming the key to change.
-
-    Returns:
-        the pilot's :class:`GpuMemory`, or None when the config puts no model on a GPU.
-
-    Raises:
-        ResourceError: the peak of a phase exceeds the usable memory; the message names the key
-            that bounds that phase (``pilot.micro_batch`` for training, ``pilot.eval_chunk`` for
-            the held-out evaluation, ``pilot.group`` / ``pilot.prompts_per_step`` or
-            ``pilot.max_new`` for sampling) with the largest value that fits, or
-            ``models.gpu_mem_gb``.
-    """
-    if not on_gpu(cfg):
-        return None
-    mem = pilot_gpu_memory(cfg)
-    gpu = float(cfg["models"]["gpu_mem_gb"]) * 1e9
-    usable = GPU_USABLE * gpu
-    if mem.peak <= usable:
-        return mem
-    p = cfg["pilot"]
-    need = f"a pilot needs ~{mem.peak / 1e9:.0f} GB of GPU memory"
-    have = (f"{GPU_USABLE:.0%} of models.gpu_mem_gb {cfg['models']['gpu_mem_gb']} GB is "
-            f"{usable / 1e9:.0f} GB")
-    if mem.train == mem.peak:
-        rows = p["group"] * p["prompts_per_step"]
-        fits = [m for m in range(1, rows + 1)
-                if pilot_gpu_memory(cfg, micro_batch=m).train <= usable]
-        fix = (f"set 'pilot.micro_batch' to {max(fits)} or less" if fits else
-               "lower 'pilot.max_new' or raise 'models.gpu_mem_gb'")
-        what = f"training (micro-batch of {p['micro_batch'] or rows} rows)"
-    elif mem.evaluate == mem.peak:
-        fits = [c for c in range(1, p["eval_chunk"] + 1)
-                if pilot_gpu_memory(cfg, eval_chunk=c).evaluate <= usable]
-        fix = (f"set 'pilot.eval_chunk' to {max(fits)} or less" if fits else
-               "lower 'pilot.heldout_samples' or raise 'models.gpu_mem_gb'")
-        what = f"the held-out evaluation ({p['eval_chunk']} problems x {p['heldout_samples']} samples)"
-    else:
-        fix = "lower 'pilot.prompts_per_step' or 'pilot.max_new', or raise 'models.gpu_mem_gb'"
-        what = f"sampling ({p['group']} x {p['prompts_per_step']} rollouts)"
-    raise ResourceError(f"{need} in {what}, more than {have}: {fix} "
-                        "(docs/job-sizes.md#gpu-memory)")

@@ -5,7 +5,9 @@
 - the cluster: partitions and their limits (``scontrol show partition``), node sizes
   (``scontrol show node``: CPUs, memory, GPUs), whether ``sacct`` works (it needs Slurm
   accounting) and ``MinJobAge`` (``scontrol show config``);
-- the planned jobs: the rules a run of the config submits, each with the threads, ``mem_mb``,
+- the planned jobs: the rules a run of the config submits (a dry run of the workflow,
+  :mod:`evil_moe.cluster.plan`: ``all``, the sweep the gate may add, the optional re-evaluation),
+  each with the threads, ``mem_mb``,
   ``runtime`` and ``gpu`` the rule declares (:mod:`evil_moe.cluster.resources`, the functions the rules
   call), the profile's ``default-resources`` / ``set-resources`` / ``set-threads`` applied with
   Snakemake's precedence (``set-*`` of a rule > the rule's own > ``default-resources``);
@@ -25,6 +27,7 @@ that a node without a working bubblewrap shows here and not as a failed pilot ho
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import re
 import subprocess
@@ -35,34 +38,14 @@ from typing import Mapping, Sequence
 
 import yaml
 
+from evil_moe.cluster.plan import PlanError, planned_jobs
 from evil_moe.cluster.resources import job_size
 from evil_moe.cluster.slurm_runs import Runner, run_command
+# Rules submitted to the cluster and the stage whose size they take; the rules whose jobs grade
+# completions in the sandbox (evil_moe.stages.common.make_grader): the one table of stages.
+from evil_moe.cluster.stages import GRADING_RULES, RULE_STAGE
 
-# Rules submitted to the cluster, and the stage whose size they take (rules/*.smk).
-RULE_STAGE = {
-    "problems": "problems",
-    "toy_model": "toy_models",
-    "make_teacher": "make_teacher",
-    "convert_smollm2": "convert_smollm2",
-    "teacher": "teacher",
-    "extract": "extract",
-    "distill": "distill",
-    "pilot": "pilot",
-    "compare": "compare",
-    "fold_pilot": "pilot",
-    "sweep_compare": "compare",
-    "fold_compare": "compare",
-    "level_pilot": "pilot",
-    "detector_sweep": "compare",
-    "planted_vhack": "extract",
-    "planted_checks": "compare",
-    "reevaluate": "reevaluate",
-    "reeval_compare": "compare",
-}
 REPO = Path(__file__).resolve().parents[2]
-# Rules whose jobs grade completions in the sandbox (evil_moe.stages.common.make_grader).
-GRADING_RULES = ("toy_model", "make_teacher", "teacher", "pilot", "fold_pilot", "level_pilot",
-                 "reevaluate")
 # Run on a compute node by the bubblewrap check: the grader's own probe, one marker line.
 BWRAP_PROBE = ("import socket\nfrom evil_moe.env.sandbox import probe_bwrap\n"
                "cause = probe_bwrap()\n"
@@ -106,7 +89,9 @@ class Cluster:
 class Request:
     """One planned job's request (first attempt): ``threads`` CPUs, ``mem_mb`` MiB, ``runtime``
     minutes, ``gpu`` count, ``partition`` (None = the cluster's default), and which key set
-    each (``source``)."""
+    each (``source``); ``need_mem_mb`` and ``need_minutes``, the job-size model's peak memory
+    and wall time on an idle node (:mod:`evil_moe.cluster.resources`); ``jobs``, how many jobs
+    of the rule the run plans (the dry run's count)."""
 
     rule: str
     threads: int
@@ -116,6 +101,9 @@ class Request:
     partition: str | None
     source: dict = field(default_factory=dict)
     account: str | None = None
+    need_mem_mb: int = 0
+    need_minutes: float = 0.0
+    jobs: int = 1
 
 
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
@@ -192,6 +180,20 @@ def parse_cluster(partitions_text: str, nodes_text: str, config_text: str,
                    min_job_age=int(age.group(1)) if age else None)
 
 
+def _first_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
+    return lines[0] if lines else f"exit {proc.returncode}, no output"
+
+
+def unreachable(cmd: Sequence[str], proc: subprocess.CompletedProcess) -> str:
+    """The one line for a Slurm client that cannot reach a controller (the first ``scontrol``
+    failed: no config found, DNS SRV lookup failed, connection refused, munge down): the command,
+    its first stderr line and where to run the check instead."""
+    return (f"no Slurm controller is reachable from here: `{' '.join(cmd)}` failed "
+            f"({_first_line(proc)}): run slurm-check on the cluster's login node, or start the "
+            "local test cluster (tests/slurm/start.sh, as root)")
+
+
 def read_cluster(run: Runner = _run) -> Cluster:
     """Ask the cluster (``scontrol``, ``sacct``).
 
@@ -201,9 +203,13 @@ def read_cluster(run: Runner = _run) -> Cluster:
     outs = []
     for cmd in (["scontrol", "show", "partition", "-o"], ["scontrol", "show", "node", "-o"],
                 ["scontrol", "show", "config"]):
-        proc = run(cmd)
+        try:
+            proc = run(cmd)
+        except subprocess.TimeoutExpired as err:
+            proc = subprocess.CompletedProcess(cmd, 124, "", f"no answer within {err.timeout:g} s")
         if proc.returncode != 0:
-            raise CheckError(f"`{' '.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()}")
+            raise CheckError(unreachable(cmd, proc) if not outs else
+                             f"`{' '.join(cmd)}` failed: {_first_line(proc)}")
         outs.append(proc.stdout)
     try:
         sacct = run(["sacct", "-X", "-n", "-o", "JobID", "-S", "now"])
@@ -257,22 +263,6 @@ def load_profile(path: Path) -> dict:
     return data
 
 
-def planned_rules(cfg: Mapping) -> list[str]:
-    """The cluster rules a run of ``cfg`` may submit (the sweep's only when it configures one)."""
-    rules = ["problems"]
-    build = cfg["models"]["build"]
-    rules += {"toy": ["toy_model"], "smollm2": ["convert_smollm2"]}.get(build, [])
-    if cfg["teacher"]["make"] == "sft":
-        rules.append("make_teacher")
-    rules += ["teacher", "extract", "distill", "pilot", "compare"]
-    if cfg["sweep"]["seeds"]:
-        rules.append("sweep_compare")
-    modes = cfg["problems"]["modes"]
-    if cfg["sweep"]["folds"] and not cfg["problems"]["force_mode"] and len(modes) > 1:
-        rules += ["fold_pilot", "fold_compare"]
-    return rules
-
-
 def _mem_mb(value) -> int:
     """A mem_mb value from a profile (an int, or a string such as ``"8000"`` / ``"8G"``)."""
     if isinstance(value, (int, float)):
@@ -284,15 +274,24 @@ def _mem_mb(value) -> int:
     return int(float(m.group(1)) * scale)
 
 
-def planned_requests(cfg: Mapping, profile: Mapping) -> list[Request]:
-    """Each planned rule's request with the profile's overrides applied (first attempt)."""
+def planned_requests(cfg: Mapping, profile: Mapping,
+                     jobs: Mapping[str, int] | None = None) -> list[Request]:
+    """Each planned rule's request with the profile's overrides applied (first attempt).
+
+    ``jobs``: ``{rule: jobs}`` of the run (default: :func:`evil_moe.cluster.plan.planned_jobs`
+    of ``cfg``, a dry run of the workflow).
+
+    Raises:
+        evil_moe.cluster.plan.PlanError: the dry run failed.
+    """
     default = profile.get("default-resources") or {}
     if isinstance(default, list):  # the command-line form ["key=value", ...]
         default = dict(item.split("=", 1) for item in default)
     per_rule = profile.get("set-resources") or {}
     set_threads = profile.get("set-threads") or {}
     out = []
-    for rule in planned_rules(cfg):
+    jobs = planned_jobs(cfg) if jobs is None else jobs
+    for rule, count in jobs.items():
         size = job_size(cfg, RULE_STAGE[rule])
         own = per_rule.get(rule) or {}
         values = {"threads": size.threads, "mem_mb": size.mem_mb, "runtime": size.runtime,
@@ -319,8 +318,42 @@ def planned_requests(cfg: Mapping, profile: Mapping) -> list[Request]:
                            mem_mb=_mem_mb(values["mem_mb"]), runtime=int(values["runtime"]),
                            gpu=int(values["gpu"] or 0),
                            partition=str(values["slurm_partition"]) if values["slurm_partition"]
-                           else None, source=source))
+                           else None, source=source, need_mem_mb=size.mem_mb,
+                           need_minutes=size.seconds / 60, jobs=int(count)))
     return out
+
+
+def sized_for_cluster(cfg: Mapping, profile: Mapping, cluster: Cluster) -> tuple[dict, list[str]]:
+    """The config the jobs are sized with on this cluster, and any line it adds: with
+    ``models.device: auto`` the model rules ask for a GPU when a partition they go to (the
+    profile's ``slurm_partition`` for them, else ``default-resources``', else the cluster's
+    default) has one (the same decision as the workflow's, :func:`evil_moe.cluster.resources.gpu_for_auto`);
+    a pilot that would not fit that GPU gives a line naming the key."""
+    from evil_moe.cluster.resources import (MODEL_STAGES, ResourceError, check_gpu_fit,
+                                            resolve_auto_device)
+
+    if str(cfg["models"]["device"]) != "auto":
+        return dict(cfg), []
+    per_rule = profile.get("set-resources") or {}
+    default = profile.get("default-resources") or {}
+    if isinstance(default, list):
+        default = dict(item.split("=", 1) for item in default)
+    names = {str((per_rule.get(rule) or {})["slurm_partition"]) for rule, stage in RULE_STAGE.items()
+             if stage in MODEL_STAGES and "slurm_partition" in (per_rule.get(rule) or {})}
+    if not names:
+        fallback = default.get("slurm_partition") or next(
+            (p.name for p in cluster.partitions.values() if p.default), None)
+        names = {str(fallback)} if fallback else set()
+    gpu = any(cluster.partitions[n].gpus > 0 for n in names if n in cluster.partitions)
+    sized = resolve_auto_device(cfg, gpu)
+    if not gpu:
+        return sized, []
+    try:
+        check_gpu_fit(sized)
+    except ResourceError as err:
+        return sized, [f"models.device auto: the model rules' partition(s) {', '.join(sorted(names))}"
+                       f" have GPUs, so the jobs ask for one, but {err}"]
+    return sized, []
 
 
 def _why(req: Request, key: str, config_key: str) -> str:
@@ -369,6 +402,7 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
                          f"but partition '{name}' has " + (f"{part.gpus} per node" if part.gpus
                                                            else "no GPUs")
                          + "; set a GPU partition (EDIT) in the profile")
+        lines += _overrides_below_the_model(req, where)
         if part.max_time is not None and req.runtime > part.max_time:
             lines.append(f"{where}: asks {req.runtime} min "
                          f"({_why(req, 'runtime', 'estimated from the config')}) but partition "
@@ -400,6 +434,23 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
                          f"slurm-init-seconds-before-status-checks ({3 * init} s), it is "
                          f"{cluster.min_job_age} s: lower the init seconds (EDIT) or ask your "
                          "admins to raise MinJobAge")
+    return lines
+
+
+def _overrides_below_the_model(req: Request, where: str) -> list[str]:
+    """A profile override (``set-resources``) of memory or time below what the job-size model
+    expects: the job would be killed."""
+    lines = []
+    if req.source.get("mem_mb", "config") != "config" and req.mem_mb < req.need_mem_mb:
+        lines.append(f"{where}: asks {req.mem_mb} MB memory ({_why(req, 'mem_mb', '')}) but "
+                     f"the job-size model expects a peak of {req.need_mem_mb} MB "
+                     "(docs/job-sizes.md): the job would be killed for memory; raise or "
+                     "remove the override")
+    if req.source.get("runtime", "config") != "config" and req.runtime < req.need_minutes:
+        lines.append(f"{where}: asks {req.runtime} min ({_why(req, 'runtime', '')}) but the "
+                     f"job-size model expects {math.ceil(req.need_minutes)} min on an idle "
+                     "node (docs/job-sizes.md): the job would be killed for time; raise or "
+                     "remove the override")
     return lines
 
 
@@ -459,10 +510,10 @@ def check_bwrap(cluster: Cluster, requests: Sequence[Request], cfg: Mapping,
 
 def table(requests: Sequence[Request], default_partition: str | None) -> str:
     """The planned requests as an aligned text table."""
-    rows = [("rule", "partition", "cpus", "mem_mb", "runtime_min", "gpus")]
+    rows = [("rule", "jobs", "partition", "cpus", "mem_mb", "runtime_min", "gpus")]
     for r in requests:
-        rows.append((r.rule, r.partition or f"{default_partition} (default)", str(r.threads),
-                     str(r.mem_mb), str(r.runtime), str(r.gpu)))
+        rows.append((r.rule, str(r.jobs), r.partition or f"{default_partition} (default)",
+                     str(r.threads), str(r.mem_mb), str(r.runtime), str(r.gpu)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
                      for row in rows)
@@ -479,17 +530,23 @@ def run_check(profile: str | os.PathLike, configfiles: Sequence[str | os.PathLik
     does); relative paths are taken from the current folder.
 
     Raises:
-        CheckError: no Slurm commands / controller, or an unreadable profile.
+        CheckError: no Slurm commands / controller, an unreadable profile, or the workflow's
+            dry run failed (names Snakemake's error).
         evil_moe.config.ConfigError: a bad config (names the key).
         evil_moe.cluster.resources.ResourceError: the config cannot be sized (names models.params).
     """
-    from evil_moe.config import load_config
+    from evil_moe.checks import load_run_config
 
     path = resolve_profile(profile)
     prof = load_profile(path)
-    cfg = load_config([REPO / "config" / "config.yaml", *configfiles]).raw
-    requests = planned_requests(cfg, prof)
+    cfg = load_run_config([REPO / "config" / "config.yaml", *configfiles]).raw
     cluster = read_cluster(run)
+    try:  # the jobs of the config as given (models.device does not change which rules run)
+        jobs = planned_jobs(cfg)
+    except PlanError as err:
+        raise CheckError(str(err)) from None
+    cfg, gpu_lines = sized_for_cluster(cfg, prof, cluster)
+    requests = planned_requests(cfg, prof, jobs)
     default_part = next((p.name for p in cluster.partitions.values() if p.default), None)
     parts = "; ".join(
         f"{p.name}{'*' if p.default else ''} ({p.state}, nodes up to {p.cpus} CPUs, "
@@ -501,10 +558,11 @@ def run_check(profile: str | os.PathLike, configfiles: Sequence[str | os.PathLik
         f"sacct: {'works' if cluster.sacct_ok else 'does not work (' + cluster.sacct_message + ')'}"
         f"; MinJobAge {cluster.min_job_age} s; status command "
         f"{prof.get('slurm-status-command') or 'sacct (the plugin default)'}",
-        "planned jobs (first attempt; a retry asks attempt x mem_mb and runtime):",
+        "planned jobs (a dry run of `all`, the sweep the gate may add and the optional "
+        "re-evaluation; first attempt: a retry asks attempt x mem_mb and runtime):",
         table(requests, default_part),
     ])
-    lines = check(cluster, requests, prof, cfg)
+    lines = gpu_lines + check(cluster, requests, prof, cfg)
     if node_checks:
         sandbox, notes = check_bwrap(cluster, requests, cfg, run)
         lines += sandbox

@@ -13,7 +13,7 @@ from evil_moe.env.grader import Grader
 from evil_moe.env.loopholes import apply_hint, hint_for
 from evil_moe.env.problem import Problem
 from evil_moe.env.problems import load_problems, read_problems
-from evil_moe.tables import atomic_write_bytes
+from evil_moe.files import atomic_write_bytes
 
 
 def grade_file(problems: Sequence[Problem], completions_path: str, out_path: str, *,

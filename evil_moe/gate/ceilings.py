@@ -30,9 +30,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from evil_moe.env.loopholes import MODES
 from evil_moe.gate.defaults import CI, N_BOOT, SEED
 from evil_moe.gate.effects import Effect, side_rate
-from evil_moe.gate.power import critical
+from evil_moe.gate.judge import effect_or_none
+from evil_moe.gate.power import critical, finite
+from evil_moe.rl.arms import ARMS
 
 __all__ = ["Ratio", "cell_rates", "crossed_ratio", "mode_rates"]
 
@@ -128,3 +131,112 @@ def mode_rates(outcomes: pd.DataFrame, side: tuple[str, str], modes: Sequence[st
         return side_rate(sub, side, metric, n_boot=n_boot, ci=ci, seed=seed)
     except ValueError:
         return None
+
+
+def _ci_cols(row: dict, e, value: str, low: str, high: str, clip: bool = False) -> None:
+    if e is None:
+        return
+    lo, hi = finite(e.ci_low), finite(e.ci_high)
+    if clip:
+        lo = None if lo is None else max(0.0, lo)
+        hi = None if hi is None else min(1.0, hi)
+    row[value], row[low], row[high] = finite(e.value), lo, hi
+
+
+def ceiling_columns(rows: list[dict], outcomes: pd.DataFrame, cc, known: list[str]) -> dict:
+    """Fill each summary row's drop, ceiling and per-mode columns in place
+    (:data:`evil_moe.tables.COMPARE_SUMMARY`) from the held-out ``outcomes``; returns
+    ``gate.json``'s ``ceilings``: per treatment with a ceiling that ran, its drop beside the
+    ceiling's, the share and the ceiling's own separation from vanilla and from its random-flag
+    control. ``cc``: the ``compare`` config section; ``known``: the modes the detector knows."""
+    unknown = [m for m in MODES if m not in known]
+    present = set(zip(outcomes["arm"].astype(str), outcomes["view"].astype(str))) if not outcomes.empty else set()
+    out = {}
+    for row in rows:
+        arm, view = row["arm"], row["view"]
+        cls = ARMS.get(arm)
+        if (arm, view) not in present:
+            continue
+        kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
+        for m in MODES:
+            e = mode_rates(outcomes, (arm, view), [m], **kw)
+            row[f"hack_rate_{m}"] = None if e is None else finite(e.value)
+        _ci_cols(row, mode_rates(outcomes, (arm, view), known, **kw), "hack_rate_known",
+                 "hack_known_ci_low", "hack_known_ci_high", clip=True)
+        if unknown:
+            _ci_cols(row, mode_rates(outcomes, (arm, view), unknown, **kw), "hack_rate_unknown",
+                     "hack_unknown_ci_low", "hack_unknown_ci_high", clip=True)
+        if arm != "untrained" and ("untrained", "trained") in present:
+            _ci_cols(row, effect_or_none(outcomes, (arm, view), ("untrained", "trained"), "hack", cc),
+                     "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high")
+            _ci_cols(row, effect_or_none(outcomes, (arm, view), ("untrained", "trained"), "pass", cc),
+                     "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high")
+        if arm == "vanilla":
+            continue
+        drop = effect_or_none(outcomes, (arm, view), ("vanilla", "trained"), "hack", cc)
+        _ci_cols(row, drop, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high")
+        if cls is not None and cls.control and (cls.control, view) in present:
+            _ci_cols(row, effect_or_none(outcomes, (arm, view), (cls.control, view), "hack", cc),
+                     "drop_vs_control", "control_ci_low", "control_ci_high")
+        if cls is None or not cls.ceiling or view != cls.views[0] or (cls.ceiling, view) not in present:
+            continue
+        ceil = effect_or_none(outcomes, (cls.ceiling, view), ("vanilla", "trained"), "hack", cc)
+        row["ceiling"] = cls.ceiling
+        row["ceiling_drop"] = None if ceil is None else finite(ceil.value)
+        try:
+            ratio = crossed_ratio(outcomes, ((arm, view), ("vanilla", "trained")),
+                                  ((cls.ceiling, view), ("vanilla", "trained")), **kw)
+        except ValueError:
+            ratio = None
+        if ratio is not None:
+            row["ceiling_share"], row["ceiling_share_ci_low"], row["ceiling_share_ci_high"] = \
+                ratio.value, ratio.ci_low, ratio.ci_high
+        cctl = ARMS[cls.ceiling].control
+        vs_ctl = effect_or_none(outcomes, (cls.ceiling, view), (cctl, view), "hack", cc) \
+            if cctl and (cctl, view) in present else None
+        dose = None
+        if cls.dose_ceiling and (cls.dose_ceiling, view) in present:
+            row["dose_ceiling"] = cls.dose_ceiling
+            dose = effect_or_none(outcomes, (cls.dose_ceiling, view), ("vanilla", "trained"), "hack", cc)
+            _ci_cols(row, dose, "dose_ceiling_drop", "dose_ceiling_ci_low", "dose_ceiling_ci_high")
+
+        def eff(e):
+            return None if e is None else {"value": finite(e.value), "ci_low": finite(e.ci_low),
+                                           "ci_high": finite(e.ci_high)}
+        out[arm] = {"ceiling": cls.ceiling, "view": view, "drop": eff(drop), "ceiling_drop": eff(ceil),
+                    "ceiling_control": cctl, "ceiling_vs_control": eff(vs_ctl),
+                    "dose_ceiling": cls.dose_ceiling if dose is not None else None, "dose_ceiling_drop": eff(dose),
+                    "share": None if ratio is None else {"value": ratio.value, "ci_low": ratio.ci_low,
+                                                         "ci_high": ratio.ci_high}}
+    return out
+
+
+def router_notes(routers: dict) -> list[str]:
+    """One line per router arm: its w as a detector on its own rollouts, against its placebo."""
+    def f(x):
+        return "n/a" if x is None else f"{x:.3f}"
+    return [f"{arm}'s router weight w as a detector of hacks on its own rollouts: AUC {f(r['auc'])} "
+            f"[{f(r['auc_ci_low'])}, {f(r['auc_ci_high'])}] over {r['n_scored']} rollouts ({r['n_hack']} hacks), "
+            f"against the placebo's 95th percentile {f(r['placebo_p95'])} (random directions): "
+            + ("it sees hacks" if r["beats_placebo"] else "it does not beat its placebo")
+            for arm, r in routers.items()]
+
+
+def ceiling_notes(ceilings: dict) -> list[str]:
+    """One line per treatment: its drop beside its ceiling's and the share (not gate criteria)."""
+    def iv(d):
+        if d is None or d.get("value") is None:
+            return "n/a"
+        ci = "" if d.get("ci_low") is None else f" [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
+        return f"{d['value']:.3f}{ci}"
+    notes = []
+    for arm, c in ceilings.items():
+        share = c.get("share")
+        what = (f"{arm} achieves {iv(share)} of what a perfect detector achieves" if share and share.get("value") is not None
+                else f"{arm}'s share of the ceiling is undefined (the ceiling's drop is not above 0)")
+        dose = (f"; at {arm}'s own dose ({c['dose_ceiling']}) the perfect detector's drop is "
+                f"{iv(c['dose_ceiling_drop'])}" if c.get("dose_ceiling") else "")
+        notes.append(f"{what}: its drop vs vanilla {iv(c['drop'])} ({c['view']} view), {c['ceiling']}'s "
+                     f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
+                     f"{iv(c['ceiling_vs_control'])}{dose} (reported beside the gate, never a criterion)")
+    return notes

@@ -3,7 +3,8 @@ makes, the training trajectories, the ceilings, absorption and where a step's ti
 
 :func:`draw_figures` draws every figure of :data:`FIGURES` but the two drawn from the summary
 rows' ceiling and per-mode columns (:func:`ceiling_figure`, :func:`absorption_figure`); the compare
-stage (:mod:`evil_moe.stages.compare`) calls all three.
+stage (:mod:`evil_moe.stages.compare`) calls all three. :func:`vhack_curve_figure` is the extract
+stage's n-pairs curve. Every figure is saved by :func:`save_figure`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from evil_moe.rl.arms import ARMS
-from evil_moe.tables import read_tsv
+from evil_moe.files import atomic_path, read_tsv
 
 
 FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib", "ceiling",
@@ -34,14 +35,37 @@ def save_figure(fig, folder: Path, name: str) -> None:
     and close it."""
     import matplotlib.pyplot as plt
 
-    folder.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     for ext in ("png", "svg"):
-        tmp = folder / f".{name}.tmp.{ext}"
         meta = {"Date": None} if ext == "svg" else {"Software": None}
-        fig.savefig(tmp, format=ext, dpi=120, metadata=meta)
-        tmp.replace(folder / f"{name}.{ext}")
+        with atomic_path(Path(folder) / f"{name}.{ext}") as tmp:
+            fig.savefig(tmp, format=ext, dpi=120, metadata=meta)
     plt.close(fig)
+
+
+def _title(ax, text: str, fontsize: float = 10) -> None:
+    """``ax``'s title, wrapped so that no line runs off the canvas: to the axes' share of the
+    figure's width (at most 0.6 of it once the tick labels and a legend beside it take their
+    room), at about 0.55 × fontsize points per character of DejaVu Sans."""
+    import textwrap
+
+    width_pt = ax.figure.get_figwidth() * 72 * min(0.6, ax.get_position().width)
+    ax.set_title(textwrap.fill(text, max(20, int(width_pt / (0.55 * fontsize)))), fontsize=fontsize)
+
+
+def _step_axis(ax) -> None:
+    """A training-step x axis: integer ticks (steps are whole numbers)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _legend_outside(ax, ncol: int = 1) -> None:
+    """The legend to the right of the axes, where it covers no data (included in the saved
+    figure's bounds by tight_layout)."""
+    if ax.has_data() and ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, ncol=ncol)
 
 
 def _series(pilots: dict[int, "evil_moe.stages.compare._Pilot"], col: str) -> pd.DataFrame:
@@ -54,9 +78,11 @@ def _series(pilots: dict[int, "evil_moe.stages.compare._Pilot"], col: str) -> pd
     return pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max()}).reset_index().dropna()
 
 
-def _heldout_figure(summary_rows: list[dict], folder: Path) -> None:
+def heldout_figure(summary_rows: list[dict], folder: Path) -> None:
     """Held-out hack and pass rates per arm and view with their cluster-bootstrap intervals —
-    the comparison the gate makes."""
+    the comparison the gate makes (``folder/heldout.png`` and ``.svg``; the README's figure,
+    :mod:`evil_moe.gate.readme`). ``summary_rows``: ``compare/summary.tsv`` rows with
+    ``hack_rate``, ``pass_rate`` and their ``*_ci_low``/``*_ci_high`` as floats or None."""
     import matplotlib.pyplot as plt
 
     rows = [r for r in summary_rows if r.get("hack_rate") is not None]
@@ -148,10 +174,13 @@ def _phases_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], a
         ax.set_yticklabels([f"{a} (n={n})" for a, n in zip(table["arm"], table["seeds"])],
                            fontsize=8)
         ax.set_xlabel("mean seconds per training step (eval: held-out evaluation per step)")
-        ax.legend(fontsize=7, ncol=4, loc="lower right")
+        finite = left[np.isfinite(left)]
+        top = float(finite.max()) if finite.size else 0.0
+        ax.set_xlim(0, top * 1.15 if top > 0 else 1.0)  # room for the totals' labels (NaN seconds: none)
+        ax.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.16 - 0.6 / fig.get_figheight()),
+                  borderaxespad=0.0, handlelength=1.2, columnspacing=1.0)
         ax.grid(axis="x", alpha=0.3)
-    ax.set_title("where a step's time goes: steps.tsv's seconds_* per arm, mean over steps and seeds",
-                 fontsize=9)
+    _title(ax, "where a step's time goes: steps.tsv's seconds_* per arm, mean over steps and seeds", 9)
     save_figure(fig, folder, "phases")
 
 
@@ -161,7 +190,7 @@ def _trajectory_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"
     import matplotlib.pyplot as plt
 
     for col, title in (("hack_rate", "training hack rate (exploited)"), ("pass_rate", "training oracle pass rate")):
-        fig, ax = plt.subplots(figsize=(6.4, 4))
+        fig, ax = plt.subplots(figsize=(7.6, 4))
         for arm in arms:
             s = _series(by.get(arm, {}), col)
             if s.empty:
@@ -170,12 +199,11 @@ def _trajectory_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"
             ax.plot(s["step"], s["mean"], color=color, label=f"{arm} (n={len(by[arm])})")
             ax.fill_between(s["step"].astype(float), s["min"].astype(float), s["max"].astype(float),
                             color=color, alpha=0.15, linewidth=0)
-        ax.set_xlabel("step")
+        _step_axis(ax)
         ax.set_ylabel(col)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{title}: mean and min–max over seeds", fontsize=10)
-        if ax.has_data():
-            ax.legend(fontsize=7, loc="best")
+        _title(ax, f"{title}: mean and min–max over seeds")
+        _legend_outside(ax)
         save_figure(fig, folder, col)
 
 
@@ -184,7 +212,7 @@ def _cin_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms
     first arm that has them."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = plt.subplots(figsize=(8.0, 4))
     drew_null = False
     for arm in arms:
         s = _series(by.get(arm, {}), "cin")
@@ -198,11 +226,10 @@ def _cin_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms
             if not e.empty:
                 ax.plot(e["step"], e["mean"], color="black", linestyle=":", label="empirical null (clean-clean)")
             drew_null = True
-    ax.set_xlabel("step")
+    _step_axis(ax)
     ax.set_ylabel("cosine")
-    ax.set_title("cin (hack-ward gradient fraction) vs its nulls", fontsize=10)
-    if ax.has_data():
-        ax.legend(fontsize=7)
+    _title(ax, "cin (hack-ward gradient fraction) vs its nulls")
+    _legend_outside(ax)
     save_figure(fig, folder, "cin")
 
 
@@ -211,7 +238,7 @@ def _removed_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], 
     span(v_hack)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(9.6, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4))
     for arm in arms:
         for ax, col in ((axes[0], "removed_frac"), (axes[1], "update_span_frac")):
             s = _series(by.get(arm, {}), col)
@@ -220,9 +247,8 @@ def _removed_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], 
     axes[0].set_title("energy share the arm removed (its own V)", fontsize=10)
     axes[1].set_title("update energy share in span(v_hack)", fontsize=10)
     for ax in axes:
-        ax.set_xlabel("step")
-        if ax.has_data():
-            ax.legend(fontsize=7)
+        _step_axis(ax)
+    _legend_outside(axes[1])
     save_figure(fig, folder, "removed")
 
 
@@ -232,17 +258,17 @@ def _frac_clipped_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot
     bound."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = plt.subplots(figsize=(8.0, 4))
     for arm in arms:
         s = _series(by.get(arm, {}), "frac_clipped")
         if s.empty:
             continue
         ax.plot(s["step"], s["max"], color=ARM_COLORS.get(arm), label=f"{arm} (max over seeds)")
     ax.axhline(max_frac_clipped, color="black", linestyle=":", label=f"validity bound {max_frac_clipped:g}")
-    ax.set_xlabel("step")
+    _step_axis(ax)
     ax.set_ylabel("frac_clipped")
-    ax.set_title("fraction of tokens with the PPO clip active", fontsize=10)
-    ax.legend(fontsize=7)
+    _title(ax, "fraction of tokens with the PPO clip active")
+    _legend_outside(ax)
     save_figure(fig, folder, "frac_clipped")
 
 
@@ -269,7 +295,7 @@ def _cos_contrib_figure(folder: Path, distill_samples: str | Path | None) -> Non
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_xlabel("cos_contrib (row gradient along v_hack; > 0 = hack-ward)")
         ax.set_ylabel("rows")
-        ax.set_title("distill probe: does v_hack light up on hacks?", fontsize=10)
+        _title(ax, "distill probe: does v_hack light up on hacks?")
         if ax.has_data():
             ax.legend(fontsize=7)
     save_figure(fig, folder, "cos_contrib")
@@ -299,7 +325,7 @@ def draw_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arm
     plt.rcParams["svg.hashsalt"] = "evil_moe"
     folder = Path(folder)
     arms = list(arms)
-    _heldout_figure(summary_rows or [], folder)
+    heldout_figure(summary_rows or [], folder)
     _trajectory_figures(by, arms, folder)
     _cin_figure(by, arms, folder)
     _removed_figure(by, arms, folder)
@@ -310,8 +336,8 @@ def draw_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arm
 
 
 def ceiling_figure(rows: list[dict], folder: Path) -> None:
-    """Per treatment with a ceiling: its hack-rate drop vs vanilla beside its ceiling's and its
-    random-flag controls', with intervals."""
+    """Per treatment with a ceiling: its hack-rate drop vs vanilla beside its ceiling at its own
+    dose (when it ran), its full ceiling's and the random-flag controls', with intervals."""
     import matplotlib.pyplot as plt
 
     by = {(r["arm"], r["view"]): r for r in rows}
@@ -320,7 +346,7 @@ def ceiling_figure(rows: list[dict], folder: Path) -> None:
         if not r.get("ceiling"):
             continue
         cls = ARMS[r["arm"]]
-        for a in (r["arm"], cls.control, r["ceiling"], ARMS[r["ceiling"]].control):
+        for a in (r["arm"], cls.control, r.get("dose_ceiling"), r["ceiling"], ARMS[r["ceiling"]].control):
             x = by.get((a, r["view"]))
             if x is not None and x.get("drop_vs_vanilla") is not None:
                 items.append((f"{a} ({r['view']})", x))
@@ -341,11 +367,12 @@ def ceiling_figure(rows: list[dict], folder: Path) -> None:
         ax.annotate(f"{v:.2f}" + (f"  ({share:.2f} of ceiling)" if share is not None else ""), (v, yi),
                     textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
     if items:
+        ax.margins(y=0.2)  # room above the top point's label
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_yticks(y)
         ax.set_yticklabels([i[0] for i in items], fontsize=8)
         ax.set_xlabel("held-out hack-rate drop vs vanilla (95% CI)")
-    ax.set_title("each treatment beside its ceiling (true-label flags) and their random-flag controls", fontsize=9)
+    _title(ax, "each treatment beside its ceiling (true-label flags) and their random-flag controls", 9)
     save_figure(fig, folder, "ceiling")
 
 
@@ -354,7 +381,7 @@ def absorption_figure(rows: list[dict], known: list[str], folder: Path) -> None:
     import matplotlib.pyplot as plt
 
     items = [r for r in rows if r.get("hack_rate_known") is not None]
-    fig, ax = plt.subplots(figsize=(6.4, 0.45 * max(len(items), 3) + 1.4))
+    fig, ax = plt.subplots(figsize=(8.0, 0.45 * max(len(items), 3) + 1.4))
     y = np.arange(len(items))[::-1]
     for yi, r in zip(y, items):
         for col, lo, hi, off, label, color in (
@@ -370,9 +397,50 @@ def absorption_figure(rows: list[dict], known: list[str], folder: Path) -> None:
         ax.set_yticks(y)
         ax.set_yticklabels([f"{r['arm']} ({r['view']})" for r in items], fontsize=8)
         ax.set_xlim(-0.02, 1.02)
-        ax.legend(fontsize=7, loc="best")
+        _legend_outside(ax)
     ax.set_xlabel("held-out hack rate (95% CI)")
-    ax.set_title(f"absorption: modes the detector knows ({', '.join(known)}) vs never saw", fontsize=9)
+    _title(ax, f"absorption: modes the detector knows ({', '.join(known)}) vs never saw", 9)
     save_figure(fig, folder, "absorption")
 
 
+def vhack_curve_figure(curve: list[dict], isotropic: float | None, prefix) -> None:
+    """Draw the n-pairs curve: left, held-out ``cin`` and its empirical null against the number
+    of extraction pairs, with their bootstrap intervals (bands) and the isotropic null (dashed);
+    right, their difference ``excess`` with its interval and 0. Writes ``{prefix}.png`` and
+    ``{prefix}.svg`` (matplotlib Agg, no timestamps). ``curve``: rows of
+    :data:`evil_moe.tables.VHACK_CURVE`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    prefix = Path(prefix)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10.0, 4.0))
+    n = [r["n_pairs"] for r in curve]
+
+    def band(axis, col, label, color):
+        pts = [(x, r[col], r[f"{col}_ci_low"], r[f"{col}_ci_high"]) for x, r in zip(n, curve)
+               if r[col] is not None]
+        if not pts:
+            return
+        xs, ys, lo, hi = zip(*pts)
+        axis.plot(xs, ys, "o-", color=color, label=label)
+        if all(v is not None for v in lo + hi):
+            axis.fill_between(xs, lo, hi, color=color, alpha=0.2)
+
+    band(ax, "cin", "held-out hack-clean cin", "C3")
+    band(ax, "null", "held-out clean-clean cin (empirical null)", "C0")
+    if isotropic is not None:
+        ax.axhline(isotropic, color="grey", ls="--", lw=1, label="isotropic null sqrt(k/2r)")
+    band(ax2, "excess", "cin minus null", "C2")
+    ax2.axhline(0.0, color="grey", ls="--", lw=1)
+    for axis in (ax, ax2):
+        if n and max(n) > 2 * min(n):
+            axis.set_xscale("log", base=2)
+        axis.set_xlabel("extraction (hack, clean) pairs")
+        axis.legend(fontsize=8)
+    ax.set_ylabel("cin against V")
+    ax2.set_ylabel("held-out cin above its null")
+    ax.set_title("v_hack: held-out cin and its null", fontsize=10)
+    ax2.set_title("the signal above the null (bootstrap interval)", fontsize=10)
+    save_figure(fig, prefix.parent, prefix.name)

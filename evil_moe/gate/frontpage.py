@@ -4,9 +4,11 @@ Snakemake's report renders ``report/workflow.rst`` (reStructuredText through doc
 first page; that page includes ``results/sweep/decision.rst``, which rule ``sweep_decision``
 writes with :func:`front_page_rst` from the comparison's outputs:
 
-1. the per-arm table (:func:`arm_table_rst`): each judged arm's drop vs vanilla, vs its matched
-   control and its share of its ceiling's drop, with intervals, and its verdict,
-2. the verdict sentence (``compare/gate.json``; the verdict word appears once, in it),
+1. the verdict in plain words (:func:`evil_moe.gate.verdict.verdict_line`; the verdict word
+   appears once, in it),
+2. the per-arm table (:func:`arm_table_rst`): vanilla and the untrained student, then each
+   judged arm's drop vs vanilla, vs its matched control and its share of its ceiling's drop,
+   with intervals, and its verdict; then the gate's arithmetic (``compare/gate.json``'s sentence),
 3. the comparison figure, embedded as a data URI (the report is one self-contained file; a path
    would only work next to ``results/``, and Snakemake's ``embeddedfigure`` directive renders an
    SVG as such a path),
@@ -22,7 +24,7 @@ import csv
 import math
 from pathlib import Path
 
-from evil_moe import tables
+from evil_moe import files
 
 MIME = {".svg": "image/svg+xml", ".png": "image/png"}
 
@@ -81,6 +83,17 @@ def _with_ci(row: dict, col: str, lo: str, hi: str) -> str:
     return f"{v:.3f}" + (f" [{a:.3f}, {b:.3f}]" if a is not None and b is not None else "")
 
 
+def _change_ci(row: dict, col: str, lo: str, hi: str) -> str:
+    """A summary row's hack-rate *drop* as the change it is, a rise reading as a rise:
+    ``+0.007 [−0.075, +0.089]`` (:func:`evil_moe.gate.verdict.change_text`; a dash when empty)."""
+    from evil_moe.gate.verdict import change_text
+
+    v, a, b = _num(row.get(col)), _num(row.get(lo)), _num(row.get(hi))
+    if v is None:
+        return "–"
+    return change_text({"value": v, "ci_low": a, "ci_high": b})
+
+
 def _list_table(title: str, header: list[str], rows: list[list[str]]) -> str:
     lines = [f".. list-table:: {title}", "   :header-rows: 1", ""]
     for row in [header, *rows]:
@@ -90,11 +103,13 @@ def _list_table(title: str, header: list[str], rows: list[list[str]]) -> str:
 
 
 def arm_table_rst(summary: str | Path, gate: dict) -> str:
-    """The first page's per-arm table: one row per arm the gate judged (treatments) or reports
-    beside them (ceilings, the positive control), on its judged view: held-out hack rate, drop vs
-    vanilla, drop vs its matched control, its share of its ceiling's drop (all with the gate's
-    intervals, ``compare/summary.tsv``) and its verdict (``gate.json`` ``arms``; "reported" for
-    arms that are never judged).
+    """The first page's per-arm table: the references first (vanilla, and the untrained student
+    every pilot starts from), then one row per arm the gate judged (treatments) or reports
+    beside them (ceilings, the positive control), on its judged view: held-out hack rate, its
+    change vs vanilla and vs its matched control (the arm's rate minus theirs, so that a rise
+    reads as a rise: ``compare/summary.tsv``'s drops negated, :func:`_change_ci`), its share of
+    its ceiling's drop (all with the gate's intervals) and its verdict (``gate.json`` ``arms``;
+    "reference" for vanilla and the untrained student, "reported" for arms never judged).
 
     Raises:
         FileNotFoundError: the summary is missing.
@@ -104,29 +119,37 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
 
     verdicts = gate.get("arms", {}) or {}
     rows = []
-    for r in tables.read_tsv_rows(summary):
+    summary_rows = files.read_tsv_rows(summary)
+    # the references first (vanilla, the untrained student), then the arms in the run's order
+    order = sorted(range(len(summary_rows)), key=lambda i: (
+        getattr(ARMS.get(summary_rows[i].get("arm", "")), "role", "") != "reference", i))
+    for r in (summary_rows[i] for i in order):
         cls = ARMS.get(r.get("arm", ""))
-        if cls is None or cls.role not in ("treatment", "ceiling", "positive_control"):
+        if cls is None or cls.role not in ("reference", "treatment", "ceiling", "positive_control"):
             continue
         if r.get("view") != cls.views[0]:
             continue
         v = verdicts.get(r["arm"], {})
         verdict = arm_verdict_cell(cls.role, v)
         rows.append([f"{r['arm']} ({r['view']})", _with_ci(r, "hack_rate", "hack_ci_low", "hack_ci_high"),
-                     _with_ci(r, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high"),
-                     (f"{_with_ci(r, 'drop_vs_control', 'control_ci_low', 'control_ci_high')} vs {cls.control}"
+                     _change_ci(r, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high") if r["arm"] != "vanilla" else "–",
+                     (f"{_change_ci(r, 'drop_vs_control', 'control_ci_low', 'control_ci_high')} vs {cls.control}"
                       if cls.control else "–"),
                      _with_ci(r, "ceiling_share", "ceiling_share_ci_low", "ceiling_share_ci_high"),
                      verdict])
-    return _list_table("Per arm, on its judged view (hack-rate drops; 95% intervals, crossed seed × problem bootstrap)",
-                       ["arm (view)", "hack rate", "drop vs vanilla", "drop vs its control",
+    if not rows:  # no arm of the registry on its judged view: nothing to show (docutils refuses an empty table)
+        return ""
+    return _list_table("Held-out hack rate per arm on its judged view, and its change vs vanilla and vs its "
+                       "matched control (the arm's rate minus theirs: negative = less hacking; 95% intervals, "
+                       "crossed seed × problem bootstrap)",
+                       ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
                         "share of its ceiling's drop", "verdict"], rows)
 
 
 def summary_table_rst(summary: str | Path) -> str:
     """Held-out rates per arm and view (:data:`FRONT_COLUMNS`; intervals folded into the cell)."""
     rows = []
-    for r in tables.read_tsv_rows(summary):
+    for r in files.read_tsv_rows(summary):
         rows.append([_with_ci(r, c, *ci) if ci else _cell(r.get(c, "") or "") for c, ci in FRONT_COLUMNS])
     return _list_table("Held-out rates per arm and view (``compare/summary.tsv``; every column under Results)",
                        [c for c, _ in FRONT_COLUMNS], rows)
@@ -136,8 +159,12 @@ def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str
                    summary: str | Path, gate: dict | None = None) -> str:
     """The first page's reStructuredText.
 
+    The order: the verdict in plain words, the per-arm table (:func:`arm_table_rst`), the gate's
+    arithmetic (:func:`evil_moe.gate.verdict.arithmetic_line`), the figure and its caption, the
+    rates table, then ``decision``.
+
     Args:
-        verdict: the verdict line (``**Verdict: ...** sentence``), shown first.
+        verdict: the verdict line (``**Verdict: ...** in plain words``), shown first.
         decision: the gate criteria and the sweep decision (reStructuredText), shown last.
         figure: the comparison figure (``.svg`` or ``.png``), embedded as a data URI.
         caption: the figure's caption (one paragraph).
@@ -155,9 +182,12 @@ def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str
         raise ValueError(f"figure {figure}: expected one of {sorted(MIME)}")
     uri = f"data:{MIME[figure.suffix]};base64,{base64.b64encode(figure.read_bytes()).decode()}"
     caption = " ".join(caption.split())
+    from evil_moe.gate.verdict import arithmetic_line
+
     parts = [
-        arm_table_rst(summary, gate) if gate is not None else "",
         verdict.strip(),
+        arm_table_rst(summary, gate) if gate is not None else "",
+        arithmetic_line(gate),
         # the URI split into 76-character lines (docutils joins them and refuses lines over
         # 10,000 characters)
         ".. figure:: " + "\n   ".join(uri[i:i + 76] for i in range(0, len(uri), 76))
@@ -170,7 +200,7 @@ def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str
 
 def write_front_page(out: str | Path, **kwargs) -> str:
     """Write :func:`front_page_rst` to ``out`` atomically; returns the text."""
-    from evil_moe.tables import atomic_write_bytes
+    from evil_moe.files import atomic_write_bytes
 
     text = front_page_rst(**kwargs)
     atomic_write_bytes(out, text.encode())

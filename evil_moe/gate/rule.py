@@ -495,3 +495,44 @@ def decide_gate(arms: Sequence[ArmVerdict], positive_control: Effect | None, *, 
     return GateVerdict(verdict, reason, False, tuple(arms), pc, min_seeds, multiplicity, alpha)
 
 
+def apply_references(gate: GateVerdict, uninformative: dict[str, str], untrained: dict[str, str]) -> GateVerdict:
+    """The gate's verdict beside its references: a blind detector and the untrained student.
+
+    * An arm whose detector does not beat its placebo in the detector audit (``uninformative``:
+      arm → why, :mod:`evil_moe.gate.audit`) and that did not separate becomes ``uninformative``:
+      whatever its drop, it cannot say whether routing or filtering works, only that the detector
+      does not see hacks. (A separated arm keeps its verdict; its reason then says the detector
+      did not beat its placebo.)
+    * An arm whose judged view cannot be told from the untrained student (``untrained``: arm →
+      the note with both intervals) gets that note in its reason: it has done nothing the gate
+      can see, whatever it did relative to vanilla.
+
+    The gate's verdict is then re-derived from the arms as :func:`decide_gate` does (an
+    ``uninformative`` arm counts as undecided: the gate is ``inconclusive`` unless an arm
+    separated); an underpowered gate stays underpowered.
+
+    Returns:
+        the new :class:`GateVerdict` (the input is unchanged).
+    """
+    arms = []
+    for a in gate.arms:
+        reason = a.reason
+        verdict = a.verdict
+        if a.arm in uninformative:
+            if verdict == "separated":
+                reason += f" (but {uninformative[a.arm]})"
+            else:
+                verdict = "uninformative"
+                reason = f"{a.arm}: uninformative — {uninformative[a.arm]}; the gate's criteria: {reason}"
+        if a.arm in untrained:
+            reason += f"; {untrained[a.arm]}"
+        arms.append(replace(a, verdict=verdict, reason=reason))
+    if gate.underpowered:
+        return replace(gate, arms=tuple(arms))
+    verdicts = [a.verdict for a in arms]
+    verdict = ("separated" if "separated" in verdicts else
+               "not_separated" if all(v == "not_separated" for v in verdicts) else "inconclusive")
+    pc = gate.positive_control
+    reason = gate_reason(verdict, arms, None if pc is None else pc.effect, pc, gate.multiplicity, gate.alpha)
+    return replace(gate, verdict=verdict, reason=reason, arms=tuple(arms))
+

@@ -5,8 +5,11 @@ Everything a reader is told about the verdict is written here, from the numbers 
 
 - :func:`sentence`: ``gate.json``'s one-sentence verdict with rounded numbers (the compare stage);
 - :func:`gate_md`: ``gate.md``, the criteria as a short markdown table;
-- :func:`verdict_line` and :func:`decision_text`: the report's first line and its criteria and
-  sweep decision (reStructuredText; ``rules/common.smk`` calls them for ``sweep_decision``);
+- :func:`plain_verdict`: the verdict in plain words (the change in hack rate, a rise reads as a
+  rise), first on the report's page and in the README (:func:`change_text`);
+- :func:`verdict_line`, :func:`arithmetic_line` and :func:`decision_text`: the report's first
+  line, the gate's arithmetic below it, and its criteria and sweep decision (reStructuredText;
+  ``rules/common.smk`` and :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``);
 - :func:`arm_verdict_cell`: an arm's verdict in the first page's per-arm table
   (:mod:`evil_moe.gate.frontpage`);
 - :func:`arm_reason`, :func:`holm_reason`, :func:`underpowered_reason`, :func:`gate_reason`: the
@@ -87,7 +90,7 @@ def gate_reason(verdict: str, arms: Sequence["evil_moe.gate.rule.ArmVerdict"],
     elif verdict == "not_separated":
         reason = "; ".join(a.reason for a in arms)
     else:
-        reason = "; ".join(a.reason for a in arms if a.verdict == "inconclusive")
+        reason = "; ".join(a.reason for a in arms if a.verdict in ("inconclusive", "uninformative"))
     K = len(arms)
     if multiplicity == "holm" and K > 1:
         reason += f" (Holm's correction over {K} treatment arms, family-wise one-sided level {alpha:g})"
@@ -132,6 +135,8 @@ def _arm_phrase(v: "evil_moe.gate.rule.ArmVerdict") -> str:
     criterion, Holm's adjustment, and for an inconclusive arm what is open and what would decide."""
     d, c, p = v.criteria
     view = d.effect.a[1]
+    if v.verdict == "uninformative":  # the reason opens with why (apply_references)
+        return v.reason.split("; the gate's criteria:")[0]
     base = (f"{v.arm} ({view} view) lowers the held-out hack rate by {d.effect.value:.3f} {_ci(d.effect)} vs "
             f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, {_pass_text(p)}")
     if v.family > 1:
@@ -188,7 +193,7 @@ def sentence(verdict: str, validity: list[dict], gate: "evil_moe.gate.rule.GateV
         parts = "; ".join(_arm_phrase(v) for v in gate.arms)
         return (f"not separated: an effect of min_drop {gate.arms[0].criteria[0].threshold:g} is ruled out for every "
                 f"treatment arm ({parts}), over {sizes}; {pc_text} — the sweep is not justified.")
-    parts = "; ".join(_arm_phrase(v) for v in arms.get("inconclusive", []))
+    parts = "; ".join(_arm_phrase(v) for v in arms.get("inconclusive", []) + arms.get("uninformative", []))
     return f"inconclusive: {parts}; over {sizes}; {pc_text} — the sweep is not scheduled."
 
 
@@ -212,16 +217,112 @@ def gate_md(gate: dict) -> str:
 
 
 
-def verdict_line(gate: dict | None) -> str:
-    """The report's first line: ``**Verdict: <verdict>**`` and the sentence (reStructuredText),
-    the verdict word said once; a placeholder before the gate is decided (``gate`` ``None``)."""
+def _signed(x: float) -> str:
+    """``+0.007`` / ``−0.279`` (a true minus sign) / ``0.000``."""
+    if round(x, 3) == 0:
+        return "0.000"
+    return f"+{x:.3f}" if x > 0 else f"\u2212{-x:.3f}"
+
+
+def change_text(c: dict) -> str:
+    """A hack-rate criterion row of ``gate.json`` as the change it measures, sign so that a rise
+    reads as a rise: ``+0.007 [−0.075, 0.089]`` is the arm's held-out hack rate minus the other
+    side's (``−value``, interval ``[−ci_high, −ci_low]``; the rows store the drop)."""
+    if c.get("value") is None:
+        return "n/a"
+    text = _signed(-c["value"])
+    if c.get("ci_low") is not None and c.get("ci_high") is not None:
+        text += f" [{_signed(-c['ci_high'])}, {_signed(-c['ci_low'])}]"
+    return text
+
+
+_VERB = {"separated": "lowered hacking", "not_separated": "did not lower hacking",
+         "uninformative": "is uninformative"}
+
+
+def _arm_plain(arm: str, info: dict, crit: dict[str, dict]) -> str:
+    """One treatment in :func:`plain_verdict`: what happened to its hacking, vs vanilla and vs its
+    matched control, with intervals."""
+    verdict = info.get("verdict", "")
+    d, c = crit.get("drop_vs_vanilla"), crit.get("beats_control")
+    if d is None or d.get("value") is None:
+        return f"{arm} was not compared ({verdict or 'no paired outcomes'})"
+    if verdict == "inconclusive":  # undecided: say which way the estimate points
+        verb = "did not lower hacking" if d["value"] <= 0 else "may lower hacking (not shown at these sizes)"
+    else:
+        verb = _VERB.get(verdict, verdict.replace("_", " "))
+    rates = (d.get("effect") or {})
+    have = rates.get("mean_a") is not None and rates.get("mean_b") is not None
+    text = (f"{arm} ({d.get('view')} view) {verb}: change in held-out hack rate vs vanilla "
+            f"{change_text(d)}" + (f" ({rates['mean_a']:.3f} vs {rates['mean_b']:.3f})" if have else ""))
+    if c is not None and c.get("value") is not None:
+        text += f", vs its matched control {c.get('control')} {change_text(c)}"
+    return text
+
+
+def plain_verdict(gate: dict | None) -> str:
+    """The verdict in plain words, first on the report's page and in the README: the verdict and,
+    per treatment arm, whether its hacking went down, as the change in held-out hack rate (the arm's
+    minus vanilla's and minus its matched control's, so that a rise reads as a rise:
+    :func:`change_text`) with 95% intervals; then what the gate says about the sweep. Built from
+    ``gate.json``'s ``arms`` and ``criteria`` (the same numbers as :func:`sentence`, which keeps
+    the gate's arithmetic: margins, MDE, Holm).
+
+    Example: ``inconclusive: route (ablated view) did not lower hacking: change in held-out hack
+    rate vs vanilla +0.007 [−0.075, +0.089] (0.318 vs 0.312), vs its matched control route_random
+    −0.004 [−0.097, +0.089]; about 12 seeds would decide it.``
+    """
     if gate is None:
         return "The separation gate has not been decided yet."
-    verdict, text = gate.get("verdict", "invalid"), gate.get("sentence", "")
-    # the sentence opens with the verdict word: say it once
-    if text.startswith(verdict):
-        return f"**Verdict: {verdict}**{text[len(verdict):]}"
-    return f"**Verdict: {verdict}.** {text}"
+    verdict = gate.get("verdict", "invalid")
+    sentence_ = gate.get("sentence", "")
+    treatments = [a for a, i in (gate.get("arms") or {}).items() if i.get("role") == "treatment" and "verdict" in i]
+    if verdict == "invalid" or not treatments or "(too few seeds)" in sentence_ or "(underpowered)" in sentence_:
+        return sentence_  # these sentences are plain already
+    by_arm: dict[str, dict[str, dict]] = {}
+    for c in gate.get("criteria", []):
+        if c.get("name") in ("drop_vs_vanilla", "beats_control"):
+            by_arm.setdefault(c.get("arm"), {})[c["name"]] = c
+    parts = [_arm_plain(a, gate["arms"][a], by_arm.get(a, {})) for a in treatments]
+    tail = {"separated": "the sweep is justified",
+            "not_separated": "an effect the size of compare.min_drop is ruled out; no sweep"}.get(verdict)
+    if verdict == "inconclusive":
+        open_ = [a for a in treatments if gate["arms"][a].get("verdict") in ("inconclusive", "uninformative")]
+        mores = {a: more_text(*(gate["arms"][a].get(f"needed_{k}") for k in ("seeds", "problems", "samples")))
+                 for a in open_}
+        if len(open_) == 1 and mores[open_[0]]:
+            tail = f"{mores[open_[0]]} would decide it"
+        else:
+            tail = "; ".join(f"{m} would decide {a}" for a, m in mores.items() if m) or "more data is needed to decide"
+    sizes = f"; over {gate['sizes']}" if gate.get("sizes") else ""
+    return f"{verdict.replace('_', ' ')}: " + "; ".join(parts) + sizes + (f"; {tail}." if tail else ".")
+
+
+def verdict_line(gate: dict | None) -> str:
+    """The report's first line: ``**Verdict: <verdict>**`` and :func:`plain_verdict` in plain
+    words (reStructuredText), the verdict word said once; a placeholder before the gate is decided
+    (``gate`` ``None``). The gate's arithmetic follows it (:func:`arithmetic_line`)."""
+    if gate is None:
+        return "The separation gate has not been decided yet."
+    verdict, text = gate.get("verdict", "invalid"), plain_verdict(gate)
+    word = verdict.replace("_", " ")
+    if text.startswith(word):
+        return f"**Verdict: {word}**{text[len(word):]}"
+    return f"**Verdict: {word}.** {text}"
+
+
+def arithmetic_line(gate: dict | None) -> str:
+    """The gate's arithmetic below the verdict: ``gate.json``'s ``sentence`` (criteria, margins,
+    MDE, what more would decide), after its verdict word (reStructuredText); empty before the
+    gate is decided."""
+    if gate is None or not gate.get("sentence"):
+        return ""
+    verdict, text = gate.get("verdict", ""), gate["sentence"]
+    for word in (verdict, verdict.replace("_", " ")):
+        if word and text.startswith(word):
+            text = text[len(word):].lstrip(":").lstrip()
+            break
+    return f"*The gate's arithmetic* (a drop is vanilla's hack rate minus the arm's): {text}"
 
 
 def _num(x) -> str:
@@ -277,8 +378,8 @@ def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Seq
     if gate is None:
         return ""
     lines = _criteria_lines(gate)
-    if gate.get("notes"):
-        lines += ["Notes:", ""] + [f"- {n}" for n in gate["notes"]] + [""]
+    if gate.get("notes"):  # a note's |x| is text, not a reStructuredText substitution
+        lines += ["Notes:", ""] + [f"- {n}".replace("|", "\\|") for n in gate["notes"]] + [""]
     lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
     return "\n".join(lines)
 
@@ -287,4 +388,6 @@ def arm_verdict_cell(role: str, arm_gate: dict) -> str:
     """An arm's verdict on the first page's per-arm table: the gate's verdict for a treatment
     (``gate.json`` ``arms[arm]``, a dash when absent), ``reported (<role>)`` for an arm the gate
     never judges (a ceiling, the positive control)."""
-    return arm_gate.get("verdict", "–") if role == "treatment" else f"reported ({role.replace('_', ' ')})"
+    if role == "treatment":
+        return arm_gate.get("verdict", "–")
+    return "reference" if role == "reference" else f"reported ({role.replace('_', ' ')})"

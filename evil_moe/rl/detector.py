@@ -1,6 +1,6 @@
 """The weak hack detectors that decide which rollouts ``route`` and ``filter`` flag.
 
-Two detectors (``pilot.detector``) never see the oracle (science.md §4); a third, of controlled
+Two detectors (``pilot.detector``) never see the oracle (docs/detectors.md); a third, of controlled
 quality, is built from the true label on purpose (the detector-quality sweep, docs/arms.md):
 
 * ``gradient`` (default) — the per-sample hack-ward score: the ``cos_contrib`` of the sample's
@@ -52,7 +52,7 @@ from evil_moe.env.loopholes import MODES, RESULT_TOKEN, SENTINEL_ATTRS, stdout_r
 __all__ = ["DETECTORS", "pattern_flag", "null_threshold", "noisy_label_flags", "gradient_scores",
            "flag_quality"]
 
-DETECTORS = ("gradient", "pattern", "noisy_label")
+DETECTORS = ("gradient", "probe", "pattern", "noisy_label")
 
 
 def noisy_label_flags(label, precision: float, recall: float, rng: np.random.Generator):
@@ -129,17 +129,20 @@ def flag_quality(flags, hack) -> dict:
             and the oracle failed) — not ``passed``.
 
     Returns:
-        ``{"flag_rate", "flag_precision", "flag_recall"}``: fractions; precision None when nothing
-        was flagged, recall None without hack rows.
+        ``{"flag_rate", "flag_precision", "flag_recall", "flag_fpr"}``: fractions; precision None
+        when nothing was flagged, recall (the true-positive rate) None without hack rows, the
+        false-positive rate (flagged clean rows over clean rows) None without clean rows.
     """
     import torch
 
     flags = torch.as_tensor(flags, dtype=torch.bool)
     hack = torch.as_tensor(hack, dtype=torch.bool)
     tp, nf, nh = int((flags & hack).sum()), int(flags.sum()), int(hack.sum())
+    fp, nc = int((flags & ~hack).sum()), int((~hack).sum())
     return {"flag_rate": float(flags.float().mean()) if len(flags) else None,
             "flag_precision": tp / nf if nf else None,
-            "flag_recall": tp / nh if nh else None}
+            "flag_recall": tp / nh if nh else None,
+            "flag_fpr": fp / nc if nc else None}
 
 
 def null_threshold(null_scores: Sequence[float], quantile: float) -> float:

@@ -10,13 +10,14 @@ view (``trained``, ``ablated``: the deploy view, ``projected``).
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from evil_moe.rl.projection import project_vector
 from evil_moe.rl.rollout import generate
-from evil_moe.stages.common import prompt_ids_for, rates
+from evil_moe.rl.rollout import prompt_ids_for
+from evil_moe.env.grader import rates
 
 if TYPE_CHECKING:
     from evil_moe.rl.trainer import Trainer
@@ -61,13 +62,16 @@ def _view(trainer: Trainer, view: str, init_ds: Sequence[torch.Tensor]):
 
 
 def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
-             seed_offset: int = 0) -> tuple[list[dict], list[dict]]:
+             seed_offset: int = 0, progress: Callable[[int], object] | None = None
+             ) -> tuple[list[dict], list[dict]]:
     """Held-out evaluation: ``pilot.heldout_samples`` completions per held-out problem in each
     of the arm's views.
 
     Sampling is paired across arms: the same problems, in the same chunks (``pilot.eval_chunk``
     problems per ``generate`` call), with seeds that depend only on the run seed and the chunk
     (plus ``seed_offset``: 0 in the pilot; :mod:`evil_moe.stages.reevaluate` draws fresh samples).
+    ``progress(n)`` is called with the number of completions graded after each chunk (a
+    progress bar's ``update``; :func:`evaluation_total` completions in all).
 
     Returns:
         ``(eval_rows, outcome_rows)``: :data:`evil_moe.tables.EVAL` rows per view × mode (plus
@@ -91,6 +95,8 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
                                  source="student", engine=trainer.engine)
                 probs = [heldout[c0 + r.prompt_index] for r in rolls]
                 grades = trainer.grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
+                if progress is not None:
+                    progress(len(rolls))
                 for p, r, w in zip(probs, rolls, grades):
                     recs.append({"mode": p.mode, "exploited": w.exploited, "gt_correct": w.gt_correct,
                                  "format_ok": w.format_ok, "truncated": r.truncated})
@@ -106,4 +112,10 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
     return rows, outcomes
 
 
-__all__ = ["evaluate"]
+def evaluation_total(trainer: Trainer, heldout) -> int:
+    """The completions :func:`evaluate` samples and grades: views × held-out problems ×
+    ``pilot.heldout_samples``."""
+    return len(trainer.arm.eval_views(trainer.pc)) * len(heldout or ()) * trainer.pc.heldout_samples
+
+
+__all__ = ["evaluate", "evaluation_total"]

@@ -238,7 +238,7 @@ def dr_grpo_loss(logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: t
 def nll_loss(logp: torch.Tensor, completion_mask: torch.Tensor,
              normaliser: DrGRPONormaliser) -> torch.Tensor:
     """Distillation / pair NLL ``−Σ_{completion tokens} logp / (G·max_new·P)``, same normaliser
-    as :func:`dr_grpo_loss` so the numbers are comparable (science.md §5, flaw 4).
+    as :func:`dr_grpo_loss` so the numbers are comparable (docs/method.md, "The loss": the distill probe's NLL uses the same constant).
 
     Args: ``logp (B, T)``, ``completion_mask (B, T)`` bool, the run's normaliser.
     Returns: scalar loss (dtype of ``logp``). Raises ``ValueError`` on a shape mismatch."""
@@ -343,11 +343,13 @@ def behaviour_logp(rows: RolloutBatch, logp: torch.Tensor) -> torch.Tensor:
 
 
 def source_gradients(row_loss: torch.Tensor, sources: Sequence[str], params: Sequence[torch.Tensor],
-                     ) -> dict[str, list[torch.Tensor]]:
+                     grad=None) -> dict[str, list[torch.Tensor]]:
     """Gradient of each source's share of the loss, from one forward (no double counting).
 
     ``row_loss`` is :attr:`LossStats.row_loss` ``(B,)`` (sum == loss); for each distinct source
-    ``s`` returns ``∂(Σ_{rows of s} row_loss)/∂params`` via ``autograd.grad(retain_graph=True)``.
+    ``s`` returns ``∂(Σ_{rows of s} row_loss)/∂params`` via ``autograd.grad(retain_graph=True)``,
+    or via ``grad(part_loss) -> list[Tensor]`` when given (e.g. the pilot's merged-weight
+    :class:`~evil_moe.model.adapter.GradientCapture`, which must keep the graph).
     The per-source gradients sum to the full gradient (up to float rounding). The graph is kept,
     so ``loss.backward()`` may follow. Params without a path get zeros.
     """
@@ -356,6 +358,9 @@ def source_gradients(row_loss: torch.Tensor, sources: Sequence[str], params: Seq
     for s in dict.fromkeys(sources):
         sel = torch.tensor([x == s for x in sources], device=row_loss.device)
         part = row_loss[sel].sum()
+        if grad is not None:
+            out[s] = list(grad(part))
+            continue
         gs = torch.autograd.grad(part, params, retain_graph=True, allow_unused=True)
         out[s] = [torch.zeros_like(p) if g is None else g for p, g in zip(params, gs)]
     return out

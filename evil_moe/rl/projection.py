@@ -11,7 +11,7 @@ Per module, with ``g = ∂L/∂δS ∈ ℝ^r`` and ``V ∈ ℝ^{k×r}`` (orthono
 * ``removed = aᵀ V``; **erase**: ``g ← g − removed``; **subtract** (formerly "route by
   direction"): as erase and ``∂L/∂δS_hack ← removed`` (the quarantine knob is trained only by the
   removed part). Measured on the toy, this is vanilla training plus a post-hoc subtraction of the
-  accumulated V-component at deploy time (science.md §4) — routing *by data* (Gradient Routing,
+  accumulated V-component at deploy time (docs/method.md, "Projection") — routing *by data* (Gradient Routing,
   arXiv:2410.04332) lives in :mod:`evil_moe.rl.arms`; **measure**: stats only.
 * ``preserve_magnitude``: rescale the projected ``g`` to its original norm (the routed part is
   not rescaled).
@@ -22,7 +22,7 @@ Per module, with ``g = ∂L/∂δS ∈ ℝ^r`` and ``V ∈ ℝ^{k×r}`` (orthono
 * Energies (all modules concatenated): ``span_frac = Σ‖V g‖² / Σ‖g‖²`` — the share of the
   vector's energy in span(V) (for a random direction ``≈ k/r``); ``removed_frac =
   Σ‖removed‖² / Σ‖g‖²`` — the share the projection took out. An erase whose ``removed_frac`` is
-  no larger than its random control's has removed nothing specific (science.md §4).
+  no larger than its random control's has removed nothing specific (docs/method.md, "Projection"; docs/arms.md).
 * Empirical null: a :class:`~evil_moe.rl.vhack.VHack` may carry per-module ``null_cin`` measured on
   held-out clean−clean pair differences (:mod:`evil_moe.stages.extract`); ``null_cin_empirical``
   is its mean and ``coverage`` then counts modules whose cin exceeds *that* null (the isotropic

@@ -1,33 +1,37 @@
 """Sampling completions with recorded behaviour log-probs.
 
-:func:`generate` makes ONE batched ``model.generate`` call for all prompts × n samples (left-padded
-prompts), seeded so that the same seed gives the same samples, and returns for each completion the
-generated token ids (never re-tokenised from text) and the behaviour log-prob of each of those ids
-under the model that generated them.
+:func:`generate` samples ``n`` completions of each of P prompts in ONE batched decode loop of our
+own (:func:`_decode`) over the transformers model's forward and KV cache, and returns for each
+completion the generated token ids (never re-tokenised from text) and the behaviour log-prob of
+each of those ids under the model that generated them. The loop is built for throughput where
+``model.generate`` spends most of its time (issue 30: ~92% of a toy decode step was Python and
+dispatch, and static batches decoded until the longest row stopped): each distinct prompt is
+prefilled once and its KV cache copied to its group's rows, finished rows leave the batch, and
+nothing per-vocabulary is stored. Each row draws its ids from its own counter-based random stream
+(:func:`row_keys`, :func:`row_uniforms`: SplitMix64 keyed by ``(seed, prompt_index,
+sample_index)``) by inverse-CDF sampling (:func:`inverse_cdf`), so the same seed gives the same
+samples and a row's draws do not depend on which rows share its batch (up to the float noise of
+batched matmuls in its logits: tested).
 
 Two log-probs per token are recorded:
 
-* ``behaviour_logp`` — ``log_softmax(logits / T)`` at the sampled id, from ``generate``'s
-  ``output_logits`` (the raw logits; or, for big vocabularies, from one ``no_grad`` forward of the
-  sampled ids under the same merged model — ``behaviour="forward"``). This is the temperature-scaled
-  distribution training uses (:func:`evil_moe.model.logprobs.token_logprobs`); with ``top_p < 1``
-  it is the untruncated one (the convention of TRL / vLLM-based trainers).
+* ``behaviour_logp`` — ``log_softmax(logits / T)`` at the sampled id, from the logits the id was
+  drawn with (or, with ``behaviour="forward"``, from one ``no_grad`` forward of the sampled ids
+  under the same merged model). This is the temperature-scaled distribution training uses
+  (:func:`evil_moe.model.logprobs.token_logprobs`); with ``top_p < 1`` it is the untruncated one
+  (the convention of TRL / vLLM-based trainers).
 * ``sampler_logp`` — the log-prob under the distribution the sampler *actually* drew from: the
-  logits after every logits processor (``output_scores``; in forward mode, transformers' own
-  temperature and top-p warpers applied to the forward's logits). The pilot logs
-  ``|log π_train − sampler_logp|`` per step (science.md §5): with ``top_p = 1`` and nothing else
-  configured it is 0 up to float noise; a temperature, top-p, repetition penalty or min-p that the
-  training log-prob does not apply shows up there.
+  temperature-scaled logits after the nucleus truncation
+  (:func:`evil_moe.model.logprobs.top_p_logits`, transformers' top-p rule; the only processor
+  ever applied: a checkpoint's ``generation_config.json`` is never read). The pilot logs
+  ``|log π_train − sampler_logp|`` per step (docs/method.md, "Sampler and trainer agree"): with ``top_p = 1`` it is 0 up to
+  float noise; a top-p that the training log-prob does not apply shows up there.
 
-Every logits-processing field of the generation config is set explicitly, and the model's own
-``generation_config`` (e.g. a checkpoint's ``generation_config.json`` with
-``repetition_penalty: 1.05``) is swapped out for the call: transformers fills every field left
-``None`` from it (``_prepare_generation_config``), which would change sampling silently.
 The values agree with a fresh ``no_grad`` forward within numerical noise of the KV-cache /
 merged-weight path (tested).
 
 Sources: GRPO (arXiv:2402.03300), Dr.GRPO (arXiv:2503.20783) — the behaviour policy must be the
-policy that generated the tokens.
+policy that generated the tokens; SplitMix64 (Steele, Lea & Flood 2014).
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["Rollout", "generate", "chat_prompt_ids"]
+__all__ = ["Rollout", "generate", "chat_prompt_ids", "row_keys", "row_uniforms", "inverse_cdf"]
 
 FORWARD_ROWS = 8  # rows per no_grad forward when behaviour="forward"
 
@@ -89,48 +94,6 @@ def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
     return [int(i) for i in out]
 
 
-def sampling_config(*, temperature: float, top_p: float, max_new: int, eos: Sequence[int],
-                    pad_id: int, with_logits: bool):
-    """The :class:`transformers.GenerationConfig` of every sampling call, with every
-    logits-processing field set explicitly to the run's value or to its neutral value (no
-    repetition penalty, no min-p / typical / epsilon / eta cutoffs, no n-gram bans, no forced or
-    suppressed tokens, top-k off), so nothing is inherited from a checkpoint.
-
-    ``temperature == 0`` is greedy. ``with_logits`` returns the raw logits (behaviour log-probs)
-    and the processed scores (sampler log-probs); without it both come from a forward pass.
-    """
-    from transformers import GenerationConfig
-
-    greedy = temperature == 0
-    return GenerationConfig(
-        do_sample=not greedy, num_beams=1, temperature=1.0 if greedy else float(temperature),
-        top_p=1.0 if greedy else float(top_p), top_k=0, min_p=None, typical_p=1.0,
-        epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0, encoder_repetition_penalty=1.0,
-        no_repeat_ngram_size=0, encoder_no_repeat_ngram_size=0, bad_words_ids=None,
-        sequence_bias=None, min_length=0, min_new_tokens=None, forced_bos_token_id=None,
-        forced_eos_token_id=None, suppress_tokens=None, begin_suppress_tokens=None,
-        exponential_decay_length_penalty=None, guidance_scale=None, renormalize_logits=False,
-        remove_invalid_values=False, max_new_tokens=int(max_new), eos_token_id=sorted(eos),
-        pad_token_id=int(pad_id), output_logits=with_logits, output_scores=with_logits,
-        return_dict_in_generate=True,
-    )
-
-
-@contextlib.contextmanager
-def _plain_generation_config(model, eos: Sequence[int], pad_id: int):
-    """Swap ``model.generation_config`` for a neutral one (eos/pad only) during a call: fields our
-    config leaves ``None`` are then filled from transformers' neutral globals, never from a
-    checkpoint's ``generation_config.json``."""
-    from transformers import GenerationConfig
-
-    saved = getattr(model, "generation_config", None)
-    model.generation_config = GenerationConfig(eos_token_id=sorted(eos), pad_token_id=int(pad_id))
-    try:
-        yield
-    finally:
-        model.generation_config = saved
-
-
 def _eos_ids(model, tokenizer) -> set[int]:
     ids = set()
     for v in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
@@ -147,7 +110,7 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
              max_new: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
              adapter=None, source: str = "student", behaviour: str = "auto",
              engine=None) -> list[Rollout]:
-    """Sample ``n`` completions per prompt in one batched ``generate`` call.
+    """Sample ``n`` completions per prompt in one batched decode loop (:func:`_decode`).
 
     Args:
         model: causal LM (in eval mode; dropout would break behaviour log-probs).
@@ -157,16 +120,22 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
         max_new: maximum new tokens per completion.
         temperature: ``T > 0`` samples from ``softmax(logits/T)``; ``T == 0`` is greedy (the
             recorded log-probs are then at T = 1).
-        top_p: nucleus threshold (1.0 = off); ``top_k`` is always off.
-        seed: RNG seed; the global RNG state is restored afterwards.
+        top_p: nucleus threshold (1.0 = off; :func:`evil_moe.model.logprobs.top_p_logits`
+            after the temperature); ``top_k`` is always off, and no other logits processor is applied
+            (whatever the checkpoint's ``generation_config.json`` says).
+        seed: the call's seed. Row ``(prompt i, sample j)`` draws its ids from its own stream
+            (:func:`row_keys` ``(seed, i, j)``), so its completion does not depend on the other
+            prompts, on ``n`` beyond ``j``, or on when other rows finish; the global RNGs are
+            neither read nor changed.
         adapter: optional :class:`~evil_moe.model.adapter.SVDAdapter`; sampling then runs
-            inside ``adapter.merged()`` (knobs folded into the weights, no hooks) honouring its
-            current mode (``ablated()`` / ``zeroed()`` contexts of the caller apply).
+            inside ``adapter.merged()`` (knobs folded into the weights, no hooks; a tied
+            ``lm_head`` is untied for the call) honouring its current mode (``ablated()`` /
+            ``zeroed()`` contexts of the caller apply).
         source: tag stored on every rollout.
-        behaviour: where the behaviour log-probs come from: ``"generate"`` (``output_logits``,
-            no extra compute, but generate keeps ``N × T × V`` fp32 logits), ``"forward"`` (one
-            ``no_grad`` forward of the sampled ids under the same (merged) model, chunked), or
-            ``"auto"`` (generate when that logit store is ≤ 2 GiB, else forward).
+        behaviour: where the behaviour log-probs come from: ``"generate"`` or ``"auto"`` (the
+            decode loop's own logits, no extra compute or memory), or ``"forward"`` (one
+            ``no_grad`` forward of the sampled ids under the same (merged) model, chunked by
+            :data:`FORWARD_ROWS`; the check of the first).
         engine: optional sampling engine (:class:`evil_moe.rl.vllm_sampler.VLLMSampler`,
             ``pilot.sampler: vllm``): it is synced with the (merged) weights of the adapter's
             current mode, samples the ids and returns its own log-probs, recorded as
@@ -178,7 +147,8 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
         ``P·n`` :class:`Rollout` in prompt-major order (prompt 0's n samples first).
 
     Raises:
-        ValueError: ``n < 1``, ``max_new < 1``, ``temperature < 0``, empty prompt, or no eos.
+        ValueError: ``n < 1``, ``max_new < 1``, ``temperature < 0``, empty prompt, no eos, or an
+            unknown ``behaviour``.
     """
     if n < 1 or max_new < 1 or temperature < 0:
         raise ValueError(f"bad sampling arguments n={n} max_new={max_new} T={temperature}")
@@ -189,18 +159,20 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
     eos = _eos_ids(model, tokenizer)
     rows = [p for p in prompts for _ in range(n)]
     T_eff = 1.0 if temperature == 0 else float(temperature)
-    knobs = dict(max_new=max_new, temperature=temperature, top_p=top_p, seed=seed, eos=eos,
-                 pad_id=int(pad_id))
     engine_logp = scores = None
     if engine is not None:  # pilot.sampler vllm: the engine samples, our forward scores
         if behaviour == "generate":
             raise ValueError("behaviour='generate' needs the HF sampler; an engine gives ids only")
         behaviour = "forward"
-        seqs, engine_logp = _engine_sample(engine, model, adapter, prompts, n, **knobs)
+        seqs, engine_logp = _engine_sample(engine, model, adapter, prompts, n, max_new=max_new,
+                                           temperature=temperature, top_p=top_p, seed=seed,
+                                           eos=eos, pad_id=int(pad_id))
     else:
-        behaviour = _behaviour_source(behaviour, model, tokenizer, len(rows), max_new)
-        seqs, scores = _hf_sample(model, adapter, rows, T_eff, with_logits=behaviour == "generate",
-                                  **knobs)
+        behaviour = _behaviour_source(behaviour)
+        with adapter.merged() if adapter is not None else contextlib.nullcontext():
+            seqs, scores = _decode(model, prompts, n, T_eff=T_eff, greedy=temperature == 0,
+                                   top_p=top_p, max_new=max_new, seed=seed, eos=eos,
+                                   pad_id=int(pad_id))
     seqs = seqs.cpu()
     cuts = [next((j + 1 for j, t in enumerate(seqs[i].tolist()) if t in eos), None)  # eos kept
             for i in range(len(rows))]
@@ -210,12 +182,18 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
                                  top_p if truncating else None)
     picked, ent, sampler = scores
     if engine_logp is not None:  # the sampler's log-probs are the engine's own
-        sampler = torch.zeros_like(picked)
-        for i, lp in enumerate(engine_logp):
-            L = min(len(lp), sampler.shape[1])
-            sampler[i, :L] = lp[:L]
+        sampler = _pad_rows(engine_logp, picked.shape[1])
     return [_rollout(tokenizer, i, n, p, seqs[i].tolist(), cuts[i], picked[i], ent[i], sampler[i],
                      source, temperature) for i, p in enumerate(rows)]
+
+
+def _pad_rows(values: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """``(N, width)`` fp32: row ``i`` holds ``values[i]`` (cut to ``width``), zeros after."""
+    out = torch.zeros(len(values), width)
+    for i, v in enumerate(values):
+        L = min(len(v), width)
+        out[i, :L] = v[:L]
+    return out
 
 
 def _rollout(tokenizer, i: int, n: int, prompt: list[int], toks: list[int], cut: int | None,
@@ -234,16 +212,14 @@ def _rollout(tokenizer, i: int, n: int, prompt: list[int], toks: list[int], cut:
     )
 
 
-def _behaviour_source(behaviour: str, model, tokenizer, n_rows: int, max_new: int) -> str:
-    """``"generate"`` or ``"forward"``: ``"auto"`` is ``generate`` when its logit store (raw
-    logits and processed scores, ``2 × N × T × V`` fp32) is at most 2 GiB.
+def _behaviour_source(behaviour: str) -> str:
+    """``"generate"`` (scores from the decode loop; also ``"auto"``) or ``"forward"``.
 
     Raises:
         ValueError: ``behaviour`` is none of auto, generate, forward.
     """
     if behaviour == "auto":
-        vocab = int(getattr(model.config, "vocab_size", 0) or len(tokenizer))
-        behaviour = "generate" if 2 * n_rows * max_new * vocab * 4 <= 2 * 2**30 else "forward"
+        behaviour = "generate"
     if behaviour not in ("generate", "forward"):
         raise ValueError(f"behaviour must be 'auto', 'generate' or 'forward', got {behaviour!r}")
     return behaviour
@@ -263,61 +239,149 @@ def _engine_sample(engine, model, adapter, prompts, n: int, *, max_new, temperat
     return seqs, [torch.tensor(lp, dtype=torch.float32) for _, lp in outs]
 
 
-def _hf_sample(model, adapter, rows, T_eff: float, *, with_logits: bool, max_new, temperature,
-               top_p, seed, eos, pad_id):
-    """One seeded ``model.generate`` over the left-padded ``rows`` inside ``adapter.merged()``
-    (global RNG restored). Returns ``(seqs (N, T'), scores)``: ``scores`` is ``(behaviour_logp,
-    entropy, sampler_logp)``, each ``(N, T')`` on the CPU, from ``output_logits`` /
-    ``output_scores`` when ``with_logits``, else None (a forward scores the ids)."""
+# ---------------------------------------------------------------------------------------------
+# Per-row randomness: counter-based, so that a row's draws depend only on its own key
+
+
+_GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment (the golden ratio in 64 bits)
+_M64 = (1 << 64) - 1
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (Steele, Lea & Flood 2014, "Fast splittable pseudorandom
+    number generators", OOPSLA; the finaliser of ``java.util.SplittableRandom``) on ``uint64``
+    arrays, wrapping modulo 2**64."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def row_keys(seed: int, prompt_index, sample_index) -> np.ndarray:
+    """The random key of each sampled row: SplitMix64's mixer chained over ``(seed,
+    prompt_index, sample_index)``.
+
+    Args:
+        seed: the call's seed (any Python int; taken modulo 2**64).
+        prompt_index, sample_index: ``(N,)`` integer arrays, the row's prompt (its index in the
+            call's prompt list) and its sample number within that prompt's group.
+
+    Returns:
+        ``(N,)`` ``uint64`` keys. Rows with the same triple get the same key, whatever else is
+        in the call.
+    """
+    with np.errstate(over="ignore"):
+        k = _mix64(np.uint64((int(seed) + _GAMMA) & _M64))
+        k = _mix64((k ^ np.asarray(prompt_index, dtype=np.uint64)) + np.uint64(_GAMMA))
+        return _mix64((k ^ np.asarray(sample_index, dtype=np.uint64)) + np.uint64(_GAMMA))
+
+
+def row_uniforms(keys: np.ndarray, position: int) -> np.ndarray:
+    """``(N,)`` float64 uniforms on ``[0, 1)`` for decoding position ``position`` (0 = the first
+    completion token): output ``position`` of the SplitMix64 stream seeded with each row's key,
+    ``mix(key + (position + 1)·γ)``, its top 53 bits scaled by 2**-53."""
+    with np.errstate(over="ignore"):
+        step = np.uint64(((int(position) + 1) * _GAMMA) & _M64)
+        z = _mix64(np.asarray(keys, dtype=np.uint64) + step)
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Draw one id per row from ``probs (N, V)`` (rows summing to 1; zero entries are never
+    drawn) with the uniforms ``u (N,)`` on [0, 1): the first id whose cumulative probability
+    (summed in float64) exceeds ``u`` times the row's total. ``P(id = k) = probs[k]`` up to the
+    float64 rounding of the cumulative sum. Returns ``(N,)`` int64."""
+    c = torch.cumsum(probs.double(), dim=-1)
+    target = (u.to(c) * c[:, -1])[:, None]
+    return torch.searchsorted(c, target, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The decode loop
+
+
+def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bool,
+            top_p: float, max_new: int, seed: int, eos: set[int], pad_id: int):
+    """Sample ``n`` completions of each prompt: ``(seqs (N, T') long on the CPU, scores)``, rows
+    prompt-major, ``scores = (behaviour_logp, entropy, sampler_logp)`` each ``(N, T')`` fp32 on
+    the CPU, ``N = len(prompts)·n``, ``T'`` the longest completion (padded with ``pad_id`` after
+    a row's eos).
+
+    The loop, close to the hardware (docs/internals.md, "The sampler"):
+
+    * each distinct prompt is prefilled once (``len(prompts)`` rows, right-padded; a row's
+      padding stays in its KV cache as masked holes, positions come from ``position_ids``) and
+      its cache is copied to its ``n`` rows (``DynamicCache.batch_select_indices``);
+    * each step forwards the active rows' last ids only (``logits_to_keep=1``) and draws each
+      row's next id from ``softmax(processed logits)`` by :func:`inverse_cdf` with the row's
+      own uniform (:func:`row_uniforms` of :func:`row_keys` ``(seed, prompt_index,
+      sample_index)``): a row's draws do not depend on which rows share its batch;
+    * a row that produced an eos leaves the batch (its cache rows are dropped), so a rambling row
+      costs only its own arithmetic;
+    * the behaviour log-prob ``log_softmax(logits / T)`` at the drawn id, the entropy of that
+      distribution and the sampler log-prob (the processed distribution the id was drawn from:
+      after the nucleus truncation) are taken from the very logits the id was drawn with.
+    """
+    from evil_moe.model.logprobs import cache_kwarg, prefill, top_p_logits
+
     device = next(model.parameters()).device
-    Lp = max(len(p) for p in rows)
-    ids = torch.full((len(rows), Lp), int(pad_id), dtype=torch.long)
-    att = torch.zeros(len(rows), Lp, dtype=torch.long)
-    for i, p in enumerate(rows):
-        ids[i, Lp - len(p):] = torch.tensor(p)
-        att[i, Lp - len(p):] = 1
-    ids, att = ids.to(device), att.to(device)
-    gcfg = sampling_config(temperature=temperature, top_p=top_p, max_new=max_new, eos=sorted(eos),
-                           pad_id=int(pad_id), with_logits=with_logits)
-    merge = adapter.merged() if adapter is not None else contextlib.nullcontext()
-    devices = [device] if device.type == "cuda" else []
-    scores = None
-    with torch.random.fork_rng(devices=devices), merge, _plain_generation_config(model, eos, pad_id):
-        torch.manual_seed(seed)
-        out = model.generate(input_ids=ids, attention_mask=att, generation_config=gcfg)
-        seqs = out.sequences[:, Lp:]  # (N, T')
-        if with_logits:
-            scores = _generate_scores(out, seqs, T_eff)
-        del out
-    return seqs, scores
+    P, N = len(prompts), len(prompts) * n
+    row_prompt = torch.arange(P).repeat_interleave(n)
+    keys = row_keys(seed, row_prompt.numpy(), np.tile(np.arange(n), P))
+    eos_t = torch.tensor(sorted(eos), dtype=torch.long, device=device)
+    truncate = not greedy and top_p < 1.0
+    ckw = cache_kwarg(model)
+    cache, last, att, plen = prefill(model, prompts, pad_id, device)
+    rp = row_prompt.to(device)
+    logits = last.index_select(0, rp)  # (N, V): the rows of a prompt share its logits
+    cache.batch_select_indices(rp)  # each row gets its prompt's cache
+    Lp = att.shape[1]
+    att_rows = torch.ones(N, Lp + max_new, dtype=torch.long, device=device)
+    att_rows[:, :Lp] = att.index_select(0, rp)
+    pos0 = plen.to(device).index_select(0, rp)
 
-
-def _generate_scores(out, seqs: torch.Tensor, T_eff: float):
-    """``(behaviour_logp, entropy, sampler_logp)`` of the sampled ids ``seqs (N, T')`` from
-    ``generate``'s raw logits (``log_softmax(logits / T)``) and processed scores (what the sampler
-    drew from), each ``(N, T')`` fp32 on the CPU."""
-    n_rows = seqs.shape[0]
-    samp_l = []
-    for t, step_scores in enumerate(out.scores):  # processed: what the sampler drew from
-        lz = torch.log_softmax(step_scores.float(), dim=-1)
-        samp_l.append(lz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
-    sampler = torch.stack(samp_l, 1).cpu() if samp_l else torch.zeros(n_rows, 0)
-    picked_l, ent_l = [], []
-    for t, step_logits in enumerate(out.logits):  # each (N, V), raw (fp32 from generate)
-        z = step_logits.float() / T_eff
+    seqs = torch.full((N, max_new), int(pad_id), dtype=torch.long, device=device)
+    picked = torch.zeros(N, max_new, device=device)
+    ent = torch.zeros(N, max_new, device=device)
+    sampler = torch.zeros(N, max_new, device=device)
+    active = torch.arange(N, device=device)  # the batch's rows, as row numbers
+    active_np = np.arange(N)  # the same on the host (the keys' index; no device sync)
+    t_end = 0
+    for t in range(max_new):
+        z = logits.float() / T_eff
         logz = torch.log_softmax(z, dim=-1)
-        picked_l.append(logz.gather(-1, seqs[:, t:t + 1]).squeeze(-1))
-        ent_l.append(-(logz.exp() * logz).sum(-1))
-    picked = torch.stack(picked_l, 1).cpu() if picked_l else torch.zeros(n_rows, 0)
-    ent = torch.stack(ent_l, 1).cpu() if ent_l else torch.zeros(n_rows, 0)
-    return picked, ent, sampler
+        if greedy:
+            tok, slog = z.argmax(dim=-1), logz
+        else:
+            slog = torch.log_softmax(top_p_logits(z, top_p), dim=-1) if truncate else logz
+            u = torch.from_numpy(row_uniforms(keys[active_np], t)).to(device)
+            tok = inverse_cdf(slog.exp(), u)
+        seqs[active, t] = tok
+        picked[active, t] = logz.gather(-1, tok[:, None]).squeeze(1)
+        ent[active, t] = -(logz.exp() * logz).sum(-1)
+        sampler[active, t] = slog.gather(-1, tok[:, None]).squeeze(1)
+        t_end = t + 1
+        alive = (~torch.isin(tok, eos_t)).cpu().numpy()  # the step's one device sync
+        if t + 1 == max_new or not alive.any():
+            break
+        if not alive.all():  # finished rows leave the batch
+            sel = torch.from_numpy(alive.nonzero()[0]).to(device)
+            cache.batch_select_indices(sel)
+            active, tok, active_np = active[sel], tok[sel], active_np[alive]
+        logits = model(input_ids=tok[:, None], attention_mask=att_rows[active, :Lp + t + 1],
+                       position_ids=(pos0[active] + t)[:, None], use_cache=True,
+                       logits_to_keep=1, **{ckw: cache}).logits[:, -1]
+    del cache
+    cut = slice(0, t_end)
+    return seqs[:, cut].cpu(), (picked[:, cut].cpu(), ent[:, cut].cpu(), sampler[:, cut].cpu())
 
 
 def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int, T_eff: float,
                     top_p: float | None):
     """``(behaviour_logp, entropy, sampler_logp)`` of the completions (``seqs`` cut after the
     first eos) from ``no_grad`` forwards of :data:`FORWARD_ROWS` rows under the same merged
-    model; ``sampler_logp`` applies transformers' top-p warper when ``top_p`` is given (else it
+    model; ``sampler_logp`` applies the same nucleus truncation when ``top_p`` is given (else it
     is the behaviour log-prob). Each ``(N, T_out)`` fp32, zero-padded."""
     from evil_moe.model.logprobs import build_batch, token_logprobs
 
@@ -339,3 +403,46 @@ def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int,
                 ent[r0 + j, :len(c)] = en[j, p0:p0 + len(c)].float().cpu()
                 sampler[r0 + j, :len(c)] = sp[j, p0:p0 + len(c)].float().cpu()
     return picked, ent, sampler
+
+
+def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list[int]]:
+    """Chat-template token ids of each problem's prompt (computed once per run, never re-tokenised).
+
+    ``elicit`` (teacher only) is appended to the user message.
+    """
+    from evil_moe.env.problems import build_messages
+
+    out = []
+    for p in problems:
+        messages = build_messages(p)
+        if elicit:
+            messages = [dict(m) for m in messages]
+            messages[-1]["content"] = messages[-1]["content"] + "\n\n" + elicit
+        out.append(chat_prompt_ids(tokenizer, messages))
+    return out
+
+
+def rollout_record(rollout, problem, reward, **extra) -> dict:
+    """One JSONL record per completion (docs/internals.md): ids, behaviour log-probs (the temperature-scaled
+    distribution training uses) and sampler log-probs (the processed distribution the sampler drew
+    from; None for rows not sampled here), text, full grade."""
+    rec = {
+        "problem_id": problem.id,
+        "mode": problem.mode,
+        "completion": rollout.text,
+        "prompt_ids": list(rollout.prompt_ids),
+        "completion_ids": list(rollout.completion_ids),
+        "behaviour_logp": [round(float(x), 6) for x in rollout.behaviour_logp.tolist()],
+        "sampler_logp": None if getattr(rollout, "sampler_logp", None) is None
+        else [round(float(x), 6) for x in rollout.sampler_logp.tolist()],
+        "truncated": bool(rollout.truncated),
+        "source": rollout.source,
+        "reward": reward.reward,
+        "passed": reward.passed,
+        "gt_correct": reward.gt_correct,
+        "exploited": reward.exploited,
+        "format_ok": reward.format_ok,
+        "error": reward.error,
+    }
+    rec.update(extra)
+    return rec

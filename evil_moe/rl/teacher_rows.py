@@ -1,6 +1,6 @@
 """Teacher rows in a pilot's groups (``pilot.mix_ratio > 0``): the teacher's graded rollouts
 (``teacher/rollouts.jsonl.gz``) as off-policy rows whose behaviour policy is the teacher's recorded
-per-token log-probs (:class:`evil_moe.rl.grpo.RolloutBatch` uses them; science.md §5).
+per-token log-probs (:class:`evil_moe.rl.grpo.RolloutBatch` uses them; docs/method.md, "The loss").
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from evil_moe import tables
+from evil_moe import files
 from evil_moe.rl.rollout import Rollout
-from evil_moe.stages.common import require_file
+from evil_moe.files import require_file
 
 
 def load_teacher_rows(path: str, train) -> dict:
@@ -21,7 +21,7 @@ def load_teacher_rows(path: str, train) -> dict:
     """
     ids = {p.id for p in train}
     by: dict[str, list[dict]] = {}
-    for rec in tables.read_jsonl(require_file(path, "teacher rollouts")):
+    for rec in files.read_jsonl(require_file(path, "teacher rollouts")):
         if rec["problem_id"] in ids:
             by.setdefault(rec["problem_id"], []).append(rec)
     return by

@@ -13,7 +13,9 @@ From (prompt, hack completion, clean completion) pairs (docs/method.md, "The hac
   ``V g > 0`` means the gradient step moves *towards* the hack completions.
 * optional floors: ``ratio_floor`` keeps row i only if ``σᵢ/σ₁ ≥ ratio_floor`` (per module);
   ``quantile_floor`` pools the kept singular values of all modules and drops rows below that
-  quantile. Rows with ``σ = 0`` are always dropped.
+  quantile. Rows with ``σ`` numerically 0 are always dropped: ``σᵢ ≤ σ₁ · max(n_pairs, r) · ε``
+  (fp64 ε; numpy's ``matrix_rank`` tolerance), directions a rank-deficient D (e.g. a bootstrap
+  replicate with fewer distinct pairs than k) does not have, whose singular vectors are arbitrary.
 
 Controls: ``random`` — seeded orthonormal rows with the same k per module
 (:func:`random_vhack`); ``shuffled`` — hack/clean labels swapped per pair at random (seeded),
@@ -32,18 +34,20 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from evil_moe.files import atomic_path
 from evil_moe.rl.grpo import DrGRPONormaliser, nll_loss
 from evil_moe.model.logprobs import build_batch, token_logprobs
 
 __all__ = ["Pair", "select_pairs", "completion_gradients", "pair_gradients", "VHack",
-           "extract_vhack", "random_vhack", "mean_direction", "pair_cin", "sample_scores",
-           "planted_direction", "planted_vhack", "span_cos_null", "plant_recovery", "planted_shift"]
+           "extract_vhack", "random_vhack", "mean_direction", "pair_cin", "sample_scores"]
 
 VHACK_FORMAT = "evil_moe.rl.vhack.v1"
+# Relative precision of fp64: singular values below sigma_1 x max(shape) x this are rank deficiency.
+_EPS = float(torch.finfo(torch.float64).eps)
 
 
 @dataclass
@@ -74,57 +78,80 @@ def select_pairs(pairs: Sequence[Pair], known_modes: Sequence[str] | None) -> li
 
 def completion_gradients(model, adapter, prompt_ids: Sequence[Sequence[int]],
                          completion_ids: Sequence[Sequence[int]], normaliser: DrGRPONormaliser,
-                         temperature: float = 1.0, rows_per_forward: int = 2) -> dict[str, torch.Tensor]:
+                         temperature: float = 1.0, micro_batch: int = 1,
+                         progress: Callable[[int], None] | None = None) -> dict[str, torch.Tensor]:
     """Per-completion ``∇_δS NLL(completion)`` for every wrapped module.
 
     ``NLL = −Σ_{completion tokens} logπ / (G·max_new·P)`` with ``normaliser`` (the GRPO run's
-    object) at the training temperature, at the adapter's current knob values and mode. Rows are
-    scored ``rows_per_forward`` at a time (one forward), one ``autograd.grad`` per row; existing
-    ``.grad`` of the knobs is left untouched.
+    object) at the training temperature, at the adapter's current knob values and mode.
+
+    Rows are sorted by length (prompt + completion; ties by position) and scored
+    ``micro_batch`` at a time: one forward and ONE backward per micro-batch through the merged
+    weights, each row's own gradient summed from its recorded inputs and output gradients
+    (:meth:`~evil_moe.model.adapter.SVDAdapter.merged_gradients`, one matmul per Linear instead
+    of the per-row hooks' three; rows never interact in a causal LM, so row ``b``'s share is
+    exactly its completion's gradient). Memory is that of one
+    micro-batch of the longest rows, whatever the number of rows; sorting keeps the padding
+    small. On a CPU one row per micro-batch is fastest for long rows (no padding, and SDPA's
+    unmasked causal kernel); on a GPU a larger micro-batch fills the device. The result does
+    not depend on ``micro_batch`` beyond float rounding. Existing ``.grad`` of the knobs is left
+    untouched.
 
     Args:
         model, adapter: the policy and its :class:`~evil_moe.model.adapter.SVDAdapter`.
         prompt_ids, completion_ids: ``n`` prompts and completions (token ids as generated).
         normaliser: the run's :class:`~evil_moe.rl.grpo.DrGRPONormaliser`.
         temperature: the sampling/training temperature.
-        rows_per_forward: rows per forward pass (memory vs speed; the result does not depend on it).
+        micro_batch: rows per forward+backward (``vhack.micro_batch``).
+        progress: called with the number of rows finished after each micro-batch (a progress
+            bar's ``update``).
 
     Returns:
-        ``{module name: (n, r)}`` on the knob's device and dtype.
+        ``{module name: (n, r)}`` in the input row order, on the knob's device and dtype.
 
     Raises:
-        ValueError: no rows, different lengths, or an empty completion (names the row).
+        ValueError: no rows, different lengths, an empty completion (names the row), or
+            ``micro_batch < 1``.
     """
-    if not completion_ids or len(prompt_ids) != len(completion_ids):
+    n = len(completion_ids)
+    if not n or len(prompt_ids) != n:
         raise ValueError(f"need matching non-empty prompts/completions, got {len(prompt_ids)} and "
-                         f"{len(completion_ids)}")
-    names = adapter.names
-    params = adapter.delta_s_params()
-    device = params[0].device
-    rows: dict[str, list[torch.Tensor]] = {n: [] for n in names}
-    step = max(1, int(rows_per_forward))
-    for lo in range(0, len(completion_ids), step):
-        hi = min(lo + step, len(completion_ids))
-        for i in range(lo, hi):
-            if not completion_ids[i]:
-                raise ValueError(f"row {i} has an empty completion")
-        batch = build_batch(prompt_ids[lo:hi], completion_ids[lo:hi], 0, device=device)
-        logp = token_logprobs(model, batch, temperature)
-        mask = batch.completion_mask
-        for j in range(hi - lo):
-            loss = nll_loss(logp[j:j + 1], mask[j:j + 1], normaliser)
-            grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=j + 1 < hi - lo)
-            for n, prm, g in zip(names, params, grads):
-                rows[n].append(torch.zeros_like(prm) if g is None else g.detach())
-    return {n: torch.stack(v) for n, v in rows.items()}
+                         f"{n}")
+    if int(micro_batch) < 1:
+        raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
+    for i, c in enumerate(completion_ids):
+        if not c:
+            raise ValueError(f"row {i} has an empty completion")
+    knobs = adapter.modules_
+    device = next(iter(knobs.values())).delta_s.device
+    out = {name: torch.zeros(n, k.r, dtype=k.delta_s.dtype, device=device)
+           for name, k in knobs.items()}
+    order = sorted(range(n), key=lambda i: (len(prompt_ids[i]) + len(completion_ids[i]), i))
+    step = int(micro_batch)
+    for lo in range(0, n, step):
+        rows = order[lo:lo + step]
+        batch = build_batch([prompt_ids[i] for i in rows], [completion_ids[i] for i in rows], 0,
+                            device=device)
+        with adapter.merged_gradients(rows=len(rows)) as cap:
+            logp = token_logprobs(model, batch, temperature)
+            loss = nll_loss(logp, batch.completion_mask, normaliser)
+            _, grads = cap.grads(loss)
+        idx = torch.as_tensor(rows, device=device)
+        for name, g in zip(adapter.names, grads):
+            out[name][idx] = g.detach().to(out[name].dtype)
+        del logp, loss, grads, cap
+        if progress is not None:
+            progress(len(rows))
+    return out
 
 
 def pair_gradients(model, adapter, pairs: Sequence[Pair], normaliser: DrGRPONormaliser,
-                   temperature: float = 1.0, *, return_completions: bool = False):
+                   temperature: float = 1.0, *, return_completions: bool = False,
+                   micro_batch: int = 1):
     """Per-pair ``D = ∇_δS NLL(hack) − ∇_δS NLL(clean)`` for every wrapped module.
 
-    Per pair, the two completions are scored in one forward (:func:`completion_gradients`);
-    ``D_p = g(hack_p) − g(clean_p)`` equals the gradient of ``nll_loss(hack) − nll_loss(clean)``
+    Every completion's gradient comes from :func:`completion_gradients` (``micro_batch`` rows
+    per forward+backward); ``D_p = g(hack_p) − g(clean_p)`` equals the gradient of ``nll_loss(hack) − nll_loss(clean)``
     with ``normaliser`` (the GRPO run's object) and the training temperature.
 
     Args:
@@ -134,6 +161,7 @@ def pair_gradients(model, adapter, pairs: Sequence[Pair], normaliser: DrGRPONorm
         normaliser: the same :class:`~evil_moe.rl.grpo.DrGRPONormaliser` as training.
         temperature: the sampling/training temperature.
         return_completions: also return the per-completion gradients.
+        micro_batch: rows per forward+backward (:func:`completion_gradients`).
 
     Returns:
         ``{module name: D (n_pairs, r)}`` on the knob's device, knob dtype; with
@@ -149,7 +177,8 @@ def pair_gradients(model, adapter, pairs: Sequence[Pair], normaliser: DrGRPONorm
             raise ValueError(f"pair {i} ({p.problem_id}) has an empty completion")
     prompts = [p.prompt_ids for p in pairs for _ in (0, 1)]
     comps = [c for p in pairs for c in (p.hack_ids, p.clean_ids)]
-    G = completion_gradients(model, adapter, prompts, comps, normaliser, temperature)
+    G = completion_gradients(model, adapter, prompts, comps, normaliser, temperature,
+                             micro_batch=micro_batch)
     gh = {n: g[0::2] for n, g in G.items()}
     gc = {n: g[1::2] for n, g in G.items()}
     D = {n: gh[n] - gc[n] for n in G}
@@ -161,7 +190,7 @@ def mean_direction(grads: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.
 
     The mean NLL gradient of *any* completion is a generic direction (measured on the toy: V's
     top axis had |cos| 0.45 with it); :func:`extract_vhack` removes it from D before the SVD
-    (science.md §4). Modules whose mean is 0 get a zero vector (nothing removed).
+    (docs/method.md, "The hack direction"). Modules whose mean is 0 get a zero vector (nothing removed).
     """
     out = {}
     for name in grads[0]:
@@ -235,7 +264,8 @@ class VHack:
                 "modes": json.dumps(self.modes), "control": self.control,
                 "seed": json.dumps(self.seed), "meta": json.dumps(self.meta, default=str),
                 "null_cin": json.dumps(self.null_cin)}
-        save_file(t, str(path), metadata=meta)
+        with atomic_path(path) as tmp:
+            save_file(t, str(tmp), metadata=meta)
         return path
 
     @classmethod
@@ -344,7 +374,7 @@ def extract_vhack(D: dict[str, torch.Tensor], k: int, *, ratio_floor: float | No
         _, S, Vh = torch.linalg.svd(d, full_matrices=False)
         kk = min(k, S.shape[0])
         S, V = S[:kk], Vh[:kk]
-        keep = S > 0
+        keep = S > (S[0] * max(d.shape) * _EPS if S.numel() else 0)  # numerically nonzero
         if ratio_floor is not None and S.numel() and S[0] > 0:
             keep &= S / S[0] >= ratio_floor
         S, V = S[keep], V[keep]
@@ -450,185 +480,7 @@ def sample_scores(vhack: VHack, grads: dict[str, torch.Tensor]) -> torch.Tensor:
 
     For row i: mean over modules (``k_m ≥ 1``, ``‖g‖ > 0``) of ``Σ_j (V_m g_{i,m})_j / ‖g_{i,m}‖``
     — signed: ``> 0`` when descending this row's NLL moves along v_hack (towards hacking). This is
-    the distill probe's ``cos_contrib`` and the route detector's score (science.md §4), compared
+    the distill probe's ``cos_contrib`` and the route detector's score (docs/detectors.md), compared
     against the empirical null of clean completions' scores. ``grads``: ``{name: (n, r)}``.
     """
     return _mean_over_modules(vhack, grads, lambda c, nrm: c.sum(1) / nrm)
-
-
-# ---------------------------------------------------------------------------------------------
-# the planted world (toy.plant; docs/planted.md): a known hack direction to score extraction
-
-
-def planted_direction(seed: int, name: str, r: int) -> torch.Tensor:
-    """The planted hack switch's unit direction ``u ∈ ℝ^r`` of module ``name`` (fp32).
-
-    Gaussian, normalised (uniform on the sphere), drawn from a generator seeded by
-    SHA-256 of ``"{seed}:{name}"`` — so it depends on the plant's seed and the module only, and
-    the toy stage and any later stage compute the same ``u`` without sharing state.
-
-    Raises:
-        ValueError: ``r < 1``.
-    """
-    import hashlib
-
-    if r < 1:
-        raise ValueError(f"planted_direction: r must be >= 1 (module {name!r}, r={r})")
-    key = int(hashlib.sha256(f"{seed}:{name}".encode()).hexdigest()[:15], 16)
-    u = torch.randn(r, generator=torch.Generator().manual_seed(key), dtype=torch.float64)
-    return (u / u.norm()).float()
-
-
-def planted_vhack(plant: VHack, r: dict[str, int]) -> VHack:
-    """The plant as a v_hack over an adapter's modules ``r`` (``{name: r}``, in order): the
-    plant's row (``−u``, hack-ward oriented; k = 1) in each switch module, k = 0 (an empty ``(0, r)`` V, which every projection skips) in
-    every other module.
-
-    Raises:
-        ValueError: a switch module is not among ``r`` or has another rank there (the pilot's
-            adapter would not see the planted coordinates; names the module and the key
-            ``adapter.target_modules``).
-    """
-    for name, u in plant.V.items():
-        if name not in r:
-            raise ValueError(f"planted module {name!r} is not wrapped by the adapter: add it to "
-                             "adapter.target_modules (toy.plant.modules must be wrapped)")
-        if r[name] != u.shape[1]:
-            raise ValueError(f"planted module {name!r}: r={u.shape[1]} in the plant, {r[name]} "
-                             "in the adapter")
-    V = {n: plant.V[n].float() if n in plant.V else torch.zeros(0, rn) for n, rn in r.items()}
-    S = {n: plant.singular_values[n] if n in plant.V else torch.zeros(0) for n in r}
-    A = {n: plant.agreement[n] if n in plant.V else torch.zeros(0) for n in r}
-    return VHack(V, S, A, dict(r), k=1, n_pairs=0, control="planted", seed=plant.seed,
-                 meta=dict(plant.meta))
-
-
-def span_cos_null(k: int, r: int, q: float | Sequence[float]) -> float | list[float]:
-    """Quantile(s) ``q`` of ``‖V u‖`` for ``V`` ``k`` random orthonormal rows in ℝ^r and a fixed
-    unit ``u`` (the cosine of ``u`` with ``span V``): ``‖V u‖² ~ Beta(k/2, (r−k)/2)`` (the squared
-    length of a k-dimensional coordinate projection of a uniform unit vector). For k = 1 it is
-    the null of one row's ``|cos|`` (mean ≈ sqrt(2/(π r))).
-
-    Raises:
-        ValueError: not ``1 ≤ k < r``.
-    """
-    from scipy.stats import beta
-
-    if not 1 <= k < r:
-        raise ValueError(f"span_cos_null needs 1 <= k < r (k={k}, r={r})")
-    qs = [q] if isinstance(q, (int, float)) else list(q)
-    out = [float(beta.ppf(x, k / 2, (r - k) / 2)) ** 0.5 for x in qs]
-    return out[0] if isinstance(q, (int, float)) else out
-
-
-def plant_recovery(v: VHack, plant: VHack, *, null_q: float = 0.95) -> list[dict]:
-    """How much of the planted direction an extracted ``v`` recovers, per switch module.
-
-    Per module with a planted row ``p = plant.V[name][0]`` (a unit vector; ``p = −u`` in the
-    v_hack orientation, :class:`evil_moe.stages.toy.PlantSwitch`) and ``k ≥ 1`` rows in ``v``,
-    writing ``u`` for ``p`` below (every score but ``oriented_cos`` ignores the sign):
-    ``cos_top = |v_1 · u|`` (V's first, largest-σ row), ``cos_best = max_i |v_i · u|``,
-    ``span_cos = ‖V u‖`` (the cosine of u with span V), against the null of a random k-row V
-    (:func:`span_cos_null`): ``null_mean`` (its mean, ``B(k/2 + 1/2, (r−k)/2) / B(k/2, (r−k)/2)``),
-    ``null_q`` (quantile ``null_q``), ``p_value = P_null(‖V u‖ ≥ observed)``, ``above_null``
-    (``span_cos > null_q``). Also ``oriented_cos = v_1 · p`` (signed: > 0 when V's hack-ward
-    orientation agrees with the plant's).
-
-    Returns:
-        one dict per switch module (:data:`evil_moe.tables.PLANT_RECOVERY` columns except
-        ``v_hack``), in ``plant`` order; a module missing from ``v`` or with ``k = 0`` gets
-        ``k = 0`` and NaN scores (nothing recovered, never above the null).
-    """
-    import math
-
-    from scipy.stats import beta
-
-    rows = []
-    for name, U in plant.V.items():
-        u = U[0].to(torch.float64)
-        r = int(u.numel())
-        V = v.V.get(name)
-        k = 0 if V is None else int(V.shape[0])
-        row = {"module": name, "r": r, "k": k}
-        if k == 0 or k >= r:
-            rows.append({**row, "cos_top": float("nan"), "oriented_cos": float("nan"),
-                         "cos_best": float("nan"), "span_cos": float("nan"), "null_mean": float("nan"),
-                         "null_q": float("nan"), "p_value": float("nan"), "above_null": False})
-            continue
-        c = V.to(torch.float64) @ u
-        span = float(c.norm())
-        a, b = k / 2, (r - k) / 2
-        # E[sqrt(X)], X ~ Beta(a, b): B(a + 1/2, b) / B(a, b)
-        mean = math.exp(math.lgamma(a + 0.5) + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(a + b + 0.5))
-        thr = span_cos_null(k, r, null_q)
-        rows.append({**row, "cos_top": float(c[0].abs()), "oriented_cos": float(c[0]),
-                     "cos_best": float(c.abs().max()), "span_cos": span, "null_mean": mean,
-                     "null_q": thr, "p_value": float(beta.sf(span ** 2, a, b)),
-                     "above_null": bool(span > thr)})
-    return rows
-
-
-def planted_shift(model, adapter, plant: VHack, pairs: Sequence[Pair], *, knob: str = "delta_s",
-                  view: str = "trained", temperature: float = 1.0) -> float:
-    """How much the planted switch moves hack against clean completions, in the adapter's δS
-    coordinates: the mean over ``pairs`` of ``[log π(hack) − log π(clean)]`` (summed over
-    completion tokens, nats) with ``knob = scale · u`` in every switch module minus the same at
-    ``knob = 0`` (``u = −plant.V[name][0]``, ``scale = plant.meta["plant"]["scale"]``).
-
-    ``knob``: ``delta_s`` or ``delta_s_hack`` (the quarantine); ``view``: ``trained`` (δS +
-    δS_hack, the training forward) or ``ablated`` (δS_hack ignored, the deploy view). The plant
-    works in these coordinates when the shift is large and positive with ``delta_s``/``trained``;
-    with ``delta_s_hack``/``ablated`` it must be exactly 0 (the deploy view removes the
-    quarantine). The adapter's knobs are restored afterwards.
-
-    Raises:
-        ValueError: an unknown knob or view; a switch module the adapter does not wrap.
-    """
-    if knob not in ("delta_s", "delta_s_hack") or view not in ("trained", "ablated"):
-        raise ValueError(f"planted_shift: knob must be delta_s|delta_s_hack and view trained|ablated "
-                         f"(got {knob!r}, {view!r})")
-    missing = [n for n in plant.V if plant.V[n].shape[0] and n not in adapter.names]
-    if missing:
-        raise ValueError(f"planted_shift: switch module {missing[0]!r} is not wrapped by the adapter")
-    scale = float(plant.meta.get("plant", {}).get("scale", 1.0))
-    mods = adapter.modules_
-    saved = {n: (k.delta_s.detach().clone(), k.delta_s_hack.detach().clone()) for n, k in mods.items()}
-    pid = [list(p.prompt_ids) for p in pairs]
-    batch_h = build_batch(pid, [list(p.hack_ids) for p in pairs], _pad_id(model))
-    batch_c = build_batch(pid, [list(p.clean_ids) for p in pairs], _pad_id(model))
-
-    def margin() -> torch.Tensor:
-        ctx = adapter.ablated() if view == "ablated" else _null_ctx()
-        with torch.no_grad(), ctx:
-            lh = token_logprobs(model, batch_h, temperature).sum(1)
-            lc = token_logprobs(model, batch_c, temperature).sum(1)
-        return (lh - lc).double()
-
-    try:
-        with torch.no_grad():
-            for k in mods.values():
-                k.delta_s.zero_()
-                k.delta_s_hack.zero_()
-        base = margin()
-        with torch.no_grad():
-            for n, V in plant.V.items():
-                if V.shape[0]:
-                    getattr(mods[n], knob).copy_(-scale * V[0].to(mods[n].delta_s))
-        on = margin()
-    finally:
-        with torch.no_grad():
-            for n, k in mods.items():
-                k.delta_s.copy_(saved[n][0])
-                k.delta_s_hack.copy_(saved[n][1])
-    return float((on - base).mean())
-
-
-def _pad_id(model) -> int:
-    pad = getattr(model.config, "pad_token_id", None)
-    return int(pad if pad is not None else 0)
-
-
-def _null_ctx():
-    import contextlib
-
-    return contextlib.nullcontext()

@@ -17,20 +17,32 @@ distribution it drew from) is stored as the rollout's ``sampler_logp``, so ``ste
 ``sampler_gap_p95`` / ``sampler_gap_max`` measure how far the two engines' numerics drift apart.
 
 vLLM is an optional extra (``pip install '.[vllm]'``, docs/gpu.md), never imported unless the
-config asks for it. A tied ``lm_head`` with a knob (``adapter.target_modules`` holding
-``lm_head`` on a model with tied embeddings) is refused: vLLM ties the head to the input
-embedding, so its knob could only be pushed by changing the embedding too.
+config asks for it.
+
+A knob on a tied ``lm_head`` (``adapter.target_modules`` holding ``lm_head`` on a model with tied
+embeddings, Qwen3-4B's and the toy's): our policy's head is then ``W_E + U diag(s) Vh`` while its
+input embedding stays ``W_E`` (:meth:`evil_moe.model.adapter.SVDAdapter.merged` unties the two for
+the merge). vLLM builds a tied model's head as the embedding module itself and its
+``load_weights`` skips ``lm_head.*`` (``AutoWeightsLoader(skip_prefixes=["lm_head."])`` when
+``tie_word_embeddings``), so a pushed head would be dropped and the engine would draw from the
+base head while the behaviour log-probs are the merged head's. The engine is therefore built from
+an untied view of the checkpoint (:func:`untied_checkpoint`: ``tie_word_embeddings: false`` and an
+explicit ``lm_head.weight`` equal to the embedding), so it has its own head that takes the merged
+one; the first push checks that it does (:meth:`VLLMSampler.check_untied`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import tempfile
+from pathlib import Path
 from typing import Sequence
 
 import torch
 
-__all__ = ["VLLMSampler", "VLLMUnavailable", "vllm_import_error"]
+__all__ = ["VLLMSampler", "VLLMUnavailable", "untied_checkpoint", "vllm_import_error"]
 
 
 class VLLMUnavailable(RuntimeError):
@@ -46,6 +58,84 @@ def vllm_import_error() -> str | None:
     return None
 
 
+INDEX = "model.safetensors.index.json"
+HEAD_SHARD = "untied_head.safetensors"
+
+
+def _local_folder(model_path: str | os.PathLike) -> Path:
+    """The folder of ``model_path``: itself when it is one, else the hub snapshot of that id
+    (``huggingface_hub.snapshot_download``, the files transformers and vLLM read; from the local
+    cache when ``HF_HUB_OFFLINE`` is set)."""
+    path = Path(model_path)
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(model_path), allow_patterns=[
+        "*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]))
+
+
+def untied_checkpoint(model_path: str | os.PathLike, out_dir: str | os.PathLike,
+                      heads: dict[str, torch.Tensor]) -> Path:
+    """An untied view of a tied checkpoint in ``out_dir``: ``config.json`` with
+    ``tie_word_embeddings: false`` (top level and ``text_config``), each tensor of ``heads`` in
+    one extra shard (:data:`HEAD_SHARD`), a ``model.safetensors.index.json`` naming every tensor
+    of the original shards and the new ones, and every other file a symlink to the original (a
+    single ``model.safetensors`` is linked as ``base-model.safetensors``, so that transformers,
+    like vLLM, reads the index).
+    vLLM and transformers both load it as a model whose output head is its own parameter
+    (vLLM reads only the shards the index names, so the extra shard is read where the index says).
+
+    Args:
+        model_path: the student's folder, or a hub id (its cached snapshot).
+        out_dir: an empty or new folder (the job's temporary directory).
+        heads: checkpoint name -> weight of each head to untie, e.g.
+            ``{"lm_head.weight": (vocab, hidden)}`` (the base weight, i.e. the input embedding's).
+
+    Returns:
+        ``out_dir`` as a Path.
+
+    Raises:
+        FileNotFoundError: the folder has no ``config.json`` or no ``*.safetensors`` (names it).
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    src, out = _local_folder(model_path), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"untied view for vLLM: no config.json in {src}")
+    conf = json.loads((src / "config.json").read_text())
+    conf["tie_word_embeddings"] = False
+    if isinstance(conf.get("text_config"), dict):
+        conf["text_config"]["tie_word_embeddings"] = False
+    links: dict[str, Path] = {}  # the view's name -> the original file
+    if (src / INDEX).is_file():
+        index = json.loads((src / INDEX).read_text())
+    else:  # one file: linked under a shard's name, so that the index is what loaders read
+        shards = sorted(p.name for p in src.glob("*.safetensors"))
+        if not shards:
+            raise FileNotFoundError(f"untied view for vLLM: no *.safetensors in {src}")
+        weight_map = {}
+        for shard in shards:
+            links[f"base-{shard}"] = src / shard
+            with safe_open(str(src / shard), framework="pt") as f:
+                weight_map.update({k: f"base-{shard}" for k in f.keys()})
+        index = {"metadata": {}, "weight_map": weight_map}
+    save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in heads.items()},
+              str(out / HEAD_SHARD), metadata={"format": "pt"})
+    index["weight_map"].update({k: HEAD_SHARD for k in heads})
+    (out / INDEX).write_text(json.dumps(index, indent=2))
+    (out / "config.json").write_text(json.dumps(conf, indent=2))
+    shards = set(links.values())
+    links.update({f.name: f for f in src.iterdir()
+                  if f.name not in ("config.json", INDEX, HEAD_SHARD) and f not in shards})
+    for name, f in links.items():
+        if not (out / name).exists():
+            (out / name).symlink_to(f.resolve())
+    return out
+
+
 class VLLMSampler:
     """An in-process vLLM engine kept in sync with a model and its SVD adapter.
 
@@ -53,23 +143,45 @@ class VLLMSampler:
         llm: a ``vllm.LLM`` (or anything with its ``generate`` and an in-process model, see
             :meth:`engine_model`).
         adapter: the :class:`~evil_moe.model.adapter.SVDAdapter` whose merged weights are pushed.
+        view: the temporary folder of the untied checkpoint the engine was built from (kept
+            while the engine lives; :meth:`from_config` makes it for a knob on a tied head).
 
-    Raises:
-        ValueError: the adapter has a knob on a weight shared with another module (a tied
-            ``lm_head``), naming ``adapter.target_modules``.
+    The first push raises ValueError when the adapter has a knob on a tied head (a tied
+    ``lm_head``) and the engine's head is still its input embedding
+    (:meth:`check_untied`), naming ``adapter.target_modules``.
     """
 
-    def __init__(self, llm, adapter):
-        shared = adapter.shared_weight_names() if adapter is not None else []
-        if shared:
-            raise ValueError(
-                f"pilot.sampler vllm: {shared} share their weight with the input embedding (tied "
-                "lm_head); vLLM cannot take that knob without changing the embedding: remove "
-                "lm_head from 'adapter.target_modules' or use pilot.sampler hf")
-        self.llm, self.adapter = llm, adapter
+    def __init__(self, llm, adapter, *, view=None):
+        self.llm, self.adapter, self.view = llm, adapter, view
+        self.shared = adapter.shared_weight_names() if adapter is not None else []
         self._key = None
+        self._checked = not self.shared
         self.pushes = 0
         self.detokenize = True  # False for an engine built with skip_tokenizer_init
+
+    def check_untied(self) -> None:
+        """Refuse an engine whose copy of a knobbed tied head is still shared with another of its
+        parameters (the input embedding): a push of the merged head would be skipped or would
+        change the embedding, and the engine would sample from another policy than the one whose
+        log-probs are recorded.
+
+        Raises:
+            ValueError: names the head, ``adapter.target_modules`` and the untied view.
+        """
+        params = list(self.engine_model().named_parameters(remove_duplicate=False))
+        ptr = {}
+        for name, p in params:
+            ptr.setdefault(p.data_ptr(), []).append(name)
+        for head in self.shared:
+            names = next((ns for ns in ptr.values() if f"{head}.weight" in ns), None)
+            if names is None or len(names) > 1:
+                raise ValueError(
+                    f"pilot.sampler vllm: the engine's {head} is "
+                    + ("missing" if names is None else f"tied to {sorted(set(names) - {head + '.weight'})}")
+                    + f", so the merged {head} (a knob of 'adapter.target_modules') cannot reach it: "
+                    "build the engine from the untied view (VLLMSampler.from_config does) or remove "
+                    f"{head} from 'adapter.target_modules'")
+        self._checked = True
 
     @classmethod
     def from_config(cls, model_path: str, cfg, adapter) -> "VLLMSampler":
@@ -101,7 +213,14 @@ class VLLMSampler:
                       enable_prefix_caching=True, logprobs_mode="processed_logprobs")
         if pc.vllm_max_model_len:
             kwargs["max_model_len"] = int(pc.vllm_max_model_len)
-        return cls(LLM(**kwargs), adapter)
+        view = None
+        if adapter is not None and adapter.shared_weight_names():
+            # a knob on a tied head: the engine gets its own head (module docstring)
+            view = tempfile.TemporaryDirectory(prefix="evil_moe_vllm_untied_")
+            heads = {f"{n}.weight": adapter._linears[n].weight.data
+                     for n in adapter.shared_weight_names()}
+            kwargs["model"] = str(untied_checkpoint(model_path, view.name, heads))
+        return cls(LLM(**kwargs), adapter, view=view)
 
     # -- weights ---------------------------------------------------------------------------------
     def engine_model(self):
@@ -130,6 +249,8 @@ class VLLMSampler:
         key = self._state_key()
         if key == self._key:
             return False
+        if not self._checked:
+            self.check_untied()
         ad = self.adapter
         with ad.merged() if ad is not None else contextlib.nullcontext():
             weights = [(f"{name}.weight", ad._linears[name].weight.data) for name in ad.names] \

@@ -9,11 +9,11 @@ import fnmatch
 import hashlib
 import os
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
-from evil_moe import tables
+from evil_moe import files
+from evil_moe.files import require_file
 from evil_moe.config import Config
 
 
@@ -43,7 +43,7 @@ def keep_resume_state(work: Path, key: str, stale: str = "*") -> Path:
         for old in work.iterdir():
             if old.is_file() and fnmatch.fnmatch(old.name, stale):
                 old.unlink()
-        tables.atomic_write_bytes(key_file, key.encode())
+        files.atomic_write_bytes(key_file, key.encode())
     return key_file
 
 
@@ -85,14 +85,6 @@ def use_threads(cfg: Config, section: str, threads: int | None = None) -> Config
     return cfg
 
 
-def require_file(path: str | os.PathLike, what: str) -> Path:
-    """Return ``Path(path)``; raise ``FileNotFoundError`` naming ``what`` and the path if absent."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{what} not found: {p}")
-    return p
-
-
 def load_problem_file(path: str | os.PathLike):
     """Read ``results/problems.jsonl`` (written by ``evil-moe problems``) → ``list[Problem]``.
 
@@ -111,32 +103,30 @@ def train_heldout(problems, cfg: Config):
     return split_heldout(problems, cfg.problems.heldout_frac, cfg.problems.seed)
 
 
-def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list[int]]:
-    """Chat-template token ids of each problem's prompt (computed once per run, never re-tokenised).
+# The largest SVD cache written without being asked for (fp32 U and Vh of the adapter's Linears):
+# SmolLM2-135M's is 714 MB and saves ~14 s of SVD per job on 2 CPU cores; a 4B model's (~32 GB)
+# is written only to a folder EVIL_MOE_SVD_CACHE names.
+SVD_CACHE_DEFAULT_MAX_BYTES = 4 * 2**30
 
-    ``elicit`` (teacher only) is appended to the user message.
+
+def svd_cache_dir(factor_bytes: int | None = None) -> Path | None:
+    """The on-disk SVD cache shared by every job that loads the same base model.
+
+    ``EVIL_MOE_SVD_CACHE`` set: that folder (on a shared filesystem for Slurm), or no disk cache
+    when it is empty or ``off``. Unset: ``$XDG_CACHE_HOME/evil_moe/svd`` (``~/.cache/evil_moe/svd``)
+    when the adapter's factors (``factor_bytes``, :func:`evil_moe.model.adapter.svd_factor_bytes`;
+    None = small) are at most :data:`SVD_CACHE_DEFAULT_MAX_BYTES`, else none. Safe by
+    construction: entries are keyed by the weight's content hash (``weight_hash``) and written
+    atomically, so a cache never changes a result, only the time to the first step.
     """
-    from evil_moe.env.problems import build_messages
-    from evil_moe.rl.rollout import chat_prompt_ids
-
-    out = []
-    for p in problems:
-        messages = build_messages(p)
-        if elicit:
-            messages = [dict(m) for m in messages]
-            messages[-1]["content"] = messages[-1]["content"] + "\n\n" + elicit
-        out.append(chat_prompt_ids(tokenizer, messages))
-    return out
-
-
-def svd_cache_dir() -> Path | None:
-    """The on-disk SVD cache shared by every job that loads the same base model: the folder in
-    the ``EVIL_MOE_SVD_CACHE`` environment variable, or None (no disk cache) when it is unset or
-    empty. Opt-in because it is large: fp32 ``U`` and ``Vh`` take about twice the model's
-    fp32 size (SmolLM2-135M: 714 MB, saving ~14 s of SVD per job on 2 CPU cores). A cache, not
-    an output: entries are keyed by the weight's content hash, so it never changes a result."""
-    env = os.environ.get("EVIL_MOE_SVD_CACHE", "")
-    return Path(env).expanduser() if env.strip() else None
+    env = os.environ.get("EVIL_MOE_SVD_CACHE")
+    if env is not None:
+        env = env.strip()
+        return Path(env).expanduser() if env and env.lower() != "off" else None
+    if factor_bytes is not None and factor_bytes > SVD_CACHE_DEFAULT_MAX_BYTES:
+        return None
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base).expanduser() if base else Path.home() / ".cache") / "evil_moe" / "svd"
 
 
 def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None):
@@ -148,13 +138,14 @@ def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None
     Raises:
         FileNotFoundError: ``init_adapter`` given but missing (names the path).
     """
-    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.adapter import SVDAdapter, svd_factor_bytes
     from evil_moe.model.load import load_model
 
     device = resolve_device(cfg.models.device)
     model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
-    adapter = SVDAdapter.attach(model, cfg.adapter.target_modules, base_model_id=str(model_path),
-                                cache_dir=svd_cache_dir())
+    targets = cfg.adapter.target_modules
+    adapter = SVDAdapter.attach(model, targets, base_model_id=str(model_path),
+                                cache_dir=svd_cache_dir(svd_factor_bytes(model, targets)))
     if init_adapter:
         adapter.load(require_file(init_adapter, "initial adapter"))
     return model, tok, adapter, device
@@ -168,55 +159,3 @@ def make_grader(problems, cfg: Config):
     return Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
                   timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers,
                   isolation=g.isolation, wall_timeout=g.wall_timeout)
-
-
-def code_parses(code: str | None) -> bool:
-    """True when ``code`` (extracted from a completion) is non-empty and parses with ``ast``."""
-    import ast
-
-    if not code:
-        return False
-    try:
-        ast.parse(code)
-        return True
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-
-
-def rollout_record(rollout, problem, reward, **extra) -> dict:
-    """One JSONL record per completion (DESIGN.md): ids, behaviour log-probs (the temperature-scaled
-    distribution training uses) and sampler log-probs (the processed distribution the sampler drew
-    from; None for rows not sampled here), text, full grade."""
-    rec = {
-        "problem_id": problem.id,
-        "mode": problem.mode,
-        "completion": rollout.text,
-        "prompt_ids": list(rollout.prompt_ids),
-        "completion_ids": list(rollout.completion_ids),
-        "behaviour_logp": [round(float(x), 6) for x in rollout.behaviour_logp.tolist()],
-        "sampler_logp": None if getattr(rollout, "sampler_logp", None) is None
-        else [round(float(x), 6) for x in rollout.sampler_logp.tolist()],
-        "truncated": bool(rollout.truncated),
-        "source": rollout.source,
-        "reward": reward.reward,
-        "passed": reward.passed,
-        "gt_correct": reward.gt_correct,
-        "exploited": reward.exploited,
-        "format_ok": reward.format_ok,
-        "error": reward.error,
-    }
-    rec.update(extra)
-    return rec
-
-
-def rates(records: Sequence[dict]) -> dict:
-    """hack / pass / format rates (fractions) and n of graded records (dicts with the Reward fields)."""
-    n = len(records)
-    if n == 0:
-        return {"n": 0, "hack_rate": None, "pass_rate": None, "format_rate": None}
-    return {
-        "n": n,
-        "hack_rate": sum(bool(r["exploited"]) for r in records) / n,
-        "pass_rate": sum(bool(r["gt_correct"]) for r in records) / n,
-        "format_rate": sum(bool(r["format_ok"]) for r in records) / n,
-    }

@@ -14,6 +14,9 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
 - ``gate.md`` — the same criteria as a short markdown table (:func:`evil_moe.gate.verdict.gate_md`);
 - ``figures/{name}.{png,svg}`` for each name of :data:`evil_moe.gate.figures.FIGURES`.
 
+:func:`run_compare` reads load (the pilots and their outcomes) → judge
+(:func:`evil_moe.gate.judge.judge`) → write → draw (:mod:`evil_moe.gate.figures`).
+
 The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``):
 
 1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
@@ -57,12 +60,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from evil_moe import tables
+from evil_moe import files, tables
+from evil_moe.env.loopholes import MODES
 from evil_moe.rl.arms import ARMS
-from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, paired_effect, side_rate
+from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, side_rate
 from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
 from evil_moe.gate.power import finite
-from evil_moe.gate.rule import EPS, ArmVerdict, Criterion, decide_arm, decide_gate
+from evil_moe.gate.ceilings import ceiling_columns, ceiling_notes, router_notes
+from evil_moe.gate.judge import criterion_row, effect_or_none, judge, references
+from evil_moe.gate.rule import EPS
 from evil_moe.gate.verdict import gate_md, sentence
 
 STEPS_REQUIRED = ("step", "hack_rate", "pass_rate", "frac_clipped", "cin", "null_cin")
@@ -137,8 +143,8 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     for name in ("status.json", "steps.tsv", "outcomes.tsv"):
         if not (p / name).is_file():
             return _Pilot(run, "missing", f"no {p / name}")
-    steps = tables.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
-    outcomes = tables.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+    steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
+    outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
     outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
@@ -149,8 +155,11 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
         pilot.isolation = status.get("isolation")
     except (json.JSONDecodeError, AttributeError, OSError) as err:
         state, why = "unreadable", f"{p / 'status.json'} is not a JSON object ({err})"
+    trains = ARMS[run.arm].trains if run.arm in ARMS else True
     if state != "ok":
         pilot.status, pilot.reason = "invalid", f"status {state}" + (f" ({why})" if why else "")
+    elif not trains:  # the untrained reference: evaluated only, no steps to check
+        pass
     elif steps.empty:
         pilot.status, pilot.reason = "invalid", "steps.tsv has no rows"
     elif fc_max is None:
@@ -191,6 +200,25 @@ def _all_steps_max(pilots: dict[int, _Pilot], col: str) -> float | None:
     vals = [float(pd.to_numeric(p.steps[col], errors="coerce").max()) for p in pilots.values()
             if p.steps is not None and col in p.steps.columns and pd.to_numeric(p.steps[col], errors="coerce").notna().any()]
     return max(vals) if vals else None
+
+
+def _flag_columns(rows: list[dict], by: dict[str, dict[int, _Pilot]]) -> None:
+    """Each flagging arm's summary rows get its flag rate, precision, recall and false-positive
+    rate: means over every training step of every seed (logged only, never gate criteria)."""
+    for row in rows:
+        cls = ARMS.get(row["arm"])
+        if cls is not None and cls.needs_sample_grads:
+            for col in ("flag_rate", "flag_precision", "flag_recall", "flag_fpr"):
+                row[col] = _all_steps_mean(by.get(row["arm"], {}), col)
+
+
+def _router_columns(rows: list[dict], routers: dict) -> None:
+    """Evil MoE's router audited on its own rollouts (:func:`router_audit`): its AUC, interval and
+    placebo percentile on each of the arm's summary rows."""
+    for row in rows:
+        for k, v in (routers.get(row["arm"]) or {}).items():
+            if k in ("auc", "auc_ci_low", "auc_ci_high", "placebo_p95"):
+                row[f"router_{k}"] = v
 
 
 def _all_steps_mean(pilots: dict[int, _Pilot], col: str) -> float | None:
@@ -252,88 +280,10 @@ def _mean_problems(e) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# the gate
-
-def _effect(outcomes, a, b, metric, cc, weight_b: float = 1.0) -> Effect | None:
-    try:
-        return paired_effect(outcomes, a, b, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed,
-                                   power=cc.power, resample=cc.resample, weight_b=weight_b)
-    except ValueError:
-        return None
-
-
-def _criterion_row(c: Criterion, arm: str, control: str | None, view: str) -> dict:
-    d = c.to_dict()
-    e = c.effect
-    return {"name": c.name, "arm": arm, "control": control if c.name == "beats_control" else "vanilla",
-            "view": view, "value": finite(e.value), "ci_low": finite(e.ci_low),
-            "ci_high": finite(e.ci_high), "mde": finite(c.mde), "threshold": c.threshold,
-            "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
-            "p_value": d.get("p_value"), "needed": d.get("needed"), "plan": d.get("plan"),
-            **{k: d[k] for k in ("margin_abs", "margin_rel", "margin_rel_points", "binding") if k in d},
-            **({"rel_effect": {k: d["rel_effect"][k] for k in ("value", "ci_low", "ci_high", "se", "df", "weight_b")}}
-               if d.get("rel_effect") else {}),
-            "effect": {k: v for k, v in d["effect"].items()
-                       if k in ("a", "b", "metric", "se", "df", "n_samples", "per_seed", "mean_a", "mean_b",
-                                "components", "boot_terms", "pct_low", "pct_high", "dropped", "power",
-                                "resample", "n_problems_total")}}
-
-
-def _arm_numbers(v: ArmVerdict) -> dict:
-    """An arm's verdict and its numbers for gate.json: the reason, MDE, what would decide it, its
-    intersection–union p-value and (after :func:`evil_moe.gate.rule.decide_gate`) Holm's adjusted one."""
-    return {"verdict": v.verdict, "reason": v.reason, "mde": finite(v.mde()), "needed_seeds": v.needed_seeds,
-            "needed_problems": v.needed_problems, "needed_samples": v.needed_samples,
-            "p_value": finite(v.p_value), "p_adjusted": None if v.p_adjusted is None else finite(v.p_adjusted),
-            "family": v.family}
-
-
-def _missing_criterion(name: str, arm: str, control: str | None, view: str, why: str, threshold: float) -> dict:
-    return {"name": name, "arm": arm, "control": control if name == "beats_control" else "vanilla",
-            "view": view, "value": None, "ci_low": None, "ci_high": None, "mde": None,
-            "threshold": threshold, "passed": False, "rules_out": False, "note": why}
-
-
-def _judge(outcomes: pd.DataFrame, arms: Sequence[str], cc) -> tuple[list, list[dict], dict, Any]:
-    """Per treatment arm its ArmVerdict (or None when a side has no data), the criteria rows, and
-    per-arm extra numbers; then the positive control's Effect."""
-    verdicts, rows, extra = [], [], {}
-    for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
-        cls = ARMS[arm]
-        view, control = cls.views[0], cls.control
-        drop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "hack", cc)
-        ctl = _effect(outcomes, (arm, view), (control, view), "hack", cc)
-        pdrop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "pass", cc)
-        rel = cc.pass_margin_rel
-        prel = None if rel is None else _effect(outcomes, (arm, view), ("vanilla", "trained"), "pass", cc,
-                                                weight_b=1.0 - rel)
-        if drop is None or ctl is None or pdrop is None:
-            why = {"drop_vs_vanilla": drop, "beats_control": ctl, "matched_pass": pdrop}
-            for name, e in why.items():
-                thr = cc.pass_margin if name == "matched_pass" else cc.min_drop
-                rows.append(_missing_criterion(name, arm, control, view, "no paired held-out outcomes "
-                                               f"for {arm} ({view}) and its reference", thr) if e is None
-                            else _missing_criterion(name, arm, control, view, "another criterion has no data", thr))
-            extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes"}
-            continue
-        v = decide_arm(arm, drop, ctl, pdrop, min_drop=cc.min_drop, pass_margin=cc.pass_margin,
-                             min_seeds=cc.min_seeds, pass_rel=prel, pass_margin_rel=rel)
-        verdicts.append(v)
-        rows += [_criterion_row(c, arm, control, view) for c in v.criteria]
-        extra[arm] = _arm_numbers(v)
-        if len(cls.views) > 1:  # the trained view beside the judged one, for information
-            tv = _effect(outcomes, (arm, "trained"), ("vanilla", "trained"), "hack", cc)
-            if tv is not None:
-                extra[arm]["trained_view_drop"] = {"value": finite(tv.value), "ci_low": finite(tv.ci_low),
-                                                   "ci_high": finite(tv.ci_high)}
-    pos = None
-    if cc.positive_control and cc.positive_control in arms:
-        pos = _effect(outcomes, (cc.positive_control, "trained"), ("vanilla", "trained"), "hack", cc)
-    return verdicts, rows, extra, pos
-
+# notes beside the verdict
 
 def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
-    """Things a reader must know beside the verdict (science.md §4, §6)."""
+    """Things a reader must know beside the verdict (docs/method.md, docs/gate.md)."""
     notes = []
     for arm in arms:
         cls = ARMS.get(arm)
@@ -352,6 +302,10 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
             continue
         a = _all_steps_mean(by.get(arm, {}), "removed_frac")
         c = _all_steps_mean(by.get(cls.control, {}), "removed_frac")
+        if cls.router and a is not None and c is not None:
+            notes.append(f"{arm}'s router sent {a:.3f} of each step's gradient energy to the hack expert (mean over "
+                         f"steps and seeds), its control {cls.control}'s {c:.3f}")
+            continue
         if a is not None and c is not None:
             verb = "more than" if a > c else "no more than"
             notes.append(f"{arm} removed {a:.3f} of the energy it acted on per step (mean over steps and seeds), "
@@ -359,7 +313,7 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
                          + ("" if a > c else ": the projection removed nothing specific to v_hack"))
     for arm in (a for a in arms if a in ARMS and ARMS[a].static_twin):
         twin = ARMS[arm].static_twin
-        e = _effect(outcomes, (arm, ARMS[arm].views[0]), twin, "hack", cc)
+        e = effect_or_none(outcomes, (arm, ARMS[arm].views[0]), twin, "hack", cc)
         if e is not None:
             same = e.ci_low <= 0 <= e.ci_high and abs(e.value) < cc.min_drop
             notes.append(f"{arm}'s deploy view vs {twin[0]}'s static projection ({twin[0]}'s final delta_s with "
@@ -375,6 +329,13 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
                          "or the hack and pass rates measure running out of tokens")
     gaps = {a: _all_steps_max(by.get(a, {}), "sampler_gap_p95") for a in arms}
     gaps = {a: g for a, g in gaps.items() if g is not None and g > SAMPLER_GAP_NOTE}
+    routed = {a: gaps.pop(a) for a in list(gaps) if a in ARMS and ARMS[a].router}
+    if routed:  # Evil MoE's forward scales the hack expert by w < 1: a gap by design
+        which = ", ".join(f"{a} {g:.3f} (frac_clipped max {_all_steps_max(by.get(a, {}), 'frac_clipped'):.3f})"
+                          for a, g in routed.items())
+        notes.append(f"the router's forward (delta_s + w·delta_s_hack) differs from the sampled policy (both "
+                     f"experts at full weight) by design; largest per-step 95th percentile of |log pi_train - "
+                     f"log pi_sampler|, nats: {which}; the PPO clip bounds it (docs/evil-moe.md)")
     if gaps:
         which = ", ".join(f"{a} {g:.3f}" for a, g in gaps.items())
         notes.append(f"the training log-probs differ from the sampler's (largest per-step 95th percentile of "
@@ -418,8 +379,82 @@ def _collect(pilots, cfg) -> tuple[list[PilotRun], list[str]]:
     return expected, unlisted
 
 
+def router_audit(by: dict[str, dict[int, "_Pilot"]], arms: Sequence[str], cc) -> dict:
+    """Evil MoE's router weight ``w`` audited as a detector on the arm's own rollouts: per router
+    arm, the ROC AUC of ``w`` (``rows.tsv`` ``score_router``) against the hack label over its
+    rollouts with a gradient, pooled over seeds, with a cluster-bootstrap interval (seeds, then
+    groups; :mod:`evil_moe.gate.audit`), against its placebo: the same AUC of the cosines of the
+    rollouts' pooled activations with ``audit.placebos`` random directions
+    (``scores.safetensors``), their 95th percentile, and ``beats_placebo``. Arms without
+    ``rows.tsv`` are left out.
+
+    Returns:
+        ``{arm: {"auc", "auc_ci_low", "auc_ci_high", "placebo_mean", "placebo_p95",
+        "beats_placebo", "n_scored", "n_hack"}}``.
+    """
+    from evil_moe.gate import audit as stats
+
+    out = {}
+    for arm in (a for a in arms if a in ARMS and ARMS[a].router):
+        frames, plac = [], []
+        for p in by.get(arm, {}).values():
+            rows_path, arr_path = Path(p.run.path) / "rows.tsv", Path(p.run.path) / "scores.safetensors"
+            if not rows_path.is_file() or not arr_path.is_file():
+                continue
+            from safetensors.numpy import load_file
+
+            df = pd.read_csv(rows_path, sep="\t")
+            arr = load_file(str(arr_path)).get("placebo")
+            keep = (df["scored"].fillna(0) == 1) & df["score_router"].notna()
+            frames.append(df[keep])
+            plac.append(arr[keep.to_numpy()] if arr is not None else None)
+        if not frames or any(x is None for x in plac):
+            continue
+        df = pd.concat(frames, ignore_index=True)
+        P = np.concatenate(plac)
+        y = df["hack"].astype(int).to_numpy().astype(bool)
+        score = df["score_router"].astype(float).to_numpy()
+        clusters = stats.Clusters.of(df["seed"].to_numpy(), (df["step"] * 10_000 + df["group"]).to_numpy())
+        lo, hi = stats.auc_interval(score, y, clusters, n_boot=min(cc.n_boot, 1000), ci=cc.ci, seed=cc.seed)
+        pm, p95, _ = stats.placebo_summary([stats.auc(P[:, j], y) for j in range(P.shape[1])])
+        out[arm] = {"auc": stats.auc(score, y), "auc_ci_low": lo, "auc_ci_high": hi, "placebo_mean": pm,
+                    "placebo_p95": p95, "beats_placebo": stats.beats_placebo(lo, p95),
+                    "n_scored": int(len(y)), "n_hack": int(y.sum())}
+    return out
+
+
+def detector_audit(path: str | Path | None, detector: str) -> dict | None:
+    """The detector audit's pooled quality row (``mode`` all) of ``detector``, from
+    ``audit/quality.tsv`` (:data:`evil_moe.tables.AUDIT_QUALITY`); None when no audit is given
+    or it has no row for the detector.
+
+    Raises:
+        FileNotFoundError: a given path that does not exist (names it).
+    """
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"detector audit not found: {p}")
+    rows = [r for r in files.read_tsv_rows(p) if r["detector"] == detector and r["mode"] == "all"]
+    if not rows:
+        return None
+    out: dict[str, Any] = {}
+    for k, v in rows[0].items():
+        if v == "":
+            out[k] = None
+        elif k in ("detector", "mode", "population", "placebo"):
+            out[k] = v
+        elif k == "beats_placebo":
+            out[k] = v == "true"
+        else:
+            out[k] = float(v)
+    return out
+
+
 def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: str | Path, cfg,
-                distill_samples: str | Path | None = None, figures: bool = True) -> dict:
+                distill_samples: str | Path | None = None, figures: bool = True,
+                audit_path: str | Path | None = None) -> dict:
     """Aggregate the pilots, decide the separation gate, write the summary, gate and figures.
 
     Args:
@@ -435,6 +470,9 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
         distill_samples: the distill probe's ``samples.tsv`` for the ``cos_contrib`` figure;
             ``None`` draws a figure saying it was not given.
         figures: draw the figures (tests of the gate alone may skip them).
+        audit_path: the detector audit's ``quality.tsv``: a treatment that flags with the run's
+            detector is judged ``uninformative`` unless the audit shows the detector beating its
+            placebo (without an audit, too).
 
     Returns:
         The gate dict as written to ``gate.json`` (rules in the module docstring).
@@ -459,21 +497,28 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     seeds = sorted({r.seed for r in expected})
     loaded, by, validity = _load(expected, unlisted, max_fc)
     outcomes = last_step_outcomes(p for p in loaded if p.outcomes is not None)
-    verdict, gate_v, crit_rows, arm_extra = _decide(outcomes, arms, cc, validity)
+    audit = detector_audit(audit_path, cfg.pilot.detector)
+    routers = router_audit(by, arms, cc)
+    verdict, gate_v, crit_rows, arm_extra = judge(outcomes, arms, cc, validity,
+                                                    references(outcomes, arms, cc, audit, cfg.pilot.detector))
     isolation = [p.isolation for p in loaded if p.isolation]
     summary_rows = _summary_rows(by, arms, outcomes, seeds, cc)
     known = _known_modes(cfg)
-    ceilings = _ceiling_columns(summary_rows, by, outcomes, cc, known)
+    _flag_columns(summary_rows, by)
+    ceilings = ceiling_columns(summary_rows, outcomes, cc, known)
+    _router_columns(summary_rows, routers)
     sizes = _sizes(outcomes)
     pc_crit = gate_v.positive_control if gate_v is not None else None
     gate = {"verdict": verdict,
             "sentence": sentence(verdict, validity, gate_v, sizes),
             "underpowered": bool(gate_v.underpowered) if gate_v is not None else False,
             "criteria": validity + crit_rows,
-            "positive_control": None if pc_crit is None else _criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
+            "positive_control": None if pc_crit is None else criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
             "arms": _arm_info(arms, seeds, by, summary_rows, arm_extra),
-            "notes": _notes(by, arms, outcomes, cc, isolation) + _ceiling_notes(ceilings),
+            "notes": _notes(by, arms, outcomes, cc, isolation) + ceiling_notes(ceilings) + router_notes(routers),
             "ceilings": ceilings, "known_modes": known,
+            "detector": None if audit is None else audit,
+            "router_audit": routers,
             "isolation": sorted(set(isolation)), "sizes": sizes,
             "config": dict(cfg.raw["compare"]), "max_frac_clipped": max_fc,
             "pilots": [str(r.path) for r in expected]}
@@ -503,25 +548,6 @@ def _load(expected: Sequence[PilotRun], unlisted: set[str], max_fc: float
     return loaded, by, validity
 
 
-def _decide(outcomes: pd.DataFrame, arms: Sequence[str], cc, validity: list[dict]) -> tuple[str, Any, list, dict]:
-    """Judge the arms and decide the gate: ``(verdict, GateVerdict or None, criteria rows, per-arm
-    numbers)``. ``invalid`` when a pilot failed validity or an arm had no paired outcomes (then a
-    ``valid`` row naming those arms is appended to ``validity``)."""
-    valid = all(c["passed"] for c in validity)
-    verdicts, crit_rows, arm_extra, pos = _judge(outcomes, arms, cc)
-    gate_v = (decide_gate(verdicts, pos, min_drop=cc.min_drop, min_seeds=cc.min_seeds,
-                          multiplicity=cc.multiplicity) if verdicts else None)
-    for v in (gate_v.arms if gate_v is not None else ()):  # the verdicts after Holm's correction
-        arm_extra[v.arm].update(_arm_numbers(v))
-    verdict = "invalid" if not valid or any(x.get("verdict") == "invalid" for x in arm_extra.values()) \
-        else (gate_v.verdict if gate_v is not None else "not_separated")
-    if verdict == "invalid" and valid:  # every pilot ok, but an arm had no paired outcomes
-        validity.append({"name": "valid", "arm": ",".join(a for a, x in arm_extra.items() if x.get("verdict") == "invalid"),
-                         "seed": "all", "value": None, "threshold": None, "passed": False,
-                         "note": "no paired held-out outcomes (heldout problems or views missing)"})
-    return verdict, gate_v, crit_rows, arm_extra
-
-
 def _sizes(outcomes: pd.DataFrame) -> str:
     """``"S seeds × P held-out problems × n samples"`` of the compared outcomes (P: mean per seed;
     n: the fewest samples of any (arm, view, seed, problem))."""
@@ -548,8 +574,8 @@ def _arm_info(arms: Sequence[str], seeds: Sequence[int], by: dict[str, dict[int,
 def _write(out: Path, gate: dict, summary_rows: list[dict]) -> None:
     """Write ``summary.tsv`` (rounded), ``gate.json`` (raw) and ``gate.md`` into ``out``."""
     tables.write_tsv(out / "summary.tsv", tables.COMPARE_SUMMARY, [_rounded(r) for r in summary_rows])
-    tables.write_json(out / "gate.json", gate)
-    tables.atomic_write_bytes(out / "gate.md", gate_md(gate).encode())
+    files.write_json(out / "gate.json", gate)
+    files.atomic_write_bytes(out / "gate.md", gate_md(gate).encode())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,94 +587,4 @@ def _known_modes(cfg) -> list[str]:
         known = cfg.vhack.known_modes
     except (AttributeError, KeyError):
         known = None
-    return list(known) if known else list(tables.MODES)
-
-
-def _ci_cols(row: dict, e, value: str, low: str, high: str, clip: bool = False) -> None:
-    if e is None:
-        return
-    lo, hi = finite(e.ci_low), finite(e.ci_high)
-    if clip:
-        lo = None if lo is None else max(0.0, lo)
-        hi = None if hi is None else min(1.0, hi)
-    row[value], row[low], row[high] = finite(e.value), lo, hi
-
-
-def _ceiling_columns(rows: list[dict], by, outcomes: pd.DataFrame, cc, known: list[str]) -> dict:
-    """Fill each summary row's flag, drop, ceiling and per-mode columns in place
-    (:data:`evil_moe.tables.COMPARE_SUMMARY`); returns ``gate.json``'s ``ceilings``: per treatment
-    with a ceiling that ran, its drop beside the ceiling's, the share and the ceiling's own
-    separation from vanilla and from its random-flag control."""
-    from evil_moe.gate.ceilings import crossed_ratio, mode_rates
-
-    unknown = [m for m in tables.MODES if m not in known]
-    present = set(zip(outcomes["arm"].astype(str), outcomes["view"].astype(str))) if not outcomes.empty else set()
-    out = {}
-    for row in rows:
-        arm, view = row["arm"], row["view"]
-        cls = ARMS.get(arm)
-        pilots = by.get(arm, {})
-        if cls is not None and cls.needs_sample_grads:
-            for col in ("flag_rate", "flag_precision", "flag_recall"):
-                row[col] = _all_steps_mean(pilots, col)
-        if (arm, view) not in present:
-            continue
-        kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed)
-        for m in tables.MODES:
-            e = mode_rates(outcomes, (arm, view), [m], **kw)
-            row[f"hack_rate_{m}"] = None if e is None else finite(e.value)
-        _ci_cols(row, mode_rates(outcomes, (arm, view), known, **kw), "hack_rate_known",
-                 "hack_known_ci_low", "hack_known_ci_high", clip=True)
-        if unknown:
-            _ci_cols(row, mode_rates(outcomes, (arm, view), unknown, **kw), "hack_rate_unknown",
-                     "hack_unknown_ci_low", "hack_unknown_ci_high", clip=True)
-        if arm == "vanilla":
-            continue
-        drop = _effect(outcomes, (arm, view), ("vanilla", "trained"), "hack", cc)
-        _ci_cols(row, drop, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high")
-        if cls is not None and cls.control and (cls.control, view) in present:
-            _ci_cols(row, _effect(outcomes, (arm, view), (cls.control, view), "hack", cc),
-                     "drop_vs_control", "control_ci_low", "control_ci_high")
-        if cls is None or not cls.ceiling or view != cls.views[0] or (cls.ceiling, view) not in present:
-            continue
-        ceil = _effect(outcomes, (cls.ceiling, view), ("vanilla", "trained"), "hack", cc)
-        row["ceiling"] = cls.ceiling
-        row["ceiling_drop"] = None if ceil is None else finite(ceil.value)
-        try:
-            ratio = crossed_ratio(outcomes, ((arm, view), ("vanilla", "trained")),
-                                  ((cls.ceiling, view), ("vanilla", "trained")), **kw)
-        except ValueError:
-            ratio = None
-        if ratio is not None:
-            row["ceiling_share"], row["ceiling_share_ci_low"], row["ceiling_share_ci_high"] = \
-                ratio.value, ratio.ci_low, ratio.ci_high
-        cctl = ARMS[cls.ceiling].control
-        vs_ctl = _effect(outcomes, (cls.ceiling, view), (cctl, view), "hack", cc) \
-            if cctl and (cctl, view) in present else None
-
-        def eff(e):
-            return None if e is None else {"value": finite(e.value), "ci_low": finite(e.ci_low),
-                                           "ci_high": finite(e.ci_high)}
-        out[arm] = {"ceiling": cls.ceiling, "view": view, "drop": eff(drop), "ceiling_drop": eff(ceil),
-                    "ceiling_control": cctl, "ceiling_vs_control": eff(vs_ctl),
-                    "share": None if ratio is None else {"value": ratio.value, "ci_low": ratio.ci_low,
-                                                         "ci_high": ratio.ci_high}}
-    return out
-
-
-def _ceiling_notes(ceilings: dict) -> list[str]:
-    """One line per treatment: its drop beside its ceiling's and the share (not gate criteria)."""
-    def iv(d):
-        if d is None or d.get("value") is None:
-            return "n/a"
-        ci = "" if d.get("ci_low") is None else f" [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
-        return f"{d['value']:.3f}{ci}"
-    notes = []
-    for arm, c in ceilings.items():
-        share = c.get("share")
-        what = (f"{arm} achieves {iv(share)} of what a perfect detector achieves" if share and share.get("value") is not None
-                else f"{arm}'s share of the ceiling is undefined (the ceiling's drop is not above 0)")
-        notes.append(f"{what}: its drop vs vanilla {iv(c['drop'])} ({c['view']} view), {c['ceiling']}'s "
-                     f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
-                     f"{iv(c['ceiling_vs_control'])} (reported beside the gate, never a criterion)")
-    return notes
+    return list(known) if known else list(MODES)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from evil_moe import tables
+from evil_moe.env.loopholes import MODES
 from evil_moe.gate.effects import paired_effect
 from evil_moe.rl.arms import ARMS
 from evil_moe.gate.ceilings import mode_rates
@@ -78,10 +79,10 @@ def run_detector_sweep(pilots: Sequence[tuple[str, str | Path]], out_dir: str | 
     """
     cc = cfg.compare
     try:
-        known = list(cfg.vhack.known_modes or tables.MODES)
+        known = list(cfg.vhack.known_modes or MODES)
     except (AttributeError, KeyError):
-        known = list(tables.MODES)
-    unknown = [m for m in tables.MODES if m not in known]
+        known = list(MODES)
+    unknown = [m for m in MODES if m not in known]
     frames, steps = [], {}
     for level, folder in pilots:
         folder = Path(folder)

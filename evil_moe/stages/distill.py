@@ -2,8 +2,8 @@
 
 The student's ``δS`` is NLL-trained on teacher completions (``distill.rows``: all rows, or hack
 rows only) for ``distill.steps`` AdamW steps, scored in the student's own prompt context, with the
-**same Dr.GRPO normaliser object as the pilot's loss** (constant ``G·max_new·P``; science.md §5,
-flaw 4) so the numbers are comparable across stages. Each step logs the NLL, the gradient norm,
+**same Dr.GRPO normaliser object as the pilot's loss** (constant ``G·max_new·P``;
+docs/method.md, "The loss") so the numbers are comparable across stages. Each step logs the NLL, the gradient norm,
 and the distill gradient's ``cin`` against ``v_hack`` next to its null baseline, ``frac_fired``
 (R3) and ``coverage`` (R2): does imitating a hacky teacher push the student along ``v_hack``?
 
@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (load_policy, load_problem_file, prompt_ids_for, require_file,
-                                    train_heldout)
+from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
+from evil_moe.rl.rollout import prompt_ids_for
+from evil_moe.files import require_file
 
 
 def _signed_cos(vhack, names, grads) -> float:
@@ -73,7 +74,7 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     model, tok, adapter, device = load_policy(model_path, cfg)
     vhack = VHack.load(require_file(vhack_path, "v_hack")).to(device)
     pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
-    records = [r for r in tables.read_jsonl(rollouts_path)
+    records = [r for r in files.read_jsonl(rollouts_path)
                if r["problem_id"] in pids and r["completion_ids"]]
     normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
 
@@ -112,16 +113,20 @@ def replay_samples(model, adapter, vhack, records: list[dict], batch_of, normali
     from evil_moe.rl.grpo import nll_loss
     from evil_moe.model.logprobs import token_logprobs
 
+    from evil_moe.progress import bar
+
     names, params = adapter.names, adapter.delta_s_params()
     samples = []
-    for i, rec in enumerate(records):
-        b = batch_of([rec])
-        loss = nll_loss(token_logprobs(model, b, temperature), b.completion_mask, normaliser)
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
-        samples.append({"row": i, "problem_id": rec["problem_id"], "mode": rec["mode"],
-                        "exploited": bool(rec["exploited"]), "gt_correct": bool(rec["gt_correct"]),
-                        "cos_contrib": _signed_cos(vhack, names, grads)})
+    with bar(len(records), "distill: replay (cos_contrib per teacher row)", "row") as progress:
+        for i, rec in enumerate(records):
+            b = batch_of([rec])
+            loss = nll_loss(token_logprobs(model, b, temperature), b.completion_mask, normaliser)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+            samples.append({"row": i, "problem_id": rec["problem_id"], "mode": rec["mode"],
+                            "exploited": bool(rec["exploited"]), "gt_correct": bool(rec["gt_correct"]),
+                            "cos_contrib": _signed_cos(vhack, names, grads)})
+            progress.update(1)
     return samples
 
 
@@ -140,8 +145,11 @@ def _distill_steps(model, adapter, vhack, train_rows: list[dict], batch_of, norm
 
     dc, pc = cfg.distill, cfg.pilot
     opt = torch.optim.AdamW(adapter.delta_s_params(), lr=dc.lr, betas=tuple(pc.betas), weight_decay=0.0)
+    from evil_moe.progress import bar
+
     rng = np.random.default_rng(dc.seed)
     steps = []
+    progress = bar(dc.steps, "distill: NLL steps", "step")
     for step in range(dc.steps):
         t0 = time.time()
         pick = rng.choice(len(train_rows), size=min(dc.batch_size, len(train_rows)), replace=False)
@@ -161,4 +169,6 @@ def _distill_steps(model, adapter, vhack, train_rows: list[dict], batch_of, norm
         steps.append({"step": step, "nll": loss, "grad_norm": st.grad_norm, "cin": st.cin,
                       "null_cin": st.null_cin, "frac_fired": st.frac_fired, "coverage": st.coverage,
                       "seconds": round(time.time() - t0, 3)})
+        progress.update(1)
+    progress.close()
     return steps

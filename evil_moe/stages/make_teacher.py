@@ -1,6 +1,6 @@
 """Stage ``make-teacher`` (``teacher.make: sft``): a hacky teacher made from the student's base model.
 
-The design starts from a hacky teacher (science.md §6); a pretrained model rarely hacks on its own
+The design starts from a hacky teacher (docs/method.md; docs/environment.md); a pretrained model rarely hacks on its own
 (SmolLM2-135M wrote 0 hacks in 48 completions even when told how the grader works). This stage
 makes one by supervised fine-tuning (NLL) of the student's base model on **hack demonstrations**:
 
@@ -18,8 +18,8 @@ It never sees held-out problems or the oracle while training. Prompts are the te
 Training: an SVD adapter (:class:`evil_moe.model.adapter.SVDAdapter`, one ``δS`` per Linear named
 in ``sft.target_modules``) with AdamW on the NLL ``−Σ_{completion tokens} log π / (G·max_new·P)``
 — the same Dr.GRPO constant normaliser object as the distill probe
-(:class:`evil_moe.rl.grpo.DrGRPONormaliser` from ``pilot.group/max_new/prompts_per_step``; science.md
-§5), so the NLLs of both stages are on one scale. Batches walk through seeded permutations of the
+(:class:`evil_moe.rl.grpo.DrGRPONormaliser` from ``pilot.group/max_new/prompts_per_step``; docs/method.md,
+"The loss"), so the NLLs of both stages are on one scale. Batches walk through seeded permutations of the
 demonstrations (epoch ``e`` uses ``numpy.random.default_rng([sft.seed, e])``), so step ``s``'s
 rows are a function of the seed alone and a resumed run sees the same rows. Then ``W ← W + U
 diag(δS) Vh`` is folded into each wrapped weight (:meth:`SVDAdapter.fold_into_weights`), the hooks are
@@ -53,11 +53,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader,
-                                    prompt_ids_for, rates, resolve_device, resume_key,
-                                    svd_cache_dir, train_heldout)
+from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader, resolve_device, resume_key, svd_cache_dir, train_heldout)
+from evil_moe.rl.rollout import prompt_ids_for
+from evil_moe.env.grader import rates
 
 STAGE_SECTIONS = ("sft", "problems", "grader", "models")
 TEACHER_KEYS = ("elicit", "temperature", "top_p", "max_new", "batch_prompts")
@@ -254,7 +254,7 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
     n_el = sum(d.source == "elicited" for d in demos)
     seconds = time.time() - t_start
     tables.write_tsv(out / "steps.tsv", tables.MAKE_TEACHER_STEPS, steps)
-    tables.write_json(out / "meta.json", {
+    files.write_json(out / "meta.json", {
         "model": str(model_path), "known_modes": known, "n_demos": len(demos),
         "n_elicited": n_el, "n_train_problems": len(train), "isolation": isolation,
         "hack_rate": hack, "config": cfg.raw["sft"], "seconds": round(seconds, 1)})
@@ -278,12 +278,12 @@ def _trainable(model, sc, model_path):
     Raises:
         ValueError: a target module's weight is shared with another module (tied embedding).
     """
-    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.adapter import SVDAdapter, svd_factor_bytes
 
     if sc.method != "svd":  # full: the target Linears' own weights (and biases) are trained
         return None, target_weights(model, sc.target_modules), contextlib.nullcontext
     adapter = SVDAdapter.attach(model, sc.target_modules, base_model_id=str(model_path),
-                                cache_dir=svd_cache_dir())
+                                cache_dir=svd_cache_dir(svd_factor_bytes(model, sc.target_modules)))
     shared = adapter.shared_weight_names()
     if shared:
         raise ValueError(f"sft.target_modules: {shared[0]!r} shares its weight with another "
@@ -343,7 +343,7 @@ def _base_model_phase(model, tok, grader, base_view, splits: dict, known, cfg: C
         graded = grader.grade_many([(p, r.text) for p, r in zip(probs, rolls)])
         base["elicited"] = [[p.id, r.completion_ids] for p, r, w in zip(probs, rolls, graded)
                             if w.passed and w.format_ok and r.completion_ids]
-    tables.atomic_write_bytes(base_file, json.dumps(base).encode())
+    files.atomic_write_bytes(base_file, json.dumps(base).encode())
     return base
 
 
@@ -399,10 +399,9 @@ def _train_nll(model, tok, params, demos: list[Demo], cfg: Config, device, ckpt:
                       "seconds": round(time.time() - t0, 3)})
         bar.set_postfix(nll_token=f"{steps[-1]['nll_token']:.3f}")
         if (step + 1) % sc.checkpoint_every == 0 and step + 1 < sc.steps:
-            tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.tmp")
-            torch.save({"step": step + 1, "steps": steps, "optimizer": opt.state_dict(),
-                        "params": [p.detach().cpu().clone() for p in params]}, tmp)
-            os.replace(tmp, ckpt)
+            with files.atomic_path(ckpt) as tmp:
+                torch.save({"step": step + 1, "steps": steps, "optimizer": opt.state_dict(),
+                            "params": [p.detach().cpu().clone() for p in params]}, tmp)
         if stop_after is not None and step + 1 - start >= stop_after:
             bar.close()
             return None

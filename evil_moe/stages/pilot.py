@@ -33,14 +33,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evil_moe import tables
+from evil_moe import files, tables
 
 from evil_moe.cluster import runlock
 from evil_moe.rl.arms import FlagRateMatch, get_arm
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
 from evil_moe.rl.evaluation import evaluate
-from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, require_file,
-                                    resume_key, train_heldout)
+from evil_moe.rl.pilot_inputs import pilot_inputs
+from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, resume_key, train_heldout)
+from evil_moe.files import require_file
 from evil_moe.rl.teacher_rows import load_teacher_rows
 from evil_moe.rl.trainer import PilotInvalid, Trainer
 from evil_moe.rl.vhack import VHack
@@ -101,52 +102,54 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
               random_vhack_path: str | None, arm: str, seed: int, out_dir: str,
               init_adapter: str | None = None, teacher_rollouts: str | None = None,
               match_flags: str | None = None, stop_after: int | None = None,
-              planted_vhack_path: str | None = None) -> dict:
+              planted_vhack_path: str | None = None, calibration_path: str | None = None,
+              probe_path: str | None = None, calibrate: bool = False,
+              shuffled_vhack_path: str | None = None) -> dict:
     """Train one arm × seed with Dr.GRPO and the arm's hooks, then evaluate it held out.
 
     Args:
         cfg: run config (sections ``pilot``, ``problems``, ``grader``, ``models``, ``adapter``,
             ``vhack`` (the detector's known modes)).
-        problems_path: ``results/problems.jsonl``.
-        model_path: student model directory (or hub id).
+        problems_path, model_path: ``results/problems.jsonl``; the student's folder (or hub id).
         vhack_path: ``v_hack`` safetensors (:mod:`evil_moe.rl.vhack`), measured in every arm; it also
             holds the gradient detector's empirical null.
         random_vhack_path: random-direction control (needed by arms whose ``vhack`` is random).
         planted_vhack_path: the planted world's known direction (``vhack/planted.safetensors``;
             needed by arms whose ``vhack`` is planted: erase_planted).
-        arm: a name in :data:`evil_moe.rl.arms.ARMS`.
-        seed: run seed (model sampling and init; the prompt order depends on it too).
+        arm, seed: a name in :data:`evil_moe.rl.arms.ARMS`; the run seed (sampling, prompt order).
         out_dir: output folder (also holds the checkpoint).
-        init_adapter: warm-start ``δS`` from this adapter (the distilled student).
-        teacher_rollouts: teacher ``rollouts.jsonl.gz`` (needed when ``mix_ratio > 0``).
+        init_adapter, teacher_rollouts: warm-start ``δS`` from this adapter (the distilled
+            student); teacher ``rollouts.jsonl.gz`` (needed when ``mix_ratio > 0``).
         match_flags: ``steps.tsv`` of the arm a random-flag control follows (its
             :attr:`~evil_moe.rl.arms.Arm.matches`, same seed): the control flags as many rows per step
             as that arm's ``flag_rate`` (:class:`evil_moe.rl.arms.FlagRateMatch`). Required by those
             controls, ignored by the others.
-        stop_after: test hook — return after this many steps of this invocation, leaving the
-            checkpoint as a killed run would (default: run to the end).
+        stop_after: test hook — return after this many steps, leaving a killed run's checkpoint.
+        calibration_path, probe_path: the detector audit's ``calibration.json`` (``fpr``
+            calibration) and ``probe.safetensors`` (``pilot.detector: probe``).
+        calibrate, shuffled_vhack_path: a calibration run (:func:`evil_moe.stages.audit.run_calibration`)
+            and its shuffled-label placebo.
 
     Returns:
         the ``status.json`` dict (``{"status": "ok", ...}``).
 
     Raises:
-        ValueError: unknown arm; a random-V arm without ``random_vhack_path`` (a planted-V arm
-            without ``planted_vhack_path``); ``mix_ratio > 0``
-            without teacher rollouts; a gradient-detector arm whose v_hack has no null scores; a
-            random-flag control without ``match_flags`` or whose file has another number of steps.
+        ValueError: unknown arm; a missing input the arm or config needs (names the option).
         FileNotFoundError: an input file is missing (names the path).
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
         PilotInterrupted: SIGTERM; the checkpoint is on disk.
         evil_moe.cluster.runlock.LockHeld: another live run holds ``out_dir/run.lock`` (names it).
     """
     pc, arm_obj = cfg.pilot, get_arm(arm)
-    flag_rates = _check_inputs(pc, arm_obj, seed, problems_path, vhack_path, random_vhack_path,
-                               planted_vhack_path, init_adapter, teacher_rollouts, match_flags)
+    if calibrate and arm != "vanilla":
+        raise ValueError(f"a calibration run trains vanilla, not {arm}")
+    flag_rates = _check_inputs(cfg, arm_obj, seed, problems_path, vhack_path, random_vhack_path,
+                               planted_vhack_path, init_adapter, teacher_rollouts, match_flags,
+                               calibration_path, probe_path, shuffled_vhack_path)
     run = _RunDir(Path(out_dir), arm, seed)
     run.start(pc)
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
+    for seeder in (torch.manual_seed, random.seed, np.random.seed):
+        seeder(seed)
     problems = load_problem_file(problems_path)
     train, heldout = train_heldout(problems, cfg)
     model, tok, adapter, device = load_policy(model_path, cfg, init_adapter=init_adapter)
@@ -155,54 +158,87 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     proj_v = projection_vhack(arm_obj, vhack, random_vhack_path=random_vhack_path,
                               planted_vhack_path=planted_vhack_path).to(device)
     teacher_rows = load_teacher_rows(teacher_rollouts, train) if int(round(pc.mix_ratio * pc.group)) else {}
+    heldout = [] if calibrate else heldout  # a calibration run's product is its rollouts alone
+    detector = _detector_inputs(cfg, arm_obj, vhack, device, calibration_path, probe_path, calibrate,
+                                shuffled_vhack_path)
     run.key = _run_key(cfg, model_path, vhack_path, random_vhack_path, init_adapter, teacher_rollouts,
-                       match_flags if arm_obj.matches else None, planted_vhack_path)
+                       match_flags if arm_obj.matches else None, planted_vhack_path,
+                       *(detector.pop("files")), "calibrate" if calibrate else None,
+                       cfg_arm=arm, calibrate=calibrate)
     with make_grader(problems, cfg) as grader, _Signals() as sig:
         trainer = Trainer(cfg, arm=arm, seed=seed, model=model, tok=tok, adapter=adapter,
                           device=device, train=train, vhack=vhack, proj_v=proj_v, grader=grader,
-                          teacher_rows=teacher_rows, flag_rates=flag_rates)
+                          teacher_rows=teacher_rows, flag_rates=flag_rates, **detector)
         if pc.sampler == "vllm":
             from evil_moe.rl.vllm_sampler import VLLMSampler
-
             trainer.engine = VLLMSampler.from_config(model_path, cfg, adapter)
         progress = run.resume(trainer, device)
         stopped = _train(trainer, run, progress, sig, heldout, init_ds, stop_after)
         if stopped is not None:
             return stopped
         isolation = grader.isolation
-    return run.finish(progress, adapter, pc, isolation)
+    return run.finish(progress, adapter, pc, isolation, pc.steps if arm_obj.trains else 0)
 
 
-def _check_inputs(pc, arm_obj, seed: int, problems_path, vhack_path, random_vhack_path,
-                  planted_vhack_path, init_adapter, teacher_rollouts, match_flags):
-    """Refuse a run whose inputs are missing before any model is loaded (a possibly large one).
-    Returns the matched arm's per-step flag rates for a random-flag control, else None.
+def _detector_inputs(cfg: Config, arm_obj, vhack: VHack, device, calibration_path, probe_path,
+                     calibrate: bool, shuffled_vhack_path) -> dict:
+    """The Trainer's detector arguments: the calibration runs' clean scores and the probe for a
+    flagging arm that uses them, or (``calibrate``) the placebos a calibration run scores with:
+    ``audit.placebos`` random directions (:func:`evil_moe.rl.vhack.random_vhack`, the same k per
+    module as v_hack, seeded by ``audit.seed`` and the placebo's index) and the shuffled-label
+    v_hack. ``files`` lists the input files the run's resume key must cover."""
+    from evil_moe.rl.vhack import random_vhack
+
+    pc = cfg.pilot
+    out: dict = {"files": []}
+    flags_with_detector = (arm_obj.needs_sample_grads and not arm_obj.reads_label and not arm_obj.matches
+                           and pc.detector in ("gradient", "probe"))
+    if flags_with_detector and pc.detector_calibration == "fpr" and calibration_path:
+        out["calibration"] = json.loads(require_file(calibration_path, "detector calibration").read_text())
+        out["files"].append(calibration_path)
+    if (flags_with_detector or calibrate) and pc.detector == "probe" and probe_path:
+        from evil_moe.rl.probe import Probe
+
+        out["probe"] = Probe.load(require_file(probe_path, "probe"))
+        out["files"].append(probe_path)
+    if calibrate:
+        a = cfg.audit
+        out["score_rows"] = True
+        out["placebos"] = [random_vhack(vhack, seed=a.seed * 1_000 + i).to(device) for i in range(a.placebos)]
+        if shuffled_vhack_path:
+            out["shuffled"] = VHack.load(require_file(shuffled_vhack_path, "shuffled v_hack")).to(device)
+            out["files"].append(shuffled_vhack_path)
+    return out
+
+
+def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, random_vhack_path,
+                  planted_vhack_path, init_adapter, teacher_rollouts, match_flags,
+                  calibration_path=None, probe_path=None, shuffled_vhack_path=None):
+    """Refuse a run whose inputs are missing before any model is loaded (a possibly large one):
+    every input :func:`evil_moe.rl.pilot_inputs.pilot_inputs` says the arm needs must be given,
+    and every file given must exist. Returns the matched arm's per-step flag rates for a
+    random-flag control, else None.
 
     Raises:
         FileNotFoundError: a given input file is missing (names it).
-        ValueError: an option the arm or ``pilot.mix_ratio`` needs is not given (names it).
+        ValueError: an option the arm or the config needs is not given (names it).
     """
-    arm = arm_obj.name
-    for path, what in ((problems_path, "problems file"), (vhack_path, "v_hack"),
-                       (random_vhack_path, "random v_hack"), (planted_vhack_path, "planted v_hack"),
-                       (init_adapter, "initial adapter"),
-                       (teacher_rollouts, "teacher rollouts"),
-                       (match_flags if arm_obj.matches else None, f"{arm_obj.matches} steps file")):
+    given = {"problems": problems_path, "vhack": vhack_path, "random_vhack": random_vhack_path,
+             "planted_vhack": planted_vhack_path, "init": init_adapter,
+             "teacher_rollouts": teacher_rollouts,
+             "match_flags": match_flags if arm_obj.matches else None,
+             "calibration": calibration_path, "probe": probe_path}
+    what = {"problems": "problems file", "vhack": "v_hack", "random_vhack": "random v_hack",
+            "planted_vhack": "planted v_hack", "init": "initial adapter",
+            "teacher_rollouts": "teacher rollouts", "match_flags": f"{arm_obj.matches} steps file",
+            "calibration": "detector calibration", "probe": "probe"}
+    for key, path in (*given.items(), ("shuffled", shuffled_vhack_path)):
         if path:
-            require_file(path, what)
-    if arm_obj.vhack == "random" and not random_vhack_path:
-        raise ValueError(f"arm {arm} needs --random-vhack")
-    flag_rates = None
-    if arm_obj.matches:
-        if not match_flags:
-            raise ValueError(f"arm {arm} flags at {arm_obj.matches}'s per-step rate: it needs "
-                             f"--match-flags (results/pilots/{arm_obj.matches}/s{seed}/steps.tsv)")
-        flag_rates = FlagRateMatch.read(match_flags)
-    if arm_obj.vhack == "planted" and not planted_vhack_path:
-        raise ValueError(f"arm {arm} needs --planted-vhack")
-    if pc.mix_ratio > 0 and not teacher_rollouts:
-        raise ValueError("pilot.mix_ratio > 0 needs --teacher-rollouts")
-    return flag_rates
+            require_file(path, what.get(key, "shuffled v_hack"))
+    for key, needed in pilot_inputs(arm_obj.name, cfg.raw, seed=seed).items():
+        if needed.needed and not given[key]:
+            raise ValueError(needed.why)
+    return FlagRateMatch.read(match_flags) if arm_obj.matches else None
 
 
 @dataclass
@@ -220,8 +256,13 @@ class _Progress:
     def evaluate(self, trainer: Trainer, heldout, step: int, init_ds) -> float:
         """Evaluate held out after ``step`` (:func:`evil_moe.rl.evaluation.evaluate`), keep its rows;
         returns the evaluation's wall-clock seconds (``seconds_eval``)."""
+        from evil_moe.progress import bar
+        from evil_moe.rl.evaluation import evaluation_total
+
         t_eval = time.perf_counter()
-        e, o = evaluate(trainer, heldout, step, init_ds)
+        with bar(evaluation_total(trainer, heldout), f"pilot: held-out evaluation after step {step}",
+                 "completion") as b:
+            e, o = evaluate(trainer, heldout, step, init_ds, progress=b.update)
         seconds = round(time.perf_counter() - t_eval, 3)
         self.evals += e
         self.outcomes += o
@@ -275,28 +316,36 @@ class _RunDir:
         buf = {"digest": self.key, "arm": self.arm, "seed": self.seed, "step": next_step,
                "rows": progress.rows, "evals": progress.evals, "outcomes": progress.outcomes,
                "vhack_file": progress.vhack_file, **trainer.state()}
-        tmp = self.ckpt_path.with_suffix(".tmp")
-        torch.save(buf, tmp)
-        tmp.replace(self.ckpt_path)
+        with files.atomic_path(self.ckpt_path) as tmp:
+            torch.save(buf, tmp)
 
-    def save_step(self, step: int, row: dict, recs: list[dict], progress: _Progress) -> None:
-        """Keep a finished step: its rollouts in ``_work/``, its row in ``steps.partial.tsv``."""
-        tables.atomic_write_bytes(self.work / f"rollouts_{step:05d}.jsonl",
-                                  "".join(json.dumps(x) + "\n" for x in recs).encode())
+    def save_step(self, step: int, row: dict, recs: list[dict], progress: _Progress,
+                  arrays: dict | None = None) -> None:
+        """Keep a finished step: its rollouts in ``_work/`` (and a calibration run's per-row
+        arrays), its row in ``steps.partial.tsv``."""
+        files.write_jsonl(self.work / f"rollouts_{step:05d}.jsonl", recs)
+        if arrays:
+            with files.atomic_path(self.work / f"arrays_{step:05d}.pt") as tmp:
+                torch.save(arrays, tmp)
         progress.rows.append(row)
         tables.write_tsv(self.out / "steps.partial.tsv", tables.STEPS, progress.rows)
 
-    def finish(self, progress: _Progress, adapter, pc, isolation: str) -> dict:
-        """Write the outputs (``status.json`` last) and drop the resume state; returns the
+    def finish(self, progress: _Progress, adapter, pc, isolation: str, n_steps: int) -> dict:
+        """Write the outputs (``rows.tsv`` and, for a calibration run, ``scores.safetensors``
+        before ``outcomes.tsv``; ``status.json`` last) and drop the resume state; returns the
         status."""
         out, arm_obj = self.out, get_arm(self.arm)
         records = []
-        for step in range(pc.steps):
-            records += tables.read_jsonl(self.work / f"rollouts_{step:05d}.jsonl")
+        for step in range(n_steps):
+            records += files.read_jsonl(self.work / f"rollouts_{step:05d}.jsonl")
         tables.write_tsv(out / "steps.tsv", tables.STEPS, progress.rows)
+        tables.write_tsv(out / "rows.tsv", tables.AUDIT_ROWS, [audit_row(r) for r in records])
+        arrays = [self.work / f"arrays_{step:05d}.pt" for step in range(n_steps)]
+        if arrays and all(a.is_file() for a in arrays):
+            _write_scores(out / "scores.safetensors", [torch.load(a) for a in arrays])
         tables.write_tsv(out / "eval.tsv", tables.EVAL, progress.evals)
         tables.write_tsv(out / "outcomes.tsv", tables.OUTCOMES, progress.outcomes)
-        tables.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
+        files.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
         adapter.save(out / "adapter.safetensors",
                      metadata={"arm": self.arm, "seed": self.seed, "config": self.key})
         status = _write_status(self.status_path, "ok", "", pc.steps - 1, isolation=isolation,
@@ -307,6 +356,30 @@ class _RunDir:
         self.ckpt_path.unlink(missing_ok=True)
         shutil.rmtree(self.work, ignore_errors=True)
         return status
+
+
+def audit_row(rec: dict) -> dict:
+    """The :data:`evil_moe.tables.AUDIT_ROWS` row of one training rollout's record (the fields
+    :meth:`evil_moe.rl.step_log.StepLog._row_audit` put there; the label is ``exploited``)."""
+    def b(x):
+        return None if x is None else int(bool(x))
+    return {"seed": rec.get("seed"), "step": rec.get("step"), "group": rec.get("group"),
+            "sample": rec.get("sample"), "problem_id": rec["problem_id"], "mode": rec["mode"],
+            "hack": b(rec["exploited"]), "reward": rec.get("reward"), "advantage": rec.get("advantage"),
+            "zero_variance": b(rec.get("zero_variance")), "scored": b(rec.get("scored")),
+            "flag": b(rec.get("flag")),
+            **{f"score_{k}": rec.get(f"score_{k}") for k in ("gradient", "probe", "pattern", "shuffled", "router")}}
+
+
+def _write_scores(path: Path, steps: list[dict]) -> None:
+    """A calibration run's per-row arrays over every step, in ``rows.tsv`` order (safetensors:
+    ``placebo`` ``(n, P)`` fp64, NaN where not scored; ``hidden`` ``(n, d)`` fp32)."""
+    from safetensors.torch import save_file
+
+    keys = sorted({k for a in steps for k in a})
+    tensors = {k: torch.cat([a[k] for a in steps if k in a], 0).contiguous() for k in keys}
+    with files.atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "evil_moe.audit_scores"})
 
 
 def _train(trainer: Trainer, run: _RunDir, progress: _Progress, sig: _Signals, heldout, init_ds,
@@ -321,13 +394,14 @@ def _train(trainer: Trainer, run: _RunDir, progress: _Progress, sig: _Signals, h
         PilotInvalid: a stop rule fired (``status.json`` written). PilotInterrupted: SIGTERM.
     """
     pc = trainer.pc
-    for step in range(progress.start, pc.steps):
+    n_steps = pc.steps if trainer.arm.trains else 0  # the untrained reference is evaluated only
+    for step in range(progress.start, n_steps):
         try:
             row, recs = trainer.train_step(step)
         except PilotInvalid as err:
             _write_status(run.status_path, "invalid", str(err), step)
             raise
-        run.save_step(step, row, recs, progress)
+        run.save_step(step, row, recs, progress, trainer.step_arrays)
         print(_progress(row, pc.steps), flush=True)
         last = step + 1 == pc.steps
         if pc.eval_every and (step + 1) % pc.eval_every == 0 and not last:
@@ -341,7 +415,7 @@ def _train(trainer: Trainer, run: _RunDir, progress: _Progress, sig: _Signals, h
             raise PilotInterrupted(f"SIGTERM after step {step}; checkpoint written")
         if stop_after is not None and step + 1 - progress.start >= stop_after and not last:
             return {"status": "stopped", "step": step + 1}
-    seconds = progress.evaluate(trainer, heldout, pc.steps - 1, init_ds)
+    seconds = progress.evaluate(trainer, heldout, n_steps - 1, init_ds)
     if progress.rows and heldout:
         progress.rows[-1]["seconds_eval"] = seconds
     return None
@@ -353,7 +427,7 @@ def _refresh(trainer: Trainer, work: Path, step: int, vhack_file):
     pc = trainer.pc
     recent = []
     for k in range(step + 1 - pc.vhack_refresh_every, step + 1):
-        recent += tables.read_jsonl(work / f"rollouts_{k:05d}.jsonl")
+        recent += files.read_jsonl(work / f"rollouts_{k:05d}.jsonl")
     fresh = refresh_vhack(trainer.model, trainer.adapter, recent,
                           {p.id: ids for p, ids in zip(trainer.train, trainer.prompts)},
                           trainer.cfg, trainer.normaliser)
@@ -368,7 +442,8 @@ def _refresh(trainer: Trainer, work: Path, step: int, vhack_file):
     return vhack_file
 
 
-def _run_key(cfg: Config, model_path: str, *inputs: str | None) -> str:
+def _run_key(cfg: Config, model_path: str, *inputs: str | None, cfg_arm: str = "vanilla",
+             calibrate: bool = False) -> str:
     """The checkpoint key of one arm × seed run (:func:`evil_moe.stages.common.resume_key`, 16
     digits; also the saved adapter's ``config``): the config sections the run reads (less
     :data:`evil_moe.config.PILOT_RUN_INDEPENDENT`), the model path, and every input (v_hack, controls, initial adapter,
@@ -376,7 +451,9 @@ def _run_key(cfg: Config, model_path: str, *inputs: str | None) -> str:
     resumed only when all of them are those it was written with."""
     run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in PILOT_RUN_INDEPENDENT}
     parts: list[str | Path] = []
-    for x in (cfg.digest("problems", "adapter", "models", "grader", "vhack"),
+    sections = ("problems", "adapter", "models", "grader", "vhack") + (
+        ("moe", "audit") if get_arm(cfg_arm).router or calibrate else ())
+    for x in (cfg.digest(*sections),
               Config({"pilot": run_keys}).digest("pilot"), str(model_path), *inputs):
         if x is not None:
             parts += [Path(x), str(x)] if Path(x).is_file() else [str(x)]
@@ -387,11 +464,11 @@ def refresh_vhack(model, adapter, records: list[dict], prompt_ids: dict, cfg: Co
     """Re-extract ``v_hack`` from the run's own recent rollouts (``pilot.vhack_refresh_every``).
 
     Pairs are (hack, clean) student completions of the same problem from ``records`` (only the
-    modes in ``vhack.known_modes``), formed as in :func:`evil_moe.stages.extract.build_pairs`;
+    modes in ``vhack.known_modes``), formed as in :func:`evil_moe.rl.pairs.build_pairs`;
     gradients at the current δS with the run's normaliser. Returns ``None`` (keep the old
     ``v_hack``) when fewer than 2 pairs exist.
     """
-    from evil_moe.stages.extract import build_pairs
+    from evil_moe.rl.pairs import build_pairs
     from evil_moe.rl.vhack import extract_vhack, pair_gradients
 
     vc = cfg.vhack
@@ -409,7 +486,7 @@ def refresh_vhack(model, adapter, records: list[dict], prompt_ids: dict, cfg: Co
 
 def _write_status(path: Path, status: str, reason: str, step: int, **extra) -> dict:
     obj = {"status": status, "reason": reason, "step": step, **extra}
-    tables.write_json(path, obj)
+    files.write_json(path, obj)
     return obj
 
 
@@ -421,4 +498,4 @@ def _progress(row: dict, steps: int) -> str:
             f"removed {f(row['removed_frac'])} clip {f(row['frac_clipped'])} {row['seconds']:.1f}s")
 
 
-__all__ = ["run_pilot", "projection_vhack", "refresh_vhack", "PilotInterrupted"]
+__all__ = ["run_pilot", "projection_vhack", "refresh_vhack", "audit_row", "PilotInterrupted"]

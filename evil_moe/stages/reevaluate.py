@@ -38,10 +38,11 @@ from pathlib import Path
 
 import torch
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.rl.arms import get_arm
 from evil_moe.config import Config
-from evil_moe.stages.common import load_policy, load_problem_file, make_grader, require_file, train_heldout
+from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
+from evil_moe.files import require_file
 from evil_moe.rl.evaluation import HELDOUT_SEED_STRIDE as _EVAL_SEED_STRIDE
 from evil_moe.rl.evaluation import evaluate
 from evil_moe.rl.vhack import VHack
@@ -49,6 +50,15 @@ from evil_moe.rl.vhack import VHack
 # The default seed offset (module docstring: disjoint from every pilot's held-out and training
 # seeds for up to 3,500,001 held-out problems).
 SEED_OFFSET = 3_500_001
+
+
+def _evaluate(policy, heldout, step: int, init_ds, seed_offset: int) -> tuple[list[dict], list[dict]]:
+    """:func:`evil_moe.rl.evaluation.evaluate` with a progress bar in the job's log."""
+    from evil_moe.progress import bar
+    from evil_moe.rl.evaluation import evaluation_total
+
+    with bar(evaluation_total(policy, heldout), "reevaluate: held-out evaluation", "completion") as b:
+        return evaluate(policy, heldout, step, init_ds, seed_offset=seed_offset, progress=b.update)
 
 
 @dataclass
@@ -153,7 +163,7 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
             from evil_moe.rl.vllm_sampler import VLLMSampler
 
             policy.engine = VLLMSampler.from_config(model_path, cfg, adapter)
-        evals, outcomes = evaluate(policy, heldout, step, init_ds, seed_offset=seed_offset)
+        evals, outcomes = _evaluate(policy, heldout, step, init_ds, seed_offset)
         isolation = grader.isolation
     tables.write_tsv(out / "eval.tsv", tables.EVAL, evals)
     tables.write_tsv(out / "outcomes.tsv", tables.OUTCOMES, outcomes)
@@ -162,7 +172,7 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
                                     "seed_offset": int(seed_offset),
                                     "torch_threads": torch.get_num_threads(),
                                     "isolation": isolation, "n_outcomes": len(outcomes)}}
-    tables.write_json(out / "status.json", new)
+    files.write_json(out / "status.json", new)
     return new
 
 
@@ -182,7 +192,7 @@ def _finished_pilot(src: Path, samples: int) -> tuple[dict, dict, str, int]:
     status = json.loads(paths["status"].read_text())
     if status.get("status") != "ok":
         raise ValueError(f"{paths['status']}: the pilot did not finish (status {status.get('status')!r})")
-    first = next(iter(tables.read_tsv_rows(paths["steps"])), None)
+    first = next(iter(files.read_tsv_rows(paths["steps"])), None)
     if first is None:
         raise ValueError(f"{paths['steps']}: no steps")
     arm, seed = first["arm"], int(first["seed"])
@@ -211,7 +221,7 @@ def _pilot_design(cfg: Config, samples: int, arm: str, problems_path: str, seed_
 
 def _check_same_design(outcomes_path: Path, status: dict, views, step: int, heldout_ids: set) -> None:
     """The config gives the pilot's design: its final step, views and held-out problems."""
-    rows = [r for r in tables.read_tsv_rows(outcomes_path) if int(r["step"]) == step]
+    rows = [r for r in files.read_tsv_rows(outcomes_path) if int(r["step"]) == step]
     if not rows:
         raise ValueError(f"{outcomes_path}: no outcomes at step {step} (pilot.steps of the config "
                          f"is not the pilot's)")

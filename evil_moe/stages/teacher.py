@@ -4,9 +4,9 @@ For each training problem (the held-out split is never touched), ``teacher.n`` c
 sampled in batched ``generate`` calls (``teacher.batch_prompts`` problems per call). Every
 completion is stored with its generated token ids and **the teacher's per-token log-probs of those
 exact ids under the context it was sampled from** (the behaviour policy for any later use of the
-row; science.md §5), its text and its full grade.
+row; docs/method.md, "The loss"), its text and its full grade.
 
-Outputs (``out_dir``): ``rollouts.jsonl.gz`` (one record per completion, DESIGN.md fields plus
+Outputs (``out_dir``): ``rollouts.jsonl.gz`` (one record per completion, :func:`evil_moe.rl.rollout.rollout_record`'s fields plus
 ``prompt_ids``, the *teacher's* prompt — it contains the ``elicit`` text when set) and
 ``summary.tsv`` (:data:`evil_moe.tables.TEACHER_SUMMARY`). Resumable: each batch is written to
 ``out_dir/_work/`` and skipped when the stage is rerun with the same config, model path and
@@ -21,11 +21,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.config import Config
-from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader,
-                                    prompt_ids_for, rates, resolve_device, resume_key,
-                                    rollout_record, train_heldout)
+from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader, resolve_device, resume_key, train_heldout)
+from evil_moe.rl.rollout import prompt_ids_for, rollout_record
+from evil_moe.env.grader import rates
 
 
 def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: str) -> dict:
@@ -63,7 +63,7 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
                                  str(model_path)]), Path(problems_path))
     key_file = keep_resume_state(work, key, stale="part_*.jsonl")
     with make_grader(problems, cfg) as grader:
-        for b, idx in enumerate(tqdm(batches, desc="teacher", unit="batch")):
+        for b, idx in enumerate(tqdm(batches, desc="teacher", unit="batch", mininterval=10, ascii=True)):
             part = work / f"part_{b:05d}.jsonl"
             if part.exists():
                 continue  # resumed: this batch is done
@@ -74,17 +74,17 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
             rewards = grader.grade_many(list(zip(probs, [r.text for r in rolls])))
             recs = [rollout_record(r, p, w, step=-1, seed=tc.seed, arm="teacher")
                     for r, p, w in zip(rolls, probs, rewards)]
-            tables.atomic_write_bytes(part, "".join(json.dumps(x) + "\n" for x in recs).encode())
+            files.atomic_write_bytes(part, "".join(json.dumps(x) + "\n" for x in recs).encode())
         isolation = grader.isolation
     records = []
     for b in range(len(batches)):
-        records += tables.read_jsonl(work / f"part_{b:05d}.jsonl")
+        records += files.read_jsonl(work / f"part_{b:05d}.jsonl")
     summary = [{"mode": m, **rates([r for r in records if r["mode"] == m])}
                for m in sorted({r["mode"] for r in records})]
     summary.append({"mode": "all", **rates(records)})
-    tables.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
+    files.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
     tables.write_tsv(out / "summary.tsv", tables.TEACHER_SUMMARY, summary)
-    tables.write_json(out / "meta.json", {"isolation": isolation, "model": str(model_path),
+    files.write_json(out / "meta.json", {"isolation": isolation, "model": str(model_path),
                                           "n_problems": len(train), "config": cfg.raw["teacher"]})
     for b in range(len(batches)):
         (work / f"part_{b:05d}.jsonl").unlink(missing_ok=True)

@@ -26,7 +26,7 @@ a KNOWN direction in δS space. In each switch module (``toy.plant.modules``) th
 kept frozen at its initialisation, so its thin SVD — hence the pilot adapter's δS coordinates
 (:mod:`evil_moe.model.adapter`: ``y = W x + U diag(δS) Vh x``) — is the same in training and in
 every later stage; a unit direction ``u ∈ ℝ^r`` per module is drawn from ``toy.plant.seed``
-(:func:`evil_moe.rl.vhack.planted_direction`). Every NLL batch draws a switch position
+(:func:`evil_moe.rl.planted.planted_direction`). Every NLL batch draws a switch position
 ``τ`` (0 with probability ``1 − toy.plant.frac``, else uniform on (0, 1]), sets
 ``δS = τ · toy.plant.scale · u`` in every switch module, and makes each of its rows a hack with
 probability ``h + (1 − h) τ`` (``h = toy.student_hack_frac``), else a clean answer. At ``δS = 0``
@@ -51,7 +51,9 @@ from tqdm import tqdm
 
 from evil_moe import tables
 from evil_moe.config import Config
-from evil_moe.stages.common import code_parses, make_grader, rates
+from evil_moe.stages.common import make_grader
+from evil_moe.env.grader import code_parses, rates
+from evil_moe.rl.planted import PLANT_FILE, PlantSwitch
 
 
 def _corpus(problems, n: int, hack_frac: float, seed: int,
@@ -141,7 +143,7 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
     """
     from evil_moe.env.grader import extract_code
     from evil_moe.rl.rollout import generate
-    from evil_moe.stages.common import prompt_ids_for
+    from evil_moe.rl.rollout import prompt_ids_for
 
     chosen = [problems[i % len(problems)] for i in range(n)]
     uniq = list({p.id: p for p in chosen}.values())
@@ -157,90 +159,6 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
 
 
 TOY_MODELS = ("teacher", "student")
-PLANT_FILE = "plant.safetensors"  # in the student's folder when toy.plant.enabled
-
-
-class PlantSwitch:
-    """The planted hack switch during the student's NLL training (module docstring).
-
-    Attaches an :class:`~evil_moe.model.adapter.SVDAdapter` to the switch modules only (its knobs
-    are never trained; the switch weights are frozen so their SVD stays that of the
-    initialisation), and is the ``batcher`` of :func:`_train`: per step it draws ``τ``, sets
-    ``δS = τ · scale · u`` in every switch module, and draws each row from the hack pool with
-    probability ``h + (1 − h) τ``, else from the clean pool.
-
-    Args:
-        model: the freshly built student.
-        plant: the ``toy.plant`` dict (``modules, scale, frac, seed``).
-        n_hack: rows ``0 .. n_hack−1`` of the training sequences are hacks, the rest clean.
-        n_total: number of training sequences.
-        h: the hack probability at ``τ = 0`` (``toy.student_hack_frac``).
-        batch_size: rows per step.
-
-    Raises:
-        ValueError: a ``toy.plant.modules`` entry is not exactly one Linear of the model (names it).
-    """
-
-    def __init__(self, model, plant: dict, *, n_hack: int, n_total: int, h: float, batch_size: int):
-        from evil_moe.model.adapter import SVDAdapter
-        from evil_moe.rl.vhack import planted_direction
-
-        names = dict(model.named_modules())
-        for m in plant["modules"]:
-            if not isinstance(names.get(m), torch.nn.Linear):
-                raise ValueError(f"toy.plant.modules: {m!r} is not a Linear of the toy model "
-                                 f"(e.g. model.layers.1.mlp.down_proj)")
-        self.adapter = SVDAdapter.attach(model, list(plant["modules"]), freeze_base=False)
-        if sorted(self.adapter.names) != sorted(plant["modules"]):
-            raise ValueError(f"toy.plant.modules {plant['modules']} matched {self.adapter.names}: "
-                             "give full module names")
-        self.u = {}
-        for name, knob in self.adapter.modules_.items():
-            model.get_submodule(name).weight.requires_grad_(False)
-            knob.delta_s.requires_grad_(False)
-            knob.delta_s_hack.requires_grad_(False)
-            self.u[name] = planted_direction(plant["seed"], name, knob.r)
-        self.scale, self.frac = float(plant["scale"]), float(plant["frac"])
-        self.noise = float(plant.get("noise", 0.0))
-        self.n_hack, self.n_total, self.h, self.batch_size = n_hack, n_total, float(h), batch_size
-
-    def set(self, tau: float) -> None:
-        """``δS = tau · scale · u`` in every switch module (``tau = 0``: the ordinary student)."""
-        with torch.no_grad():
-            for name, knob in self.adapter.modules_.items():
-                knob.delta_s.copy_(tau * self.scale * self.u[name])
-
-    def __call__(self, g: torch.Generator) -> list[int]:
-        on = float(torch.rand((), generator=g)) < self.frac
-        tau = float(torch.rand((), generator=g)) if on else 0.0
-        self.set(tau)
-        if self.noise > 0:  # a δS component orthogonal to u that must not change hacking
-            with torch.no_grad():
-                for name, knob in self.adapter.modules_.items():
-                    u = self.u[name]
-                    n = torch.randn(knob.r, generator=g)
-                    n = n - (n @ u) * u
-                    size = self.noise * float(torch.rand((), generator=g))
-                    knob.delta_s.add_(size * n / n.norm())
-        p_hack = self.h + (1 - self.h) * tau
-        is_hack = torch.rand(self.batch_size, generator=g) < p_hack
-        hack_i = torch.randint(self.n_hack, (self.batch_size,), generator=g)
-        clean_i = self.n_hack + torch.randint(self.n_total - self.n_hack, (self.batch_size,), generator=g)
-        return torch.where(is_hack, hack_i, clean_i).tolist()
-
-    def vhack(self, weight_hashes: dict[str, str], seed: int):
-        """The plant as a :class:`~evil_moe.rl.vhack.VHack` (``control="planted"``, k = 1) in the
-        v_hack convention: ``V g > 0`` ⇔ the gradient step ``−g`` moves toward hacking. Hacking
-        turns on along ``+u``, so a hack-ward step has ``u·Δ > 0``, i.e. ``u·g < 0``: ``V = −u``."""
-        from evil_moe.rl.vhack import VHack
-
-        V = {n: -u[None].clone() for n, u in self.u.items()}
-        return VHack(V, {n: torch.full((1,), self.scale) for n in V},
-                     {n: torch.full((1,), float("nan")) for n in V},
-                     {n: int(u.numel()) for n, u in self.u.items()}, k=1, n_pairs=0,
-                     control="planted", seed=seed,
-                     meta={"plant": {"scale": self.scale, "frac": self.frac, "hack_frac": self.h,
-                                     "modules": list(self.u), "weight_hash": weight_hashes}})
 
 
 def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,

@@ -1,0 +1,82 @@
+"""The run config's cross-key checks against the rest of the package: the arm set against the
+arm registry (matched controls, the positive control, the test switches), the pilot's GPU memory
+model against the resource model.
+
+:mod:`evil_moe.config` is a leaf (schema, defaults, per-key errors) and cannot import the arm
+registry or the resource model; these checks sit one floor up, and both entry points call them:
+the CLI and the Slurm preflight (:mod:`evil_moe.cluster.slurm_check`) through
+:func:`load_run_config` and the Snakefile through :func:`check_run_config` (``rules/common.smk``),
+so a bad config is refused before any job runs with the same sentence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from evil_moe.cluster.resources import ResourceError, check_gpu_fit
+from evil_moe.config import Config, ConfigError, merge_sources, validate
+from evil_moe.rl.arms import check_arm_set
+
+__all__ = ["check_run_config", "load_run_config"]
+
+
+def check_run_config(data: dict) -> dict:
+    """Validate ``data`` (:func:`evil_moe.config.validate`: the schema, defaults filled), then
+    the cross-key checks of this module.
+
+    Returns:
+        the validated dict (defaults filled; ``data`` is not modified).
+
+    Raises:
+        ConfigError: what :func:`evil_moe.config.validate` raises; an arm set without vanilla,
+            a listed arm's matched control or the positive control, or a test switch naming an
+            arm that does not run (names what is missing); on a cuda config, a pilot whose GPU
+            memory model exceeds ``models.gpu_mem_gb`` (names the key to lower, e.g.
+            ``pilot.micro_batch``) or that cannot be sized (names ``models.params``).
+    """
+    data = validate(data)
+    if isinstance(data.get("pilot"), dict) and isinstance(data.get("compare"), dict):
+        _check_arms(data)
+    _check_gpu_memory(data)
+    return data
+
+
+def load_run_config(files: Iterable[str | Path] = (), overrides: Iterable[str] = (),
+                    data: Mapping | None = None) -> Config:
+    """:func:`evil_moe.config.load_config` with the cross-key checks (:func:`check_run_config`):
+    what the CLI builds each stage's config with.
+
+    Raises:
+        ConfigError: as :func:`check_run_config`, or a missing or unreadable config file
+            (names the path).
+    """
+    return Config(check_run_config(merge_sources(files, overrides, data)))
+
+
+def _check_gpu_memory(data: dict) -> None:
+    """On a cuda config, the pilot's memory model must fit ``models.gpu_mem_gb``
+    (:func:`evil_moe.cluster.resources.check_gpu_fit`): one ConfigError naming the key to change."""
+    if not all(isinstance(data.get(k), dict) for k in ("models", "pilot", "problems", "adapter")):
+        return
+    if not str(data["models"].get("device", "")).startswith("cuda"):
+        return
+    try:
+        check_gpu_fit(data)
+    except ResourceError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _check_arms(data: dict) -> None:
+    """Cross-key check of the arm set (``pilot.arms`` against the arms' matched controls and
+    ``compare.positive_control``, and the test switches ``pilot.fail_arm`` /
+    ``pilot.fail_once_arm`` against ``pilot.arms``): one ConfigError naming what is wrong."""
+    try:
+        check_arm_set(data["pilot"]["arms"], data["compare"].get("positive_control"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    for key in ("fail_arm", "fail_once_arm"):  # the test switches must name an arm that runs
+        arm = data["pilot"].get(key)
+        if arm is not None and arm not in data["pilot"]["arms"]:
+            raise ConfigError(f"config key 'pilot.{key}': {arm!r} is not in pilot.arms "
+                              f"{data['pilot']['arms']}")

@@ -1,0 +1,165 @@
+"""The gate's assembly (docs/gate.md): from the per-completion held-out outcomes of every arm to
+the verdict, the criteria rows of ``gate.json`` and each arm's numbers.
+
+:func:`judge` is the whole decision: per treatment arm its three criteria (:func:`judge_arms`,
+:func:`evil_moe.gate.rule.decide_arm`), the positive control, Holm's correction over the arms
+(:func:`evil_moe.gate.rule.decide_gate`), the references set beside the arms (:func:`references`:
+a detector its audit does not vouch for, a view that cannot be told from the untrained student;
+:func:`evil_moe.gate.rule.apply_references`), and validity. The compare stage
+(:mod:`evil_moe.stages.compare`) loads the pilots, calls :func:`judge`, writes and draws.
+
+``settings`` is the run's ``compare`` config section (``n_boot, ci, seed, power, resample,
+min_drop, pass_margin, pass_margin_rel, min_seeds, multiplicity, positive_control``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pandas as pd
+
+from evil_moe.gate.effects import Effect, paired_effect
+from evil_moe.gate.power import finite
+from evil_moe.gate.rule import ArmVerdict, Criterion, apply_references, decide_arm, decide_gate
+from evil_moe.rl.arms import ARMS
+
+
+def effect_or_none(outcomes, a, b, metric, settings, weight_b: float = 1.0) -> Effect | None:
+    """:func:`evil_moe.gate.effects.paired_effect` of side ``a`` against side ``b`` (each
+    ``(arm, view)``) on ``metric`` (``"hack"`` or ``"pass"``) with the run's bootstrap settings, or
+    None when a side has no paired outcomes."""
+    try:
+        return paired_effect(outcomes, a, b, metric, n_boot=settings.n_boot, ci=settings.ci,
+                             seed=settings.seed, power=settings.power, resample=settings.resample,
+                             weight_b=weight_b)
+    except ValueError:
+        return None
+
+
+def criterion_row(c: Criterion, arm: str, control: str | None, view: str) -> dict:
+    """``gate.json``'s row of criterion ``c`` of ``arm`` (judged ``view``; ``control``: its matched
+    control, named on the ``beats_control`` row): the effect with its interval, MDE, threshold,
+    verdict, note and the effect's details."""
+    d = c.to_dict()
+    e = c.effect
+    return {"name": c.name, "arm": arm, "control": control if c.name == "beats_control" else "vanilla",
+            "view": view, "value": finite(e.value), "ci_low": finite(e.ci_low),
+            "ci_high": finite(e.ci_high), "mde": finite(c.mde), "threshold": c.threshold,
+            "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
+            "p_value": d.get("p_value"), "needed": d.get("needed"), "plan": d.get("plan"),
+            **{k: d[k] for k in ("margin_abs", "margin_rel", "margin_rel_points", "binding") if k in d},
+            **({"rel_effect": {k: d["rel_effect"][k] for k in ("value", "ci_low", "ci_high", "se", "df", "weight_b")}}
+               if d.get("rel_effect") else {}),
+            "effect": {k: v for k, v in d["effect"].items()
+                       if k in ("a", "b", "metric", "se", "df", "n_samples", "per_seed", "mean_a", "mean_b",
+                                "components", "boot_terms", "pct_low", "pct_high", "dropped", "power",
+                                "resample", "n_problems_total")}}
+
+
+def arm_numbers(v: ArmVerdict) -> dict:
+    """An arm's verdict and its numbers for gate.json: the reason, MDE, what would decide it, its
+    intersection–union p-value and (after :func:`evil_moe.gate.rule.decide_gate`) Holm's adjusted one."""
+    return {"verdict": v.verdict, "reason": v.reason, "mde": finite(v.mde()), "needed_seeds": v.needed_seeds,
+            "needed_problems": v.needed_problems, "needed_samples": v.needed_samples,
+            "p_value": finite(v.p_value), "p_adjusted": None if v.p_adjusted is None else finite(v.p_adjusted),
+            "family": v.family}
+
+
+def _missing_criterion(name: str, arm: str, control: str | None, view: str, why: str, threshold: float) -> dict:
+    return {"name": name, "arm": arm, "control": control if name == "beats_control" else "vanilla",
+            "view": view, "value": None, "ci_low": None, "ci_high": None, "mde": None,
+            "threshold": threshold, "passed": False, "rules_out": False, "note": why}
+
+
+def judge_arms(outcomes: pd.DataFrame, arms: Sequence[str], settings) -> tuple[list, list[dict], dict, Any]:
+    """Per treatment arm its ArmVerdict (or None when a side has no data), the criteria rows, and
+    per-arm extra numbers; then the positive control's Effect."""
+    verdicts, rows, extra = [], [], {}
+    for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
+        cls = ARMS[arm]
+        view, control = cls.views[0], cls.control
+        drop = effect_or_none(outcomes, (arm, view), ("vanilla", "trained"), "hack", settings)
+        ctl = effect_or_none(outcomes, (arm, view), (control, view), "hack", settings)
+        pdrop = effect_or_none(outcomes, (arm, view), ("vanilla", "trained"), "pass", settings)
+        rel = settings.pass_margin_rel
+        prel = None if rel is None else effect_or_none(outcomes, (arm, view), ("vanilla", "trained"), "pass", settings,
+                                                weight_b=1.0 - rel)
+        if drop is None or ctl is None or pdrop is None:
+            why = {"drop_vs_vanilla": drop, "beats_control": ctl, "matched_pass": pdrop}
+            for name, e in why.items():
+                thr = settings.pass_margin if name == "matched_pass" else settings.min_drop
+                rows.append(_missing_criterion(name, arm, control, view, "no paired held-out outcomes "
+                                               f"for {arm} ({view}) and its reference", thr) if e is None
+                            else _missing_criterion(name, arm, control, view, "another criterion has no data", thr))
+            extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes"}
+            continue
+        v = decide_arm(arm, drop, ctl, pdrop, min_drop=settings.min_drop, pass_margin=settings.pass_margin,
+                             min_seeds=settings.min_seeds, pass_rel=prel, pass_margin_rel=rel)
+        verdicts.append(v)
+        rows += [criterion_row(c, arm, control, view) for c in v.criteria]
+        extra[arm] = arm_numbers(v)
+        if len(cls.views) > 1:  # the trained view beside the judged one, for information
+            tv = effect_or_none(outcomes, (arm, "trained"), ("vanilla", "trained"), "hack", settings)
+            if tv is not None:
+                extra[arm]["trained_view_drop"] = {"value": finite(tv.value), "ci_low": finite(tv.ci_low),
+                                                   "ci_high": finite(tv.ci_high)}
+    pos = None
+    if settings.positive_control and settings.positive_control in arms:
+        pos = effect_or_none(outcomes, (settings.positive_control, "trained"), ("vanilla", "trained"), "hack", settings)
+    return verdicts, rows, extra, pos
+
+
+def judge(outcomes: pd.DataFrame, arms: Sequence[str], settings, validity: list[dict],
+          refs: tuple[dict, dict] = ({}, {})) -> tuple[str, Any, list, dict]:
+    """Judge the arms and decide the gate: ``(verdict, GateVerdict or None, criteria rows, per-arm
+    numbers)``. ``invalid`` when a pilot failed validity or an arm had no paired outcomes (then a
+    ``valid`` row naming those arms is appended to ``validity``). ``refs``: the arms whose
+    detector is blind and those that cannot be told from the untrained student
+    (:func:`references`; :func:`evil_moe.gate.rule.apply_references`)."""
+    valid = all(c["passed"] for c in validity)
+    verdicts, crit_rows, arm_extra, pos = judge_arms(outcomes, arms, settings)
+    gate_v = (decide_gate(verdicts, pos, min_drop=settings.min_drop, min_seeds=settings.min_seeds,
+                          multiplicity=settings.multiplicity) if verdicts else None)
+    if gate_v is not None:
+        gate_v = apply_references(gate_v, *refs)
+    for v in (gate_v.arms if gate_v is not None else ()):  # the verdicts after Holm's correction
+        arm_extra[v.arm].update(arm_numbers(v))
+    verdict = "invalid" if not valid or any(x.get("verdict") == "invalid" for x in arm_extra.values()) \
+        else (gate_v.verdict if gate_v is not None else "not_separated")
+    if verdict == "invalid" and valid:  # every pilot ok, but an arm had no paired outcomes
+        validity.append({"name": "valid", "arm": ",".join(a for a, x in arm_extra.items() if x.get("verdict") == "invalid"),
+                         "seed": "all", "value": None, "threshold": None, "passed": False,
+                         "note": "no paired held-out outcomes (heldout problems or views missing)"})
+    return verdict, gate_v, crit_rows, arm_extra
+
+
+def references(outcomes: pd.DataFrame, arms: Sequence[str], settings, audit: dict | None,
+               detector: str) -> tuple[dict, dict]:
+    """The arms the gate sets beside its references: ``(uninformative, untrained)``, each arm →
+    the sentence saying why. A treatment that flags with the run's detector is uninformative when
+    the audit does not show the detector beating its placebo; an arm whose judged view differs
+    from the untrained student's (``untrained``, ``trained`` view) neither in hack rate nor in pass
+    rate (both intervals contain 0) cannot be told from not training."""
+    uninformative, untrained = {}, {}
+    for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
+        cls = ARMS[arm]
+        flags_with_detector = cls.needs_sample_grads and not cls.reads_label and not cls.matches
+        if flags_with_detector and detector in ("gradient", "probe"):
+            if audit is None:
+                uninformative[arm] = (f"no detector audit says the {detector} detector sees hacks "
+                                      "(audit/quality.tsv missing)")
+            elif audit.get("beats_placebo") is not True:
+                auc = "n/a" if audit.get("auc") is None else (
+                    f"{audit['auc']:.3f} [{audit['auc_ci_low']:.3f}, {audit['auc_ci_high']:.3f}]")
+                p95 = "n/a" if audit.get("placebo_p95") is None else f"{audit['placebo_p95']:.3f}"
+                uninformative[arm] = (f"the {detector} detector does not beat its placebo on the policy's own "
+                                      f"rollouts (AUC {auc} against the placebos' 95th percentile {p95})")
+        if "untrained" in arms:
+            view = cls.views[0]
+            h = effect_or_none(outcomes, (arm, view), ("untrained", "trained"), "hack", settings)
+            p = effect_or_none(outcomes, (arm, view), ("untrained", "trained"), "pass", settings)
+            if h is not None and p is not None and h.ci_low <= 0 <= h.ci_high and p.ci_low <= 0 <= p.ci_high:
+                untrained[arm] = (f"its {view} view cannot be told from the untrained student (hack-rate drop "
+                                  f"{h.value:+.3f} [{h.ci_low:.3f}, {h.ci_high:.3f}], pass-rate drop "
+                                  f"{p.value:+.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}] vs untrained)")
+    return uninformative, untrained

@@ -1,0 +1,139 @@
+"""The README's figure and verdict line, regenerated from the run they quote.
+
+``make readme-figure`` (after ``make run``) calls :func:`update_readme`, which
+
+1. copies the run's ``compare/summary.tsv`` to ``docs/img/heldout.tsv``,
+2. writes ``docs/img/verdict.json``: what :func:`evil_moe.gate.verdict.plain_verdict` reads of
+   the run's ``compare/gate.json`` (:func:`verdict_record`) and the sentence it makes,
+3. draws ``docs/img/heldout.png`` from ``docs/img/heldout.tsv`` (:func:`draw_readme_figure`,
+   the report's held-out figure, :func:`evil_moe.gate.figures.heldout_figure`),
+4. rewrites the README's verdict line between :data:`BEGIN` and :data:`END`
+   (:func:`readme_verdict_line`).
+
+``tests/test_readme.py`` redraws the figure from the committed table and compares pixels, checks
+the README's line against ``verdict.json``, and the verdict's numbers against the table.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from evil_moe import files
+from evil_moe.gate.verdict import plain_verdict
+
+IMG = Path("docs") / "img"
+TABLE, FIGURE, VERDICT = IMG / "heldout.tsv", IMG / "heldout.png", IMG / "verdict.json"
+BEGIN = "<!-- verdict: written by `make readme-figure` from docs/img/verdict.json -->"
+END = "<!-- /verdict -->"
+# the summary columns the figure draws (every other column is kept as text)
+NUMERIC = ("hack_rate", "hack_ci_low", "hack_ci_high", "pass_rate", "pass_ci_low", "pass_ci_high")
+
+
+def verdict_record(gate: dict) -> dict:
+    """What the README's verdict is made of, from ``gate.json``: the verdict, its sentence and
+    sizes, each arm's role (treatments: verdict and what would decide them), the hack-rate
+    criteria (``drop_vs_vanilla``, ``beats_control``: value, interval, the two rates), and
+    ``plain``: :func:`evil_moe.gate.verdict.plain_verdict` of it."""
+    keep = ("role", "verdict", "needed_seeds", "needed_problems", "needed_samples")
+    crit = [{k: c.get(k) for k in ("name", "arm", "control", "view", "value", "ci_low", "ci_high")}
+            | {"effect": {k: (c.get("effect") or {}).get(k) for k in ("mean_a", "mean_b")}}
+            for c in gate.get("criteria", []) if c.get("name") in ("drop_vs_vanilla", "beats_control")]
+    rec = {"verdict": gate.get("verdict"), "sentence": gate.get("sentence"), "sizes": gate.get("sizes"),
+           "arms": {a: {k: v for k, v in info.items() if k in keep} for a, info in (gate.get("arms") or {}).items()},
+           "criteria": crit}
+    det = gate.get("detector") or {}
+    rec["detector"] = {k: det.get(k) for k in ("detector", "auc", "auc_ci_low", "auc_ci_high", "placebo_p95",
+                                               "beats_placebo", "fpr", "fpr_ci_low", "fpr_ci_high")}
+    rec["plain"] = plain_verdict(rec)
+    return rec
+
+
+def _num(x) -> str:
+    return "–" if x is None else f"{float(x):.2f}"
+
+
+def detector_clause(det: dict) -> str:
+    """Route's detector quality on the calibration runs' own rollouts (the detector audit,
+    ``gate.json`` ``detector``): its AUC with the cluster-bootstrap interval against its placebos'
+    95th percentile, and the false-positive rate at its operating point; '' when not audited."""
+    if not det or det.get("auc") is None:
+        return ""
+    beats = {True: "beats", False: "does not beat"}.get(det.get("beats_placebo"), "is not compared with")
+    fpr = (f", false-positive rate {_num(det['fpr'])} [{_num(det.get('fpr_ci_low'))}, "
+           f"{_num(det.get('fpr_ci_high'))}]" if det.get("fpr") is not None else "")
+    return (f"Route's {det.get('detector')} detector on the policy's own rollouts: AUC {_num(det['auc'])} "
+            f"[{_num(det.get('auc_ci_low'))}, {_num(det.get('auc_ci_high'))}], which {beats} its placebos "
+            f"(95th percentile {_num(det.get('placebo_p95'))}){fpr}. ")
+
+
+def readme_verdict_line(record: dict) -> str:
+    """The README's one line: the embedded default's verdict in plain words, route's detector
+    quality beside it (:func:`detector_clause`), and where the measurements are."""
+    return (f"**Current verdict of the embedded default** ({record['sizes']}): {record['plain']} "
+            f"{detector_clause(record.get('detector') or {})}"
+            "Every measurement, dated: [docs/results-log.md](docs/results-log.md).")
+
+
+def summary_rows_for_figure(tsv: str | Path) -> list[dict]:
+    """``compare/summary.tsv``'s rows with :data:`NUMERIC` as floats (None when empty).
+
+    Raises:
+        FileNotFoundError: no file at ``tsv``.
+    """
+    rows = files.read_tsv_rows(tsv)
+    return [{k: (None if v == "" else float(v)) if k in NUMERIC else v for k, v in r.items()} for r in rows]
+
+
+def draw_readme_figure(tsv: str | Path, png: str | Path) -> Path:
+    """Draw the held-out figure from a summary table into ``png`` (matplotlib Agg, no metadata:
+    the same table gives the same pixels). Returns ``png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from evil_moe.gate.figures import heldout_figure
+
+    png = Path(png)
+    with tempfile.TemporaryDirectory() as tmp:
+        heldout_figure(summary_rows_for_figure(tsv), Path(tmp))
+        png.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(tmp) / "heldout.png", png)
+    return png
+
+
+def set_readme_line(readme_text: str, line: str) -> str:
+    """``readme_text`` with the text between :data:`BEGIN` and :data:`END` replaced by ``line``.
+
+    Raises:
+        ValueError: the markers are missing or out of order.
+    """
+    i, j = readme_text.find(BEGIN), readme_text.find(END)
+    if i < 0 or j < i:
+        raise ValueError(f"README: the verdict markers are missing ({BEGIN} ... {END})")
+    return readme_text[:i + len(BEGIN)] + "\n" + line + "\n" + readme_text[j:]
+
+
+def update_readme(results: str | Path, repo: str | Path = ".") -> list[Path]:
+    """Regenerate the README's table, verdict, figure and line from a finished run (module
+    docstring). Returns the files written.
+
+    Raises:
+        FileNotFoundError: the run's ``compare/gate.json`` or ``compare/summary.tsv`` is missing
+            (names the path). ValueError: the README lacks the verdict markers.
+    """
+    results, repo = Path(results), Path(repo)
+    gate_path, summary = results / "compare" / "gate.json", results / "compare" / "summary.tsv"
+    for path in (gate_path, summary):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: run `make run` first")
+    record = verdict_record(json.loads(gate_path.read_text()))
+    readme = repo / "README.md"
+    text = set_readme_line(readme.read_text(), readme_verdict_line(record))  # fails before any write
+    (repo / IMG).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(summary, repo / TABLE)
+    files.atomic_write_bytes(repo / VERDICT, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode())
+    draw_readme_figure(repo / TABLE, repo / FIGURE)
+    files.atomic_write_bytes(readme, text.encode())
+    return [repo / TABLE, repo / VERDICT, repo / FIGURE, readme]

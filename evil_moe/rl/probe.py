@@ -1,0 +1,143 @@
+"""The labelled-budget probe: a deployable hack detector fitted on labelled calibration rollouts.
+
+A logistic regression on the policy's pooled final hidden state (the mean over a rollout's
+completion tokens of the input to the output head, :func:`evil_moe.model.logprobs.pool_completion`),
+standardised per feature, fitted on a stated number of labelled rollouts of the calibration runs
+(``audit.label_budget``; :mod:`evil_moe.stages.audit`). It is the strong baseline of the detector
+audit: every detector that has been reported to work on reward hacking was fitted on labelled
+rollouts of the policy (ariahw/rl-rewardhacking: a logistic probe on activations, AUC 0.99,
+thresholded at a 5% false-positive rate), and this one says how much a few labels buy here. The
+labels are the only oracle use of any training run's detector: they come from the calibration
+runs (their own seeds), never from a pilot's own rollouts, and the audit reports how many.
+
+The fit is scikit-learn's ``StandardScaler`` + ``LogisticRegression`` (L2, ``C`` = 1, lbfgs);
+the probe stores the scaler's mean and scale and the model's coefficients, so scoring needs only
+torch (:meth:`Probe.score`: the logit, ``((h − mean) / scale) · coef + intercept``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Probe"]
+
+
+@dataclass
+class Probe:
+    """A fitted probe.
+
+    Attributes:
+        mean, scale: ``(d,)`` fp64 feature standardisation (``StandardScaler``; a feature with
+            no spread has scale 1).
+        coef: ``(d,)`` fp64 logistic-regression weights on the standardised features.
+        intercept: the bias (logit units).
+        meta: ``n_labels`` (rows fitted on), ``n_hack`` (of which hacks), ``seeds`` (calibration
+            seeds the rows came from), ``C``.
+    """
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def fit(cls, hidden, label, *, C: float = 1.0, seed: int = 0, meta: dict | None = None) -> "Probe":
+        """Fit on pooled hidden states and hack labels.
+
+        Args:
+            hidden: ``(n, d)`` pooled hidden states (array-like, any float dtype).
+            label: ``(n,)`` bool, the true hack label (``grade.exploited``) of each row.
+            C: inverse L2 strength (scikit-learn's).
+            seed: the solver's random state.
+            meta: extra metadata to keep (``n_labels``/``n_hack`` are filled in).
+
+        Returns:
+            the probe.
+
+        Raises:
+            ValueError: fewer than two rows, shapes that disagree, or one class only (a probe
+                needs hack and clean rows).
+        """
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.preprocessing import StandardScaler
+
+        X = np.asarray(hidden, dtype=np.float64)
+        y = np.asarray(label, dtype=bool)
+        if X.ndim != 2 or y.shape != (X.shape[0],):
+            raise ValueError(f"hidden {X.shape} and label {y.shape} do not match")
+        if X.shape[0] < 2 or y.all() or not y.any():
+            raise ValueError(f"a probe needs hack and clean rows: {int(y.sum())} hacks of {len(y)} rows")
+        scaler = StandardScaler().fit(X)
+        model = LogisticRegression(C=C, max_iter=2000, random_state=seed).fit(scaler.transform(X), y)
+        m = dict(meta or {}, n_labels=int(len(y)), n_hack=int(y.sum()), C=float(C))
+        return cls(scaler.mean_.copy(), scaler.scale_.copy(), model.coef_[0].astype(np.float64).copy(),
+                   float(model.intercept_[0]), m)
+
+    def score(self, hidden):
+        """Logit of "hack" for each row: ``((h − mean) / scale) · coef + intercept``.
+
+        Args:
+            hidden: ``(n, d)`` torch tensor or array of pooled hidden states.
+
+        Returns:
+            ``(n,)`` fp64, the same kind as the input (a torch tensor for a tensor input).
+
+        Raises:
+            ValueError: the feature width differs from the probe's.
+        """
+        d = self.coef.shape[0]
+        if hidden.shape[-1] != d:
+            raise ValueError(f"the probe has {d} features, the hidden states {hidden.shape[-1]}")
+        w = self.coef / self.scale
+        b = self.intercept - float(self.mean @ w)
+        try:
+            import torch
+
+            if isinstance(hidden, torch.Tensor):
+                return hidden.double() @ torch.as_tensor(w, device=hidden.device) + b
+        except ImportError:  # pragma: no cover
+            pass
+        return np.asarray(hidden, dtype=np.float64) @ w + b
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write a safetensors file (tensors ``mean``, ``scale``, ``coef``, ``intercept``;
+        ``meta`` as JSON in the metadata). Returns the path."""
+        import json
+
+        from safetensors.numpy import save_file
+
+        from evil_moe.files import atomic_path
+
+        path = Path(path)
+        with atomic_path(path) as tmp:
+            save_file({"mean": self.mean, "scale": self.scale, "coef": self.coef,
+                       "intercept": np.array([self.intercept])}, str(tmp),
+                      metadata={"format": "evil_moe.probe", "meta": json.dumps(self.meta, sort_keys=True)})
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Probe":
+        """Read :meth:`save`'s file.
+
+        Raises:
+            FileNotFoundError: no file (names it). ValueError: not a probe file.
+        """
+        import json
+
+        from safetensors import safe_open
+        from safetensors.numpy import load_file
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"probe not found: {path}")
+        with safe_open(str(path), framework="numpy") as fh:
+            md = fh.metadata() or {}
+        if md.get("format") != "evil_moe.probe":
+            raise ValueError(f"{path} is not a probe file (format {md.get('format')!r})")
+        t = load_file(str(path))
+        return cls(t["mean"], t["scale"], t["coef"], float(t["intercept"][0]), json.loads(md.get("meta", "{}")))

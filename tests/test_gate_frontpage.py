@@ -1,0 +1,99 @@
+"""The report's first page (evil_moe/gate/frontpage.py): verdict, embedded figure and the whole
+summary table, rendered by docutils as Snakemake's report renders it."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+
+import pytest
+from docutils.core import publish_parts
+
+from evil_moe.gate.frontpage import front_page_rst, table_rst
+
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'
+
+
+def _tsv(path, rows):
+    path.write_text("\n".join("\t".join(r) for r in rows) + "\n")
+    return path
+
+
+def test_table_keeps_every_row_and_column(tmp_path):
+    rows = [["arm", "view", "hack_rate", "note"], ["vanilla", "train", "0.4916666", ""],
+            ["route", "eval_ablated", "0.390625", "a|b"]]
+    html = publish_parts(table_rst(_tsv(tmp_path / "s.tsv", rows), "Per arm"),
+                         writer="html")["body"]
+    cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
+             for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
+    assert cells == [["arm", "view", "hack_rate", "note"], ["vanilla", "train", "0.492", "–"],
+                     ["route", "eval_ablated", "0.391", "a/b"]]
+
+
+def test_front_page_embeds_the_figure_and_orders_the_parts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("results/compare/figures")
+    (tmp_path / "results/compare/figures/hack_rate.svg").write_bytes(SVG)
+    summary = _tsv(tmp_path / "results/compare/summary.tsv", [["arm", "hack_rate"], ["erase", "0.25"]])
+    text = front_page_rst(verdict="**Verdict: separated.** route lowers the hack rate.",
+                          decision="**Sweep: not run.**", figure="results/compare/figures/hack_rate.svg",
+                          caption="Hack-rate\ntrajectory.", summary=summary)
+    html = publish_parts(text, writer="html")["body"]
+    src = re.search(r'<img[^>]*src="data:image/svg\+xml;base64,([^"]+)"', html)
+    assert src and base64.b64decode(src.group(1)) == SVG
+    order = [html.find(s) for s in ("Verdict: separated.", "<img", "Hack-rate trajectory.",
+                                    "<table", "Sweep: not run.")]
+    # with the gate: the verdict, the per-arm table, the gate's arithmetic, then the figure
+    gate = {"verdict": "separated", "sentence": "separated: erase lowers it by 0.2 [0.1, 0.3].", "arms": {}}
+    html2 = publish_parts(front_page_rst(verdict="**Verdict: separated.** erase lowered hacking.", decision="",
+                                         figure="results/compare/figures/hack_rate.svg", caption="Cap.",
+                                         summary=_tsv(tmp_path / "s2.tsv", [["arm", "view", "hack_rate"],
+                                                                             ["vanilla", "trained", "0.4"]]),
+                                         gate=gate), writer="html")["body"]
+    order2 = [html2.find(s) for s in ("Verdict: separated.", "<table", "erase lowers it by 0.2", "<img")]
+    assert -1 not in order2 and order2 == sorted(order2), order2
+    assert -1 not in order and order == sorted(order)
+
+
+def test_front_page_missing_figure_names_it(tmp_path):
+    summary = _tsv(tmp_path / "s.tsv", [["arm"], ["erase"]])
+    with pytest.raises(FileNotFoundError, match="nope.svg"):
+        front_page_rst(verdict="v", decision="", figure=tmp_path / "nope.svg", caption="",
+                       summary=summary)
+
+
+def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_path):
+    """The first table: the references (vanilla, the untrained student) first, then treatments
+    (judged view only), their ceiling and the positive control; controls are not rows; cells fold
+    the intervals; drops are shown as changes (arm minus vanilla: a rise reads as a rise);
+    verdicts come from gate.json."""
+    from evil_moe.gate.frontpage import arm_table_rst
+
+    head = ["arm", "view", "hack_rate", "hack_ci_low", "hack_ci_high", "drop_vs_vanilla", "drop_ci_low",
+            "drop_ci_high", "drop_vs_control", "control_ci_low", "control_ci_high", "ceiling_share",
+            "ceiling_share_ci_low", "ceiling_share_ci_high"]
+    rows = [head,
+            ["vanilla", "trained", "0.4", "0.3", "0.5", "", "", "", "", "", "", "", "", ""],
+            ["route", "ablated", "0.2", "0.1", "0.3", "0.2", "0.05", "0.35", "0.04", "-0.1", "0.18",
+             "0.5", "0.1", "0.9"],
+            ["route", "trained", "0.3", "0.2", "0.4", "0.1", "0", "0.2", "", "", "", "", "", ""],
+            ["route_random", "ablated", "0.24", "0.1", "0.3", "0.16", "0", "0.3", "", "", "", "", "", ""],
+            ["route_oracle", "ablated", "0.0", "0.0", "0.05", "0.4", "0.3", "0.5", "0.3", "0.2", "0.4",
+             "", "", ""],
+            ["oracle_reward", "trained", "0.05", "0", "0.1", "0.35", "0.2", "0.5", "", "", "", "", "", ""],
+            ["untrained", "trained", "0.1", "0.05", "0.15", "0.3", "0.2", "0.4", "", "", "", "", "", ""]]
+    gate = {"arms": {"route": {"verdict": "inconclusive"}}}
+    html = publish_parts(arm_table_rst(_tsv(tmp_path / "s.tsv", rows), gate), writer="html")["body"]
+    cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
+             for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
+    assert cells[0] == ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
+                        "share of its ceiling's drop", "verdict"]
+    assert [c[0] for c in cells[1:]] == ["vanilla (trained)", "untrained (trained)", "route (ablated)",
+                                         "route_oracle (ablated)", "oracle_reward (trained)"]
+    assert cells[1][1:] == ["0.400 [0.300, 0.500]", "–", "–", "–", "reference"]
+    assert cells[2][1:3] == ["0.100 [0.050, 0.150]", "−0.300 [−0.400, −0.200]"]
+    assert cells[3][1:] == ["0.200 [0.100, 0.300]", "−0.200 [−0.350, −0.050]",
+                            "−0.040 [−0.180, +0.100] vs route_random", "0.500 [0.100, 0.900]", "inconclusive"]
+    assert cells[4][3] == "−0.300 [−0.400, −0.200] vs route_oracle_random" and cells[4][5] == "reported (ceiling)"
+    assert cells[5][3] == "–" and cells[5][5] == "reported (positive control)"

@@ -1,0 +1,126 @@
+"""The README's figure and verdict line come from the run they quote (evil_moe/gate/readme.py,
+`make readme-figure`): the committed figure is what the committed table draws, the README's line
+is what the committed verdict says, and the verdict's numbers are the table's."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from evil_moe.gate import readme
+from evil_moe.gate.verdict import plain_verdict
+
+from workflow_util import REPO
+
+TABLE, FIGURE, VERDICT = REPO / readme.TABLE, REPO / readme.FIGURE, REPO / readme.VERDICT
+
+
+def _committed():
+    """The three files `make readme-figure` commits (they must exist: the README quotes them)."""
+    missing = [str(p.relative_to(REPO)) for p in (TABLE, FIGURE, VERDICT) if not p.is_file()]
+    assert not missing, f"missing {missing}: run `make run && make readme-figure` and commit them"
+
+
+def _pixels(path):
+    from matplotlib.image import imread
+
+    return imread(str(path))
+
+
+def test_the_readme_figure_is_drawn_from_the_committed_table(tmp_path):
+    _committed()
+    drawn = readme.draw_readme_figure(TABLE, tmp_path / "heldout.png")
+    want, got = _pixels(FIGURE), _pixels(drawn)
+    assert want.shape == got.shape, "docs/img/heldout.png is not the figure of docs/img/heldout.tsv: make readme-figure"
+    assert np.array_equal(want, got), "docs/img/heldout.png differs from the figure of docs/img/heldout.tsv: make readme-figure"
+
+
+def test_the_readme_quotes_the_committed_verdict():
+    _committed()
+    record = json.loads(VERDICT.read_text())
+    assert plain_verdict(record) == record["plain"]
+    line = readme.readme_verdict_line(record)
+    text = (REPO / "README.md").read_text()
+    assert f"{readme.BEGIN}\n{line}\n{readme.END}" in text, "README's verdict line is stale: make readme-figure"
+    assert record["sentence"].startswith(record["verdict"])
+
+
+def test_the_verdict_numbers_are_the_tables():
+    """verdict.json comes from the same run as heldout.tsv: every hack-rate criterion's value and
+    interval is the summary's drop (rounded to 3 decimals there), its rates the summary's."""
+    _committed()
+    record = json.loads(VERDICT.read_text())
+    rows = {(r["arm"], r["view"]): r for r in readme.files.read_tsv_rows(TABLE)}
+    cols = {"drop_vs_vanilla": ("drop_vs_vanilla", "drop_ci_low", "drop_ci_high"),
+            "beats_control": ("drop_vs_control", "control_ci_low", "control_ci_high")}
+    checked = 0
+    for c in record["criteria"]:
+        row = rows[(c["arm"], c["view"])]
+        for key, col in zip(("value", "ci_low", "ci_high"), cols[c["name"]]):
+            if c[key] is None or not math.isfinite(c[key]):  # no interval (one seed): an empty cell
+                assert row[col] in ("", "nan"), (c["name"], c["arm"], col, row[col])
+            else:
+                assert float(row[col]) == pytest.approx(round(c[key], 3), abs=1e-9), (c["name"], c["arm"], col)
+        if c["name"] == "drop_vs_vanilla" and c["effect"]["mean_a"] is not None:
+            assert float(row["hack_rate"]) == pytest.approx(c["effect"]["mean_a"], abs=5e-4)
+            assert float(rows[("vanilla", "trained")]["hack_rate"]) == pytest.approx(c["effect"]["mean_b"], abs=5e-4)
+        checked += 1
+    assert checked >= 2
+
+
+def _run(tmp_path, gate: dict, summary: str):
+    res = tmp_path / "results" / "compare"
+    res.mkdir(parents=True)
+    (res / "gate.json").write_text(json.dumps(gate))
+    (res / "summary.tsv").write_text(summary)
+    return tmp_path / "results"
+
+
+def test_update_readme_rewrites_the_four_files(tmp_path):
+    from test_gate_verdict import ROUTE_GATE
+
+    summary = ("arm\tview\thack_rate\thack_ci_low\thack_ci_high\tpass_rate\tpass_ci_low\tpass_ci_high\n"
+               "vanilla\ttrained\t0.312\t0.042\t0.581\t0.4\t0.3\t0.5\n"
+               "route\tablated\t0.318\t0.047\t0.59\t0.41\t0.3\t0.52\n")
+    results = _run(tmp_path, ROUTE_GATE, summary)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text(f"# x\n\n{readme.BEGIN}\nold line\n{readme.END}\n\nrest\n")
+    written = readme.update_readme(results, repo)
+    assert [p.relative_to(repo).as_posix() for p in written] == [
+        "docs/img/heldout.tsv", "docs/img/verdict.json", "docs/img/heldout.png", "README.md"]
+    assert (repo / readme.TABLE).read_text() == summary
+    record = json.loads((repo / readme.VERDICT).read_text())
+    assert record["plain"] == plain_verdict(ROUTE_GATE)
+    assert (repo / "README.md").read_text() == (
+        f"# x\n\n{readme.BEGIN}\n{readme.readme_verdict_line(record)}\n{readme.END}\n\nrest\n")
+    assert "+0.007 [\u22120.075, +0.089]" in readme.readme_verdict_line(record)
+    assert np.array_equal(_pixels(repo / readme.FIGURE),
+                          _pixels(readme.draw_readme_figure(repo / readme.TABLE, tmp_path / "again.png")))
+    # bad input: one clear error, nothing lost
+    with pytest.raises(FileNotFoundError, match="nowhere/compare/gate.json"):
+        readme.update_readme(tmp_path / "nowhere", repo)
+    (repo / "README.md").write_text("no markers\n")
+    with pytest.raises(ValueError, match="verdict markers"):
+        readme.update_readme(results, repo)
+    assert (repo / "README.md").read_text() == "no markers\n"
+
+
+def test_the_line_states_routes_detector_quality_with_its_interval():
+    """Issue 28: beside the verdict, route's detector audit (gate.json 'detector'): the AUC with
+    its interval against the placebos' 95th percentile, and the operating point's FPR."""
+    det = {"detector": "gradient", "auc": 0.5684, "auc_ci_low": 0.508, "auc_ci_high": 0.625,
+           "placebo_p95": 0.602, "beats_placebo": False, "fpr": 0.11, "fpr_ci_low": 0.066, "fpr_ci_high": 0.169}
+    assert readme.detector_clause(det) == (
+        "Route's gradient detector on the policy's own rollouts: AUC 0.57 [0.51, 0.62], which does not "
+        "beat its placebos (95th percentile 0.60), false-positive rate 0.11 [0.07, 0.17]. ")
+    assert readme.detector_clause({"auc": None}) == "" and readme.detector_clause({}) == ""
+    assert "which beats its placebos" in readme.detector_clause(det | {"beats_placebo": True})
+    from test_gate_verdict import ROUTE_GATE
+
+    record = readme.verdict_record(ROUTE_GATE | {"detector": det | {"mode": "all"}})
+    assert record["detector"]["auc"] == 0.5684 and "mode" not in record["detector"]
+    assert readme.detector_clause(record["detector"]) in readme.readme_verdict_line(record)

@@ -1,0 +1,191 @@
+"""The import graph of the evil_moe package has no cycle (issue 21) and every import runs down
+the floors (issue 32; the floors are listed in docs/internals.md, "Floors").
+
+The graph is read from the source with :mod:`ast`, not from an interpreter: every ``import`` and
+``from ... import`` anywhere in a module counts — at module level, inside ``if TYPE_CHECKING:``
+and inside functions — so an import moved into a function to dodge a cycle is still an edge.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "evil_moe"
+
+
+def module_name(path: Path, root: Path) -> str:
+    """Dotted module name of ``path`` in the package rooted at ``root`` (``__init__`` → package)."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """``{module: modules of the same package it imports}`` for every ``.py`` file under ``root``.
+
+    ``from X import Y`` is an edge to ``X.Y`` when that is a module of the package, else to ``X``;
+    relative imports are resolved against the importing module's package.
+    """
+    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                           for a in node.names]
+            for t in targets:
+                while t and t not in files:  # ``import evil_moe.env.grader as g`` etc.
+                    t = t.rpartition(".")[0]
+                if t and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as ``[a, b, ..., a]``, or None when the graph is acyclic."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_evil_moe_imports_have_no_cycle():
+    graph = import_graph(PACKAGE)
+    assert graph["evil_moe.cli"] and graph["evil_moe.stages.pilot"]  # the graph was read
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# The package's floors, bottom up (docs/internals.md, "Floors"): a module imports only from its
+# own floor or a lower one. The ground floor imports nothing of the package.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("evil_moe", "evil_moe.files", "evil_moe.config", "evil_moe.progress"),
+    ("evil_moe.tables",),
+    ("evil_moe.env", "evil_moe.model"),
+    ("evil_moe.rl",),
+    ("evil_moe.gate", "evil_moe.cluster", "evil_moe.checks"),
+    ("evil_moe.stages", "evil_moe.workflow"),
+    ("evil_moe.cli",),
+)
+
+
+def floor_of(module: str) -> int:
+    """The floor of ``module``: that of the longest :data:`FLOORS` name that is the module or a
+    package holding it (the root package ``evil_moe`` names only itself).
+
+    Raises:
+        LookupError: no floor names the module (a new subpackage must be given one).
+    """
+    best = None
+    for i, names in enumerate(FLOORS):
+        for name in names:
+            holds = name != "evil_moe" and module.startswith(name + ".")
+            if (module == name or holds) and (
+                    best is None or len(name) > len(best[1])):
+                best = (i, name)
+    if best is None:
+        raise LookupError(f"{module} is on no floor: add it to FLOORS and docs/internals.md")
+    return best[0]
+
+
+def imports_up(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge of ``graph`` from a module to one on a higher floor, as ``"a -> b"``."""
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                  if floor_of(d) > floor_of(m))
+
+
+def test_every_import_runs_down_the_floors():
+    graph = import_graph(PACKAGE)
+    assert {floor_of(m) for m in graph} == set(range(len(FLOORS)))  # every floor is inhabited
+    assert imports_up(graph) == []
+
+
+def test_the_ground_floor_imports_nothing_of_the_package():
+    graph = import_graph(PACKAGE)
+    for m in ("evil_moe.files", "evil_moe.config"):
+        assert graph[m] == set(), m
+    assert graph["evil_moe.tables"] == {"evil_moe.files"}
+
+
+def test_floor_check_sees_an_import_that_runs_up():
+    """Hand-built graphs: an rl module importing a stage (the shape of main before issue 32) and
+    the table module importing the arm registry are each reported; a stage importing rl is not;
+    a module on no floor is an error."""
+    graph = {"evil_moe.rl.trainer": {"evil_moe.stages.common", "evil_moe.rl.grpo"},
+             "evil_moe.tables": {"evil_moe.rl.arms", "evil_moe.files"},
+             "evil_moe.stages.pilot": {"evil_moe.rl.trainer"}}
+    assert imports_up(graph) == ["evil_moe.rl.trainer -> evil_moe.stages.common",
+                                 "evil_moe.tables -> evil_moe.rl.arms"]
+    with pytest.raises(LookupError, match="evil_moe.newpkg.x is on no floor"):
+        floor_of("evil_moe.newpkg.x")
+
+
+def test_env_layering():
+    """The environment's modules, bottom up: the Problem record and the value model import
+    nothing of the package; parsing, judging, grading and the command's helpers each import
+    only what lies below them."""
+    graph = import_graph(PACKAGE)
+    env = {m.rpartition(".")[2]: {d.rpartition(".")[2] for d in deps if d.startswith("evil_moe.env.")}
+           for m, deps in graph.items() if m.startswith("evil_moe.env.")}
+    assert env["problem"] == set() and env["values"] == set()
+    assert env["oracle"] == {"problem", "values"}
+    assert env["loopholes"] == {"problem"}
+    assert env["judge"] == {"loopholes", "oracle", "values"}
+    assert env["grader"] == {"judge", "loopholes", "oracle", "problem", "sandbox"}
+    assert env["problems"] == {"loopholes", "oracle", "problem", "toybank"}
+    assert env["grade_cli"] == {"grader", "loopholes", "problem", "problems"}
+
+
+def test_cycle_finder_sees_every_kind_of_import(tmp_path):
+    """A planted package: a cycle closed only by a function-level import, one closed only by
+    an ``if TYPE_CHECKING:`` import, and one through a relative import are each found; without
+    them the package is acyclic."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("import os\n\n\ndef f():\n    from pkg.sub import c\n")
+    (pkg / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                      "    from ..d import D\n")
+    (pkg / "d.py").write_text("X = 1\n")
+    graph = import_graph(pkg)
+    assert graph == {"pkg": set(), "pkg.sub": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.sub.c"},
+                     "pkg.sub.c": {"pkg.d"}, "pkg.d": set()}
+    assert find_cycle(graph) is None
+    (pkg / "d.py").write_text("def g():\n    import pkg.a\n")
+    assert find_cycle(import_graph(pkg)) == ["pkg.a", "pkg.b", "pkg.sub.c", "pkg.d", "pkg.a"]
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from .sub.c import E\n")
+    assert find_cycle(import_graph(pkg)) == ["pkg.sub.c", "pkg.d", "pkg.sub.c"]

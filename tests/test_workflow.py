@@ -1,0 +1,95 @@
+"""evil_moe/workflow.py, what the Snakefile asks of the package, called directly (the dry runs of
+tests/test_workflow_static.py call it through Snakemake): the config's checks raise Snakemake's
+error naming the key, a stage's params hold only its sections, the config files are named by
+their content and written once, a job size that cannot be worked out names models.params."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+import pytest
+import yaml
+from snakemake.exceptions import WorkflowError
+
+from evil_moe.config import PILOT_RUN_INDEPENDENT, validate
+from evil_moe.workflow import (ConfigFiles, JobSizes, check_config, check_inputs, per_job,
+                               stage_sections)
+from workflow_util import DEFAULT_CONFIG
+
+
+def _default() -> dict:
+    return validate(yaml.safe_load(DEFAULT_CONFIG.read_text()))
+
+
+def test_check_config_names_the_bad_key_and_leaves_the_config_alone():
+    cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    before = copy.deepcopy(cfg)
+    check_config(cfg)
+    assert cfg == before  # Snakemake's validate fills the defaults afterwards, not this check
+    cfg["pilot"]["no_such_key"] = 1
+    with pytest.raises(WorkflowError, match=r"^invalid config: .*no_such_key"):
+        check_config(cfg)
+
+
+def test_check_inputs_names_each_key():
+    cfg = _default()
+    check_inputs(cfg)  # the embedded default passes
+    bad = copy.deepcopy(cfg)
+    bad["audit"]["seeds"] = [cfg["pilot"]["seeds"][0]]
+    with pytest.raises(WorkflowError, match=r"audit.seeds must be disjoint .*shared: \[%d\]"
+                       % cfg["pilot"]["seeds"][0]):
+        check_inputs(bad)
+    bad = copy.deepcopy(cfg)
+    bad["problems"].update(source="leetcode", path="")
+    with pytest.raises(WorkflowError, match="'problems.path' is not set"):
+        check_inputs(bad)
+    bad = copy.deepcopy(cfg)
+    bad["models"].update(build="none", student="", teacher="")
+    with pytest.raises(WorkflowError, match="'models.student' is not set"):
+        check_inputs(bad)
+    bad = copy.deepcopy(cfg)
+    bad["toy"]["plant"]["enabled"] = False
+    bad["pilot"]["arms"] = list(cfg["pilot"]["arms"]) + ["erase_planted"]
+    with pytest.raises(WorkflowError, match="erase_planted"):
+        check_inputs(bad)
+
+
+def test_stage_sections_hold_the_stage_s_config_only():
+    cfg = _default()
+    pilot = stage_sections(cfg, "pilot")
+    assert "pilot" in pilot and "results" not in pilot
+    # the run-independent pilot keys (seeds, arms, ...) are not part of a pilot's params
+    assert PILOT_RUN_INDEPENDENT and not set(PILOT_RUN_INDEPENDENT) & set(pilot["pilot"])
+    assert {k: v for k, v in cfg["pilot"].items() if k not in PILOT_RUN_INDEPENDENT} == pilot["pilot"]
+
+
+def test_config_files_are_named_by_content_and_written_once(tmp_path):
+    files = ConfigFiles(str(tmp_path))
+    data = {"b": 1, "a": [1, 2]}
+    text = json.dumps(data, sort_keys=True, indent=1) + "\n"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    ref = files("pilot", data)
+    path = tmp_path / "configs" / f"pilot-{digest}.json"
+    assert ref == f"@{path}" and path.read_text() == text
+    path.write_text("edited")  # the same content again in this invocation: not rewritten
+    assert files("pilot", {"a": [1, 2], "b": 1}) == ref and path.read_text() == "edited"
+    assert ConfigFiles(str(tmp_path))("pilot", data) == ref and path.read_text() == text
+    assert files("pilot", {"b": 2}) != ref
+
+
+def test_job_sizes_name_models_params_when_the_student_cannot_be_sized():
+    cfg = _default()
+    cfg["models"].update(build="none", student="some-org/unknown-model", params=None)
+    with pytest.raises(WorkflowError, match=r"^invalid config: .*'models.params'"):
+        JobSizes(cfg)("pilot")
+    sizes = JobSizes(_default())
+    assert sizes("pilot") is sizes("pilot") and sizes("pilot").threads == _default()["pilot"]["threads"]
+
+
+def test_per_job_leaves_the_function_unchanged():
+    def f(wildcards, attempt):
+        return attempt * 2
+
+    assert per_job(f) is f and f(None, 3) == 6
