@@ -1,7 +1,7 @@
 """How much of each step erase removes, against its random control, per projection mode.
 
-science.md §4: under AdamW, projecting the gradient does not project the update (the Adam leak),
-and vanilla's update has about the isotropic null's cosine with v_hack, so erase may remove a
+docs/method.md, "erase under AdamW": under AdamW, projecting the gradient does not project the
+update (the Adam leak), and vanilla's update has about the isotropic null's cosine with v_hack, so erase may remove a
 null-sized sliver — no more than random_v. This script runs erase and random_v on a finished
 toy run's student and v_hack under each ``pilot.projection`` (gradient, update,
 preconditioned) with AdamW, and under SGD (where projecting the gradient is exact), and prints

@@ -5,8 +5,9 @@ The model is built from the Qwen3-4B config values (hidden 2560, 36 layers, MLP 
 is downloaded. Each targeted Linear's weight is *constructed from* random orthonormal factors,
 ``W = U diag(S) Vh``, and the SVD adapter receives those exact factors (a 4B-parameter SVD would
 take minutes and measure nothing of the step). The step is the pilot's step: ONE batched
-``generate`` of ``prompts × group`` rows with the adapter merged into the weights (behaviour
-log-probs from the chunked no_grad forward that ``evil_moe.rl.rollout`` picks for big vocabularies),
+decode loop (:func:`evil_moe.rl.rollout.generate`) of ``prompts × group`` rows with the adapter
+merged into the weights (behaviour log-probs from the loop's own logits; ``--behaviour forward``
+adds the chunked no_grad forward instead),
 grading with our :class:`~evil_moe.env.grader.Grader`, the Dr.GRPO loss + backward through the
 adapter hooks (in micro-batches of ``--micro-rows`` rows; the constant normaliser makes the summed
 gradient independent of the split), the erase projection along a random ``v_hack`` (k = 2), and
@@ -19,8 +20,8 @@ of the memory-bandwidth bound (``weight bytes / HBM bandwidth`` per decode step;
 ignored, so the true bound is a little lower than this figure assumes). The first step is a
 warm-up (CUDA kernels, allocator, the first merge); the figures of the last step are the result.
 
-The sampler runs side by side (``--samplers hf,vllm``, issue 22): transformers' ``generate``
-(``pilot.sampler: hf``) and the colocated vLLM engine (``pilot.sampler: vllm``,
+The sampler runs side by side (``--samplers hf,vllm``, issue 22): our decode loop over
+transformers' forward and KV cache (``pilot.sampler: hf``) and the colocated vLLM engine (``pilot.sampler: vllm``,
 :mod:`evil_moe.rl.vllm_sampler`: the random model saved to a temporary folder and loaded by vLLM,
 the merged δS weights pushed before each step's sampling, behaviour log-probs from our forward);
 vLLM is skipped, saying why, where it does not import. Each sampler's last step is summarised in
@@ -143,9 +144,12 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
     G, P = args.group, args.prompts
     idx = [(step_i * P + j) % len(prompt_ids) for j in range(P)]
     t = {}
-    # generation: one batched generate; model.generate is wrapped to split decode / behaviour
+    # generation: one batched decode loop (evil_moe.rl.rollout._decode), wrapped to split the
+    # decode from the behaviour log-probs' forward (behaviour="forward")
+    from evil_moe.rl import rollout
+
     decode = []
-    inner = model.generate
+    inner = rollout._decode
 
     def timed_generate(*a, **k):
         sync(device)
@@ -157,7 +161,7 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
 
     pushed = []
     if engine is None:
-        model.generate = timed_generate
+        rollout._decode = timed_generate
     else:  # the engine samples: time its sampling as the decode, its weight push apart
         inner = engine.sample
         inner_sync = engine.sync
@@ -182,7 +186,7 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
                          behaviour=args.behaviour if engine is None else "auto", engine=engine)
     finally:
         if engine is None:
-            del model.generate
+            rollout._decode = inner
         else:
             del engine.sample, engine.sync
     sync(device)
@@ -253,15 +257,16 @@ def memory_model_gib(args, micro_rows: int) -> dict | str:
     """The memory model (:func:`evil_moe.cluster.resources.pilot_gpu_memory`, in GiB like the
     measured peak) of *this benchmark's* setup: config/pilot.yaml's model and dtype with the
     benchmark's rows (``--group`` × ``--prompts``), ``--max-new``, loss micro-batch, sampler share,
-    adapter targets (DEFAULT_TARGETS: no lm_head knob) and toy prompts (128 tokens), so the peak
-    and the model describe the same run. Returns the config check's refusal text when the setup
+    adapter targets (DEFAULT_TARGETS: no lm_head knob) and toy prompts (128 tokens), the HF
+    sampler, and the hooked loss forward (the model's ``moe`` terms: this step's loss runs through
+    the adapter's hooks), so the peak and the model describe the same run. Returns the config check's refusal text when the setup
     does not fit ``models.gpu_mem_gb``."""
     from evil_moe.config import ConfigError, load_config
     from evil_moe.cluster.resources import pilot_gpu_memory
     from evil_moe.model.adapter import DEFAULT_TARGETS
 
     repo = Path(__file__).resolve().parent.parent
-    sets = ["problems.source=toy", "problems.path=null",
+    sets = ["problems.source=toy", "problems.path=null", "pilot.sampler=hf",
             f"adapter.target_modules=[{', '.join(DEFAULT_TARGETS)}]",
             f"pilot.group={args.group}", f"pilot.prompts_per_step={args.prompts}",
             f"pilot.max_new={args.max_new}", f"pilot.micro_batch={micro_rows}",
@@ -270,7 +275,7 @@ def memory_model_gib(args, micro_rows: int) -> dict | str:
         cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "pilot.yaml"], sets).raw
     except ConfigError as err:
         return str(err)
-    mem = pilot_gpu_memory(cfg)
+    mem = pilot_gpu_memory(cfg, "moe")  # this loss runs through the adapter's hooks, as moe's
     return {k: getattr(mem, k) / 2**30 for k in ("resident", "train", "sample")}
 
 
@@ -337,15 +342,15 @@ def main(argv=None) -> int:
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     N = args.group * args.prompts
     vocab = model.config.vocab_size
-    auto_path = "generate" if N * args.max_new * vocab * 4 <= 2 * 2**30 else "forward"
+    auto_path = "generate"  # the decode loop scores each step's logits: nothing stored per vocab
     path = auto_path if args.behaviour == "auto" else args.behaviour
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     model_gib = memory_model_gib(args, args.micro_rows or N)
     print(f"gpu_pilot: {gpu}; {n_params / 1e6:.2f} M params, weights {weight_bytes / 1e9:.3f} GB "
           f"({next(model.parameters()).dtype}); built in {t_build:.1f} s; rows {N} = {args.prompts} "
           f"prompts x {args.group}; max_new {args.max_new}; behaviour log-probs: {path} "
-          f"(auto picks {auto_path}: the generate logit store would be "
-          f"{N * args.max_new * vocab * 4 / 2**30:.1f} GiB); loss micro-batch {args.micro_rows or N} rows; "
+          f"(auto picks {auto_path}: the decode loop's logits, vocab {vocab} not stored); "
+          f"loss micro-batch {args.micro_rows or N} rows; "
           "memory model of this setup (HF sampler; config/pilot.yaml's model with these rows, "
           "max_new, micro-batch, targets and 128-token prompts): "
           + (", ".join(f"{k} {v:.1f} GiB" for k, v in model_gib.items())

@@ -254,14 +254,17 @@ def make_completions(n, seed=0):
 
 
 def _zygote_pids(g):
-    """Host pids of the grader's zygotes (under bwrap: the child of each bwrap process)."""
+    """Host pids of the grader's long-lived sandbox processes: each zygote (under bwrap: the
+    child of each bwrap process) and its children alive now (the forker jobs are forked from),
+    which wait for every job process between them."""
     out = []
     for z in g._pool._all:
         pid = z.proc.pid
         if z.use_bwrap:
             with open(f"/proc/{pid}/task/{pid}/children") as f:
                 pid = int(f.read().split()[0])
-        out.append(pid)
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            out += [pid] + [int(c) for c in f.read().split()]
     return out
 
 
@@ -273,10 +276,22 @@ def _cpu_with_children(pid):
 
 def grader_cpu(g, items):
     """CPU seconds the grader's zygotes spend on ``items``: their own time and that of every job
-    process they reaped (a zygote waits for each job's processes)."""
+    process they (or their forkers) reaped."""
     pids = _zygote_pids(g)
     c0 = sum(_cpu_with_children(p) for p in pids)
     g.grade_many(items)
+    def _pending():  # job processes not reaped yet (a job init is reaped as it exits)
+        kids = set()
+        for p in pids:
+            try:
+                with open(f"/proc/{p}/task/{p}/children") as f:
+                    kids |= {int(c) for c in f.read().split()}
+            except OSError:
+                pass
+        return kids - set(pids)
+    deadline = time.monotonic() + 5.0
+    while _pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return sum(_cpu_with_children(p) for p in pids) - c0
 
 

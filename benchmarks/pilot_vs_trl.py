@@ -39,7 +39,8 @@ final held-out evaluation are outside the timed region. The first step of every 
 dropped (warm-up: the grader's worker pool starts lazily on both sides). Prints the median
 wall seconds/step of each, the median CPU seconds/step of this process (all its threads; the
 sandboxed grading children excluded — robust to a loaded machine, where wall time mostly
-measures waiting for a core), completion tokens/step, and the ratios.
+measures waiting for a core), completion tokens/step, and the ratios. Both sides run at the
+pilot's thread count (``pilot.threads``, 1; ``--threads N``).
 
     .venv/bin/python benchmarks/pilot_vs_trl.py [--steps 6] [--rounds 2] [--max-new 200] [--model DIR]
     .venv/bin/python benchmarks/pilot_vs_trl.py --quick      # smoke mode: tiny model, 2 steps, 1 round
@@ -467,6 +468,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="A B C rounds (default 2)")
     ap.add_argument("--max-new", type=int, default=None, help="max new tokens (default: config, 200)")
     ap.add_argument("--model", default=None, help="student model folder (default: build a toy one)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads of both sides (default: pilot.threads, 1)")
     ap.add_argument("--cache", default=str(HERE / ".cache"), help="where the toy world is cached")
     ap.add_argument("--only", choices=["all", "ours", "trl"], default="all",
                     help="run only one side (e.g. for profiling)")
@@ -492,6 +495,9 @@ def main(argv=None) -> int:
         extra.append(f"pilot.max_new={max_new}")
     cfg = bench_config(extra)
     world = build_world(Path(a.cache), cfg, a.model)
+    # both sides at the pilot's thread count (what a pilot job runs with): at the machine's
+    # default of 2 on a loaded 2-core machine, OpenMP's barriers stretched single steps to 20 s
+    torch.set_num_threads(a.threads or cfg.pilot.threads)
     arms = [x for x in a.arms.split(",") if x]
     load = os.getloadavg()
     print(f"pilot_vs_trl: model={world['model']} steps/block={steps} rounds={rounds} "

@@ -1,8 +1,9 @@
 """Benchmark: how long Snakemake takes to build the DAG of a big sweep (a dry run), beside a peer.
 
-Writes a ``--configfile`` overlay on ``config/config.yaml`` with ``--seeds`` pilot seeds × the six
-arms of the default (each treatment with its matched control, and the positive control; default
-56 × 6 = 336 pilot jobs, plus problems, toy models, teacher, extract, distill,
+Writes a ``--configfile`` overlay on ``config/config.yaml`` with ``--seeds`` pilot seeds × the
+arms of the default (every arm of config/config.yaml: each treatment with its matched control,
+the references and the positive control; default 56 × 12 = 672 pilot jobs, plus problems, toy
+models, teacher, extract, distill,
 compare, ...) and an empty temporary ``results`` folder, then times ``snakemake -n`` (the whole
 command: interpreter start, Snakefile parse, config validation, DAG, job listing). Sizing the
 pilot arms × seeds avoids faking a "separated" gate.json: the sweep rules only add jobs after the
@@ -25,7 +26,7 @@ Snakemake resets them after the DAG), directory-output and conda-env checks ~12%
 ``inspect.signature`` of every input/params/resources/priority function on every call ~10%.
 The workflow's own functions were ~0.5%. What the workflow controls now costs less: the config
 schema is parsed once per process (it was parsed three times, ~0.1 s each) and the per-job
-functions hand Snakemake their parameters once (``_per_job`` in rules/common.smk); measured with
+functions hand Snakemake their parameters once (``per_job`` in evil_moe/workflow.py); measured with
 the dry run's job commands and listing unchanged: 63,394 -> 27,418 ``inspect.signature`` calls
 and one schema parse instead of three, ~0.75 CPU s less by construction.
 What the job shape costs (bare Snakefiles, 3,000 jobs, min of 3 CPU s, 2026-12-01): one input
