@@ -114,8 +114,11 @@ def test_refuses_while_a_driver_of_the_folder_lives(tmp_path):
              _fake_snakemake(bin_dir, work, env={"SLURM_JOB_ID": "7"}),         # in a Slurm job
              _fake_snakemake(bin_dir, tmp_path)]                                 # another folder
     try:
-        time.sleep(0.5)
-        assert sorted(driver_pids(work)) == sorted(p.pid for p in procs[:2])
+        want = sorted(p.pid for p in procs[:2])
+        deadline = time.monotonic() + 30  # until every fake has exec'd (its cmdline is its own)
+        while sorted(driver_pids(work)) != want and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sorted(driver_pids(work)) == want
         fake = FakeSlurm(_squeue_text(str(work), "/elsewhere"))
         with pytest.raises(CancelError) as err:
             cancel_run(work, run=fake, log=lambda s: None)

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 import torch
 
@@ -179,7 +181,7 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
         out = orig(self, pairs)
         return [G.Reward(**{**r.__dict__, "exploited": not r.exploited, "gt_correct": not r.gt_correct}) for r in out]
 
-    cfg = cfg_of("pilot.steps=2", "pilot.group=4", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.5")
+    cfg = cfg_of("pilot.steps=2", "pilot.group=4", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.8")
     for label in ("true", "flipped"):
         if label == "flipped":
             monkeypatch.setattr(G.Grader, "grade_many", flipped)
@@ -193,3 +195,6 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
         b = load_file(str(tmp_path / "flipped" / arm / "adapter.safetensors"))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), arm
         assert any(bool(x.abs().sum() > 0) for x in a.values()), arm  # it trained
+    for arm in ("route", "filter"):  # and the flag path ran: some rows flagged, not all
+        rates = [float(r["flag_rate"]) for r in csv.DictReader(open(tmp_path / "true" / arm / "steps.tsv"), delimiter="\t")]
+        assert 0 < max(rates) and min(rates) < 1, (arm, rates)

@@ -125,7 +125,8 @@ class Router(torch.nn.Module):
 
     def cos_to_seed(self) -> float:
         """Cosine of ``u`` with the direction it was seeded with (1 at the start)."""
-        return float((self.u @ self.seed) / (self.u.norm() * self.seed.norm()).clamp_min(1e-12))
+        u = self.u.detach()
+        return float((u @ self.seed) / (u.norm() * self.seed.norm()).clamp_min(1e-12))
 
 
 @dataclass

@@ -145,7 +145,7 @@ class RouterStep:
             p.grad = g_rl.to(p.device) + mc.pin_weight * g_pin
         self.router_opt.step()
         return {"router_pin_loss": float(loss.detach()), "router_cos_seed": self.router.cos_to_seed(),
-                "router_scale": float(self.router.log_scale.exp()), "router_bias": float(self.router.bias)}
+                "router_scale": float(self.router.log_scale.detach().exp()), "router_bias": float(self.router.bias.detach())}
 
     def _router_log(self, recs: list[dict], arm_stats: dict, upd: dict) -> dict:
         """Evil MoE's columns of the step's row: the mean ``w`` over the hack and the clean
