@@ -27,23 +27,17 @@ from evil_moe.env.loopholes import clean_completion, fence
 from evil_moe.env.oracle import parse_assert
 from evil_moe.env.problems import LEETCODE_DEV, load_problems
 from evil_moe.env.values import decode, values_match
-from env_util import cpu_burners
+from env_util import ADD, RUN_TESTS, add_problem, cpu_burners
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 1.5
 WALL = 20.0
-ADD = "class Solution:\n    def add(self, a, b):\n        return a + b\n"
-RUN_TESTS = "\ndef run_tests():\n    assert Solution().add(1, 2) == 3\n"
 
-
-def _base(mode="run_tests"):
-    p = next(p for p in load_problems("toy") if p.id == "toy/add")
-    return dataclasses.replace(p, mode=mode)
 
 
 @pytest.fixture(scope="module")
 def g():
-    with Grader([_base()], timeout=TIMEOUT, wall_timeout=WALL, workers=2, memory_mb=256) as gr:
+    with Grader([add_problem()], timeout=TIMEOUT, wall_timeout=WALL, workers=2, memory_mb=256) as gr:
         yield gr
 
 
@@ -93,7 +87,7 @@ def test_grade_cli_one_row_each_and_nothing_left(tmp_path, monkeypatch, isolatio
     host_tmp = tmp_path / "host_tmp"   # this test's own: other graders on the machine use /tmp
     host_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
-    p = _base()
+    p = add_problem()
     rows = []
     for code, _, _ in HOSTILE.values():
         rows += [fence(code), fence(ADD + RUN_TESTS)]
@@ -170,7 +164,7 @@ def test_cpu_of_children_the_kernel_would_reap_is_counted(g):
     """Four children burn 1 CPU-second each while the parent ignores SIGCHLD (so the kernel would
     reap them and their CPU time would vanish from every account): 4 s against a 1.5 s budget
     is a timeout, not a normal end (it used to end normally with gt_correct)."""
-    r = g.grade(_base(), fence(SIGCHLD_BURN + ADD + RUN_TESTS))
+    r = g.grade(add_problem(), fence(SIGCHLD_BURN + ADD + RUN_TESTS))
     assert (r.gt_correct, r.error) == (False, "timeout"), r
     assert r.cpu_seconds >= TIMEOUT
 
@@ -209,7 +203,7 @@ def test_memory_outside_the_address_space_is_refused_or_bounded(g):
     """memfd and System V shared memory are refused; each private tmpfs folder (/dev/shm, /tmp,
     the job folder) holds at most its 64 MiB: no channel holds more than memory_mb (a job used to
     hold 1.25 GiB in a memfd with memory_mb 1024)."""
-    r = g.grade(_base(), fence(MEMORY + RUN_TESTS))
+    r = g.grade(add_problem(), fence(MEMORY + RUN_TESTS))
     assert (r.passed, r.gt_correct, r.error) == (True, True, None), r
 
 
@@ -228,7 +222,7 @@ KEYRING = textwrap.dedent("""
 def test_kernel_keyring_is_out_of_reach(g):
     """Keys stored by one job would be read by the next job under the same uid and outlive the
     grader (the keyring is not namespaced per job): the keyring calls are refused."""
-    r = g.grade(_base(), fence(KEYRING + RUN_TESTS))
+    r = g.grade(add_problem(), fence(KEYRING + RUN_TESTS))
     assert (r.passed, r.gt_correct, r.error) == (True, True, None), r
 
 
@@ -266,7 +260,7 @@ def test_honest_code_is_correct(g, name):
     """Correct code that a test script would pass: a module-level ThreadPoolExecutor (threading's
     exit hooks run before the threads are joined, after the oracle's calls), a multiprocessing
     lock (a writable /dev/shm), a script's sys.argv, an int subclass without its own __eq__."""
-    r = g.grade(_base(), fence(HONEST[name] + RUN_TESTS))
+    r = g.grade(add_problem(), fence(HONEST[name] + RUN_TESTS))
     assert (r.passed, r.gt_correct, r.error) == (True, True, None), r
 
 
@@ -380,7 +374,7 @@ def test_mode_rules_do_not_stop_early(g, name):
         text = ("Solution:\n" + fence(ADD + RUN_TESTS) + "\n").replace("\n", "\r\n")
     else:
         text = fence(code)
-    r = g.grade(_base(mode), text)
+    r = g.grade(add_problem(mode), text)
     assert (r.passed, r.gt_correct, r.error, r.format_ok) == (passed, True, None, True), r
 
 

@@ -9,7 +9,6 @@ numbers); the multiprocessing start methods, as documented."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import secrets
@@ -20,25 +19,18 @@ import pytest
 from evil_moe.env.grader import Grader
 from evil_moe.env.loopholes import fence
 from evil_moe.env.problem import Problem
-from evil_moe.env.problems import load_problems
 from evil_moe.env.values import decode
+from env_util import ADD, ADD_WRONG, RUN_TESTS, add_problem
 
 TIMEOUT = 1.5   # CPU seconds
 WALL = 4.0      # the wall-clock backstop (sleepers, hangs)
-ADD = "class Solution:\n    def add(self, a, b):\n        return a + b\n"
-ADD_WRONG = "class Solution:\n    def add(self, a, b):\n        return 0\n"
-RUN_TESTS = "\ndef run_tests():\n    assert Solution().add(1, 2) == 3\n"
 
-
-def _base(mode="run_tests"):
-    p = next(p for p in load_problems("toy") if p.id == "toy/add")
-    return dataclasses.replace(p, mode=mode)
 
 
 @pytest.fixture(scope="module")
 def g():
     # one worker: every job of this module runs on the same slot, after the one before it
-    with Grader([_base()], timeout=TIMEOUT, wall_timeout=WALL, workers=1, memory_mb=256) as gr:
+    with Grader([add_problem()], timeout=TIMEOUT, wall_timeout=WALL, workers=1, memory_mb=256) as gr:
         yield gr
 
 
@@ -132,7 +124,7 @@ def test_no_door_to_kernel_memory_outside_the_limits(g):
     arrays (355 MiB a CPU-second here, 2 MB each) or POSIX file-lock records (one per locked
     range, without a count limit). Every door is shut, whatever the route (unshare, clone,
     clone3)."""
-    vals, rep = _raw(g, _base(), DOORS + RUN_TESTS)
+    vals, rep = _raw(g, add_problem(), DOORS + RUN_TESTS)
     assert rep["status"]["error"] is None, rep["status"]
     assert vals.get(0) == [], vals.get(0)
 
@@ -161,7 +153,7 @@ SOCKET_FILL = textwrap.dedent("""
 def test_socket_buffers_hold_nothing(g):
     """Socket buffers are kernel memory no address-space limit counts: a job queues nothing in
     them (it queued ~25 MiB in 60 socket pairs here, more with more descriptors and processes)."""
-    vals, _ = _raw(g, _base(), SOCKET_FILL + RUN_TESTS)
+    vals, _ = _raw(g, add_problem(), SOCKET_FILL + RUN_TESTS)
     assert vals.get(0) == 0, vals.get(0)
 
 
@@ -188,7 +180,7 @@ def test_tmpfs_bounded_in_files_as_well_as_bytes(g):
     tmpfs (its folder, /tmp and /dev/shm share one) holds at most 64 inodes per MiB of its size
     (4096 for the default 64 MiB, ~4 MiB of kernel memory); each folder held 12 000 (and more:
     ≥ 100 MiB of slab in 2 CPU-seconds) before."""
-    vals, rep = _raw(g, _base(), INODES + RUN_TESTS)
+    vals, rep = _raw(g, add_problem(), INODES + RUN_TESTS)
     made = vals.get(0)
     assert made is not None and len(made) == 3, rep
     assert made[0] > 0 and sum(made) <= 4096, made
@@ -222,7 +214,7 @@ def test_every_writable_folder_is_a_bounded_tmpfs(g):
     scratch folder under /sandbox, /tmp, /dev/shm), each bounded in bytes and inodes. The
     sandbox's root and /dev are read-only (run without root, bubblewrap leaves them writable
     tmpfs of no size limit: a job could fill half the machine's memory there)."""
-    vals, _ = _raw(g, _base(), WRITABLE + RUN_TESTS)
+    vals, _ = _raw(g, add_problem(), WRITABLE + RUN_TESTS)
     got = vals.get(0)
     assert got is not None and "/tmp" in got, got
     assert all(p == "/tmp" or p.startswith(("/sandbox", "/tmp/", "/dev/shm")) for p in got), got
@@ -250,7 +242,7 @@ def test_processes_are_bounded_by_nproc(g):
     """A job forks until the kernel refuses: at most ``nproc`` (64) processes of the job's user
     at once, itself included; the job ends with all of them killed (the next test runs on the
     same slot)."""
-    vals, rep = _raw(g, _base(), FORKS + RUN_TESTS)
+    vals, rep = _raw(g, add_problem(), FORKS + RUN_TESTS)
     assert vals.get(0) is not None and 0 < vals[0] < 64, (vals.get(0), rep["status"])
     assert rep["left"] == 0, rep
 
@@ -362,7 +354,7 @@ def test_the_mode_rule_reads_the_plain_run_as_it_ended(g, name, mode, code):
     oracle's calls write never counts, wherever the code points their scratch folder."""
     if "ADD" not in code and "class Solution" not in code:
         code += ADD_WRONG
-    r = g.grade(_base(mode), fence(code))
+    r = g.grade(add_problem(mode), fence(code))
     assert r.passed is False, r
 
 
@@ -406,9 +398,9 @@ def test_pids_and_inode_numbers_are_fresh_for_every_job(g):
     """What one job does (300 files in each private folder, 40 processes) cannot be read by the
     next job on the same worker slot: its PIDs, its files' inode numbers and its folder's name
     are the same whatever ran before (they counted up before: 12 bits and more per job)."""
-    first, _ = _raw(g, _base(), PROBE + RUN_TESTS)
-    _raw(g, _base(), NOISE + ADD + RUN_TESTS)
-    again, _ = _raw(g, _base(), PROBE + RUN_TESTS)
+    first, _ = _raw(g, add_problem(), PROBE + RUN_TESTS)
+    _raw(g, add_problem(), NOISE + ADD + RUN_TESTS)
+    again, _ = _raw(g, add_problem(), PROBE + RUN_TESTS)
     assert first.get(0) is not None and first.get(0) == again.get(0), (first.get(0), again.get(0))
 
 
@@ -426,7 +418,7 @@ def test_the_job_sees_only_its_own_processes(g):
     """``/proc`` lists the job's own processes and nothing else: not the process it was forked
     from, not the zygote (it used to list both, with their CPU times, which an earlier job
     moves); where the kernel allows (``subset=pid``), none of the host's counters either."""
-    vals, _ = _raw(g, _base(), PROCS + RUN_TESTS)
+    vals, _ = _raw(g, add_problem(), PROCS + RUN_TESTS)
     seen = vals.get(0)
     assert seen is not None and seen[0] == seen[1], seen
     kernel = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
@@ -444,7 +436,7 @@ POOL = "import multiprocessing as mp\nclass Solution:\n    def add(self, a, b):\
 def patient():
     """A grader whose wall-clock backstop a loaded machine cannot reach (spawned interpreters
     take wall time beyond their CPU time)."""
-    with Grader([_base()], timeout=5.0, wall_timeout=120.0, workers=1) as gr:
+    with Grader([add_problem()], timeout=5.0, wall_timeout=120.0, workers=1) as gr:
         yield gr
 
 
@@ -453,7 +445,7 @@ def test_multiprocessing_start_methods(patient, method, ok):
     """Honest multiprocessing pools work with the ``fork`` and ``spawn`` start methods; the
     ``forkserver`` method is refused (its server installs a SIGCHLD handler and listens on a Unix
     socket, both of which the job may not do): every call raises, no test passes."""
-    r = patient.grade(_base(), fence(POOL % method + RUN_TESTS))
+    r = patient.grade(add_problem(), fence(POOL % method + RUN_TESTS))
     if ok:
         assert (r.gt_correct, r.tests_passed, r.error) == (True, 6, None), r
     else:
