@@ -432,6 +432,56 @@ def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
     assert _config_named(cfg_file, "pilot", candidates) == (0.8, 0.5)
 
 
+def _report_sections() -> set[str]:
+    """The ``category=`` of every ``report(...)`` output in rules/*.smk: the report's sections."""
+    text = "".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    return set(re.findall(r'(?<![\w])category="([^"]+)"', text))
+
+
+def test_report_sections_are_numbered_once_in_pipeline_order():
+    """Snakemake's report lists its sections (the categories) sorted by name, so the leading
+    numbers make the order: each number names one section, they run 0, 1, 2, ... without a gap,
+    and stay single digits ("10. X" would sort between "1. Y" and "2. Z"). The report's pages
+    name only sections that exist, the first page and docs/running.md list every section."""
+    sections = _report_sections()
+    by_number: dict[int, list[str]] = {}
+    for name in sections:
+        m = re.fullmatch(r"(\d+)\. \S.*", name)
+        assert m, f"report section {name!r} has no leading number"
+        by_number.setdefault(int(m.group(1)), []).append(name)
+    assert {n: v for n, v in by_number.items() if len(v) > 1} == {}
+    assert sorted(by_number) == list(range(len(by_number))) and len(by_number) <= 10, sorted(sections)
+    assert sorted(sections) == sorted(sections, key=lambda n: int(n.split(".")[0]))
+    for page in sorted((REPO / "report").glob("*.rst")):
+        text = page.read_text()
+        named = re.findall(r"`(\d+\. [^`<]+)`_", text) + re.findall(r'"(\d+\. [^"]+)"', text)
+        assert set(named) <= sections, (page.name, set(named) - sections)
+    first = (REPO / "report" / "workflow.rst").read_text()
+    assert [s for s in sorted(sections) if s not in " ".join(first.split())] == []
+    # docs/running.md lists them in order
+    assert ", ".join(sorted(sections)) in " ".join((REPO / "docs" / "running.md").read_text().split())
+
+
+# Each stage file of rules/ and the words report/workflow.rst's "Stages" list names it by.
+STAGE_WORDS = {"problems.smk": "problems", "models.smk": "real model", "toy.smk": "toy student",
+               "teacher.smk": "teacher's rollouts", "extract.smk": "v_hack`` extraction",
+               "planted.smk": "planted world", "distill.smk": "distill probe",
+               "audit.smk": "detector calibration runs", "pilot.smk": "one pilot per arm",
+               "compare.smk": "comparison and the separation gate",
+               "detector_sweep.smk": "detector-quality sweep", "sweep.smk": "the sweep, only when",
+               "reevaluate.smk": "re-evaluation of the finished pilots"}
+
+
+def test_the_report_lists_every_stage():
+    """report/workflow.rst's "Stages" list names every stage file of rules/ (a new stage file
+    must be added here and there), the calibration runs and the detector audit included."""
+    files = {p.name for p in (REPO / "rules").glob("*.smk")} - {"common.smk"}
+    assert files == set(STAGE_WORDS), files ^ set(STAGE_WORDS)
+    text = (REPO / "report" / "workflow.rst").read_text()
+    stages = " ".join(text[text.index("Stages\n------"):].split())
+    assert [f for f, words in STAGE_WORDS.items() if words not in stages] == []
+
+
 def test_compare_writes_every_figure_the_code_draws(tmp_path):
     """The figure names' home is evil_moe.gate.figures.FIGURES (the code that draws them); the
     rules keep two copies (common.smk's FIGURES: the png outputs and the default targets;
