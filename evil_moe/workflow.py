@@ -200,20 +200,62 @@ class ConfigFiles:
     short path that still changes with every value, so Snakemake's params rerun trigger works
     and its "Params have changed" reason (and a failed job's shell command) does not print the
     whole config; diff the two named files to see what changed. Each distinct content is
-    serialised and written once per Snakemake invocation (a 3,000-pilot sweep has a handful)."""
+    serialised and written once per Snakemake invocation (a 3,000-pilot sweep has a handful).
 
-    def __init__(self, results: str):
+    A dry run writes nothing: while ``dryrun()`` is true (``rules/common.smk`` passes Snakemake's
+    ``workflow.dryrun``, known once the DAG is being built, which is why the rules' params call
+    this from a function, :func:`stage_config_param`) the path is named but no file is written,
+    and the first call outside a dry run writes it. A content first named under one stage keeps
+    that name when another stage's params hold the same content (as since the files began; the
+    rules' stage configs are named while the Snakefile is parsed, so the names do not depend on
+    the order Snakemake builds its jobs in).
+
+    Args:
+        results: the results folder. dryrun: whether this invocation is a dry run (default:
+            never)."""
+
+    def __init__(self, results: str, dryrun: Callable[[], bool] = lambda: False):
         self.results = results
-        self._written: dict[str, str] = {}
+        self.dryrun = dryrun
+        self._paths: dict[str, str] = {}
+        self._written: set[str] = set()
+
+    @staticmethod
+    def _text(data: Mapping) -> str:
+        return json.dumps(data, sort_keys=True, indent=1) + "\n"
+
+    def name(self, stage: str, data: Mapping) -> str:
+        """``@path`` of the file that holds ``data`` (writes nothing): ``<stage>-<sha>.json``, or
+        the name this content was given first in this invocation."""
+        return self._name(stage, self._text(data))
+
+    def _name(self, stage: str, text: str) -> str:
+        if text not in self._paths:
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            self._paths[text] = f"@{self.results}/configs/{stage}-{digest}.json"
+        return self._paths[text]
 
     def __call__(self, stage: str, data: Mapping) -> str:
-        """``@path`` of the file holding ``data`` (written unless it already holds it)."""
-        text = json.dumps(data, sort_keys=True, indent=1) + "\n"
-        if text in self._written:
-            return self._written[text]
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        path = Path(f"{self.results}/configs/{stage}-{digest}.json")
-        if not path.is_file() or path.read_text() != text:
-            files.atomic_write_text(path, text)
-        self._written[text] = f"@{path}"
-        return self._written[text]
+        """``@path`` of the file holding ``data`` (:meth:`name`), written unless it already holds
+        it or this is a dry run."""
+        text = self._text(data)
+        ref = self._name(stage, text)
+        if text not in self._written and not self.dryrun():
+            path = Path(ref[1:])
+            if not path.is_file() or path.read_text() != text:
+                files.atomic_write_text(path, text)
+            self._written.add(text)
+        return ref
+
+
+def stage_config_param(config_files: ConfigFiles, stage: str, data: Mapping) -> Callable:
+    """A rule's ``params`` function giving ``config_files(stage, data)`` (``@path``). The name is
+    given now (:meth:`ConfigFiles.name`, while the Snakefile is parsed); the file is written when
+    Snakemake calls the function, building the DAG, when it knows whether this is a dry run (the
+    value itself, computed while parsing, would write it before that is known)."""
+    config_files.name(stage, data)
+
+    def param(wildcards) -> str:
+        return config_files(stage, data)
+
+    return per_job(param)

@@ -46,15 +46,15 @@ rule audit:
         quality=report(
             res("audit/quality.tsv"),
             caption="../report/audit_quality.rst",
-            category="3. Detectors",
-            labels={"stage": "audit", "table": "quality"},
+            category="5. Detectors",
+            labels={"stage": "audit", "result": "quality"},
         ),
         curve=res("audit/probe_curve.tsv"),
         figure=report(
             res("audit/figures/probe_curve.svg"),
             caption="../report/fig_probe_curve.rst",
-            category="3. Detectors",
-            labels={"stage": "audit", "figure": "probe_curve"},
+            category="5. Detectors",
+            labels={"stage": "audit", "result": "probe curve"},
         ),
     log:
         res("logs/audit.log"),

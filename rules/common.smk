@@ -27,6 +27,7 @@ from evil_moe.workflow import (
     check_inputs,
     per_job,
     sized_config,
+    stage_config_param,
     stage_sections,
 )
 
@@ -188,13 +189,16 @@ def get_teacher(wildcards, input):
 
 # ---- stage configs (params.cfg) --------------------------------------------------------------
 # The config files the rules pass to --config-json (evil_moe.workflow.ConfigFiles: named by their
-# content under results/configs/); the sections each stage reads: evil_moe.workflow.stage_sections.
-_config_file = ConfigFiles(RESULTS)
+# content under results/configs/, not written by a dry run); the sections each stage reads:
+# evil_moe.workflow.stage_sections.
+_config_file = ConfigFiles(RESULTS, dryrun=lambda: workflow.dryrun)
 
 
 def get_stage_config(stage):
-    """The config sections the stage reads, as ``@file`` for --config-json (_config_file)."""
-    return _config_file(stage, stage_sections(config, stage))
+    """The config sections the stage reads, as a params function giving ``@file`` for
+    --config-json (_config_file; a function, so that the file is written while the DAG is built,
+    when Snakemake knows whether this is a dry run, not while this file is parsed)."""
+    return stage_config_param(_config_file, stage, stage_sections(config, stage))
 
 
 _PILOT_CONFIGS = {}

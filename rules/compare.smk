@@ -29,31 +29,31 @@ checkpoint compare:
         hack_rate=report(
             res("compare/figures/hack_rate.svg"),
             caption="../report/fig_hack_rate.rst",
-            category="6. Trajectories",
+            category="8. Trajectories",
             labels={"stage": "compare", "figure": "hack_rate"},
         ),
         removed=report(
             res("compare/figures/removed.svg"),
             caption="../report/fig_removed.rst",
-            category="6. Trajectories",
+            category="8. Trajectories",
             labels={"stage": "compare", "figure": "removed"},
         ),
         pass_rate=report(
             res("compare/figures/pass_rate.svg"),
             caption="../report/fig_pass_rate.rst",
-            category="6. Trajectories",
+            category="8. Trajectories",
             labels={"stage": "compare", "figure": "pass_rate"},
         ),
         cin=report(
             res("compare/figures/cin.svg"),
             caption="../report/fig_cin.rst",
-            category="6. Trajectories",
+            category="8. Trajectories",
             labels={"stage": "compare", "figure": "cin"},
         ),
         frac_clipped=report(
             res("compare/figures/frac_clipped.svg"),
             caption="../report/fig_frac_clipped.rst",
-            category="6. Trajectories",
+            category="8. Trajectories",
             labels={"stage": "compare", "figure": "frac_clipped"},
         ),
         cos_contrib=report(
@@ -77,7 +77,7 @@ checkpoint compare:
         phases=report(
             res("compare/figures/phases.svg"),
             caption="../report/fig_phases.rst",
-            category="6. Trajectories",
+            category="8. Trajectories",
             labels={"stage": "compare", "figure": "phases"},
         ),
         png=expand(res("compare/figures/{figure}.png"), figure=FIGURES),

@@ -9,14 +9,14 @@ rule detector_sweep:
         summary=report(
             res("detector_sweep/summary.tsv"),
             caption="../report/detector_sweep.rst",
-            category="8. Detector quality",
-            labels={"stage": "detector_sweep", "result": "summary"},
+            category="5. Detectors",
+            labels={"stage": "detector_sweep", "result": "quality sweep"},
         ),
         figure=report(
             res("detector_sweep/quality.svg"),
             caption="../report/fig_detector_sweep.rst",
-            category="8. Detector quality",
-            labels={"stage": "detector_sweep", "result": "figure"},
+            category="5. Detectors",
+            labels={"stage": "detector_sweep", "result": "quality sweep figure"},
         ),
         png=res("detector_sweep/quality.png"),
     log:

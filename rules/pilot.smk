@@ -23,7 +23,7 @@ rule pilot:
         steps=report(
             res("pilots/{arm}/s{seed}/steps.tsv"),
             caption="../report/pilot_steps.rst",
-            category="5. Pilots",
+            category="6. Pilots",
             subcategory="{arm}",
             labels={
                 "stage": "pilot",
@@ -35,7 +35,7 @@ rule pilot:
         eval=report(
             res("pilots/{arm}/s{seed}/eval.tsv"),
             caption="../report/pilot_eval.rst",
-            category="5. Pilots",
+            category="6. Pilots",
             subcategory="{arm}",
             labels={
                 "stage": "pilot",
@@ -47,7 +47,7 @@ rule pilot:
         outcomes=report(
             res("pilots/{arm}/s{seed}/outcomes.tsv"),
             caption="../report/pilot_outcomes.rst",
-            category="5. Pilots",
+            category="6. Pilots",
             subcategory="{arm}",
             labels={
                 "stage": "pilot",

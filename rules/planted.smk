@@ -33,13 +33,13 @@ rule planted_checks:
         recovery=report(
             res("planted/recovery.tsv"),
             caption="../report/planted_recovery.rst",
-            category="6. Planted world",
+            category="7. Planted world",
             labels={"stage": "planted", "table": "recovery"},
         ),
         checks=report(
             res("planted/checks.tsv"),
             caption="../report/planted_checks.rst",
-            category="6. Planted world",
+            category="7. Planted world",
             labels={"stage": "planted", "table": "checks"},
         ),
     log:

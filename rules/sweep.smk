@@ -44,14 +44,14 @@ rule sweep_compare:
         gate=report(
             res("sweep/compare/gate.json"),
             caption="../report/sweep_gate.rst",
-            category="7. Sweep",
+            category="9. Sweep",
             labels={"stage": "sweep", "fold": "all modes"},
         ),
         summary=res("sweep/compare/summary.tsv"),
         hack_rate=report(
             res("sweep/compare/figures/hack_rate.svg"),
             caption="../report/fig_hack_rate.rst",
-            category="7. Sweep",
+            category="9. Sweep",
             labels={"stage": "sweep", "fold": "all modes, hack rate"},
         ),
     log:
@@ -83,14 +83,14 @@ use rule sweep_compare as fold_compare with:
         gate=report(
             res("sweep/folds/{mode}/compare/gate.json"),
             caption="../report/sweep_gate.rst",
-            category="7. Sweep",
+            category="9. Sweep",
             labels={"stage": "sweep", "fold": "without {mode}"},
         ),
         summary=res("sweep/folds/{mode}/compare/summary.tsv"),
         hack_rate=report(
             res("sweep/folds/{mode}/compare/figures/hack_rate.svg"),
             caption="../report/fig_hack_rate.rst",
-            category="7. Sweep",
+            category="9. Sweep",
             labels={"stage": "sweep", "fold": "without {mode}, hack rate"},
         ),
     log:

@@ -45,13 +45,15 @@ def test_front_page_embeds_the_figure_and_orders_the_parts(tmp_path, monkeypatch
     order = [html.find(s) for s in ("Verdict: separated.", "<img", "Hack-rate trajectory.",
                                     "<table", "Sweep: not run.")]
     # with the gate: the verdict, the per-arm table, the gate's arithmetic, then the figure
-    gate = {"verdict": "separated", "sentence": "separated: erase lowers it by 0.2 [0.1, 0.3].", "arms": {}}
+    from test_gate_verdict import MOE_GATE
+
     html2 = publish_parts(front_page_rst(verdict="**Verdict: separated.** erase lowered hacking.", decision="",
                                          figure="results/compare/figures/hack_rate.svg", caption="Cap.",
                                          summary=_tsv(tmp_path / "s2.tsv", [["arm", "view", "hack_rate"],
                                                                              ["vanilla", "trained", "0.4"]]),
-                                         gate=gate), writer="html")["body"]
-    order2 = [html2.find(s) for s in ("Verdict: separated.", "<table", "erase lowers it by 0.2", "<img")]
+                                         gate=MOE_GATE), writer="html")["body"]
+    order2 = [html2.find(s) for s in ("Verdict: separated.", "<table",
+                                      "moe (ablated view): change in held-out hack rate vs vanilla \u22120.217", "<img")]
     assert -1 not in order2 and order2 == sorted(order2), order2
     assert -1 not in order and order == sorted(order)
 
@@ -88,7 +90,7 @@ def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_pa
     cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
              for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
     assert cells[0] == ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
-                        "share of its ceiling's drop", "verdict"]
+                        "share of its ceiling's change", "verdict"]
     assert [c[0] for c in cells[1:]] == ["vanilla (trained)", "untrained (trained)", "route (ablated)",
                                          "route_oracle (ablated)", "oracle_reward (trained)"]
     assert cells[1][1:] == ["0.400 [0.300, 0.500]", "–", "–", "–", "reference"]
@@ -97,3 +99,42 @@ def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_pa
                             "−0.040 [−0.180, +0.100] vs route_random", "0.500 [0.100, 0.900]", "inconclusive"]
     assert cells[4][3] == "−0.300 [−0.400, −0.200] vs route_oracle_random" and cells[4][5] == "reported (ceiling)"
     assert cells[5][3] == "–" and cells[5][5] == "reported (positive control)"
+
+
+def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
+    """Issue 32: every difference of rates on the first page (the verdict, the per-arm table, the
+    gate's arithmetic, the criteria, the notes) is the arm's rate minus the other side's with a
+    true minus sign; gate.json's and summary.tsv's drops (vanilla's rate minus the arm's, ASCII
+    minus) never show through. The gate and the summary are made by hand: drops of 0.217
+    [-0.004, 0.438] vs vanilla read -0.217 [-0.438, +0.004] in every place."""
+    from evil_moe.gate.frontpage import write_front_page
+    from evil_moe.gate.verdict import decision_text, verdict_line
+    from test_gate_verdict import MOE_GATE
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.svg").write_bytes(SVG)
+    head = ["arm", "view", "hack_rate", "hack_ci_low", "hack_ci_high", "drop_vs_vanilla", "drop_ci_low",
+            "drop_ci_high", "drop_vs_control", "control_ci_low", "control_ci_high", "ceiling_share",
+            "ceiling_share_ci_low", "ceiling_share_ci_high"]
+    summary = _tsv(tmp_path / "s.tsv", [head, ["vanilla", "trained", "0.3", "0.2", "0.4"] + [""] * 9,
+                                        ["moe", "ablated", "0.083", "0.01", "0.2", "0.217", "-0.004", "0.438",
+                                         "-0.02", "-0.205", "0.166", "0.5", "-0.1", "0.9"]])
+    ceilings = {"moe": {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_random",
+                        "drop": {"value": 0.217, "ci_low": -0.004, "ci_high": 0.438},
+                        "ceiling_drop": {"value": 0.4, "ci_low": 0.3, "ci_high": 0.5}, "ceiling_vs_control": None,
+                        "share": {"value": 0.5, "ci_low": -0.1, "ci_high": 0.9}}}
+    from evil_moe.gate.verdict import ceiling_notes
+
+    gate = dict(MOE_GATE, ceilings=ceilings, notes=[
+        "moe's router sent 0.100 of each step's gradient energy to the hack expert", *ceiling_notes(ceilings)])
+    text = write_front_page(tmp_path / "decision.rst", verdict=verdict_line(gate),
+                            decision=decision_text(gate, [], [], "x/"), figure="f.svg", caption="Cap.",
+                            summary=summary, gate=gate)
+    page = re.sub(r"data:image[^\s]*(\n   [A-Za-z0-9+/=]+)*", "", text)
+    m = "\u2212"
+    change = f"{m}0.217 [{m}0.438, +0.004]"
+    # the verdict line, the table's cell, the arithmetic, the criteria list and the ceiling's note
+    assert page.count(change) == 5, page
+    assert page.count(f"0.500 [{m}0.100, 0.900]") == 2  # the share: the table and the note
+    assert not re.search(r"(?<!\w)-\d", page), re.findall(r".{40}(?<!\w)-\d.{20}", page)
+    assert "lowers the held-out hack rate by" not in page and not re.search(r"(?<!_)drop [\d\u2212-]", page)

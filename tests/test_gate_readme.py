@@ -124,3 +124,32 @@ def test_the_line_states_routes_detector_quality_with_its_interval():
     record = readme.verdict_record(ROUTE_GATE | {"detector": det | {"mode": "all"}})
     assert record["detector"]["auc"] == 0.5684 and "mode" not in record["detector"]
     assert readme.detector_clause(record["detector"]) in readme.readme_verdict_line(record)
+
+
+def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
+    """Issue 32: the README's line (verdict.json's ``plain``) and the last line of `make run`
+    (the Makefile's EVIL_MOE_PRINT_VERDICT) are the first page's verdict in plain words, in its
+    convention (changes, a true minus sign), also for a gate too small to judge: its record keeps
+    the positive control's numbers, so the README does not fall back to gate.json's drop."""
+    import re
+    import subprocess
+    import sys
+
+    from evil_moe.gate.verdict import verdict_line
+    from test_gate_verdict import MOE_GATE
+
+    few = dict(MOE_GATE, sentence="inconclusive (too few seeds): 2 seeds ... drop 0.303 [0.014, 0.591] ...",
+               positive_control=dict(MOE_GATE["positive_control"], n_seeds=2))
+    m = "\u2212"
+    for gate in (MOE_GATE, few):
+        record = json.loads(json.dumps(readme.verdict_record(gate)))  # as verdict.json stores it
+        assert record["plain"] == plain_verdict(record) == plain_verdict(gate)
+        assert verdict_line(gate).endswith(record["plain"].split(":", 1)[1]), verdict_line(gate)
+    assert f"vs vanilla {m}0.303 [{m}0.591, {m}0.014]" in readme.verdict_record(few)["plain"]
+    make = (REPO / "Makefile").read_text()
+    command = re.search(r"^export EVIL_MOE_PRINT_VERDICT := (.*)$", make, re.M).group(1)
+    (tmp_path / "results" / "compare").mkdir(parents=True)
+    (tmp_path / "results" / "compare" / "gate.json").write_text(json.dumps(few))
+    out = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                         check=True).stdout
+    assert out == f"verdict: {plain_verdict(few)}\n"

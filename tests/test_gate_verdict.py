@@ -30,7 +30,9 @@ def test_decision_text_lists_open_criteria_notes_and_the_sweep():
     assert verdict.decision_text(gate, [2, 3], [], "results/sweep/") == "\n".join([
         "Gate criteria:", "",
         "- not met: valid erase 1: 0.700 (threshold 0.5)",
-        "- met: drop_vs_vanilla erase vs vanilla: 0.123 [0.010, n/a], MDE 0.200 (threshold 0.05)",
+        # the drop 0.123 [0.010, -] as the change it is: the arm's rate minus vanilla's
+        "- met: drop_vs_vanilla erase vs vanilla: change in hack rate \u22120.123 [n/a, \u22120.010], MDE 0.200 "
+        "(compare.min_drop 0.05)",
         "",
         "Notes:", "", "- erase removed 0.100", "",
         "**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is shown at these "
@@ -124,12 +126,146 @@ def test_plain_verdict_says_what_happened_to_hacking():
     assert verdict.plain_verdict(bad) == bad["sentence"]
 
 
-def test_arithmetic_line_keeps_the_sentence_after_its_verdict_word():
-    assert verdict.arithmetic_line(ROUTE_GATE) == (
-        "*The gate's arithmetic* (a drop is vanilla's hack rate minus the arm's): route (ablated view) "
-        "lowers the held-out hack rate by -0.007 ...")
+PLAN = {"best": "seeds", "now": {"mde": 0.282}, "seeds": {"mde": 0.191}, "problems": {"mde": 0.209},
+        "samples": {"mde": 0.273}}
+MOE_GATE = {  # gate.json's fields the first page reads, by hand (drops: vanilla's rate minus the arm's)
+    "verdict": "inconclusive", "sizes": "4 seeds × 16 held-out problems × 16 samples",
+    "sentence": "inconclusive: moe (ablated view) lowers the held-out hack rate by 0.217 [-0.004, 0.438] ...",
+    "config": {"min_seeds": 3},
+    "arms": {"vanilla": {"role": "reference"},
+             "moe": {"role": "treatment", "verdict": "inconclusive", "needed_seeds": 14, "p_value": 0.31,
+                     "p_adjusted": 0.62, "family": 2},
+             "route": {"role": "treatment", "verdict": "uninformative", "family": 2,
+                       "reason": "route: uninformative — the gradient detector does not beat its placebo (AUC "
+                                 "0.506); the gate's criteria: route: inconclusive — x"},
+             "oracle_reward": {"role": "positive_control"}},
+    "criteria": [dict(_crit("drop_vs_vanilla", "moe", 0.217, -0.004, 0.438), mde=0.289, threshold=0.05,
+                      passed=False, rules_out=False, plan=PLAN),
+                 dict(_crit("beats_control", "moe", -0.020, -0.205, 0.166, control="moe_random"), threshold=0.05,
+                      passed=False, rules_out=False),
+                 dict(_crit("matched_pass", "moe", -0.233, -0.377, -0.089, mean_b=0.130), threshold=0.1,
+                      passed=True, rules_out=False, margin_rel=0.5, binding="relative",
+                      rel_effect={"value": -0.3, "ci_low": -0.45, "ci_high": -0.151})],
+    "positive_control": {"name": "drop_vs_vanilla", "arm": "oracle_reward", "control": "vanilla", "value": 0.303,
+                         "ci_low": 0.014, "ci_high": 0.591, "mde": 0.2, "n_seeds": 4}}
+
+
+def test_arithmetic_line_says_the_gate_in_changes():
+    """Issue 32: the gate's arithmetic on the first page speaks the verdict's and the table's
+    convention (the arm's rate minus the other side's, a true minus sign), not gate.json's drops:
+    drop 0.217 [-0.004, 0.438] reads -0.217 [-0.438, +0.004]; the pass-rate drop -0.233 [-0.377,
+    -0.089] reads +0.233 [+0.089, +0.377], its upper end -0.089 a lower end +0.089 against the
+    margin -0.1 and -0.5 x 0.130 = -0.065; the relative contrast's upper end -0.151 reads +0.151."""
+    m = "\u2212"
+    assert verdict.arithmetic_line(MOE_GATE) == (
+        "*The gate's arithmetic* (each change is the arm's rate minus the other side's, negative = lower): "
+        f"moe (ablated view): change in held-out hack rate vs vanilla {m}0.217 [{m}0.438, +0.004], vs moe_random "
+        f"+0.020 [{m}0.166, +0.205]; change in pass rate vs vanilla +0.233 [+0.089, +0.377] (lower end +0.089 "
+        f"vs margin {m}0.1 and {m}0.5 × vanilla's 0.130 = {m}0.065, relative binds; the arm's pass rate minus "
+        "0.5 × vanilla's, lower end +0.151 vs 0), p 0.31 (Holm-adjusted over 2 arms 0.62); undecided: "
+        "drop_vs_vanilla, beats_control; smallest fall in hack rate vs vanilla it could detect (MDE) 0.289; "
+        "about 14 seeds would decide it; twice the seeds buys the most power for drop_vs_vanilla (planned MDE "
+        "at twice the seeds 0.191, held-out problems 0.209, samples per problem 0.273; now 0.282); route: "
+        "uninformative — the gradient detector does not beat its placebo (AUC 0.506); over 4 seeds × 16 "
+        "held-out problems × 16 samples; positive control oracle_reward change in held-out hack rate vs vanilla "
+        f"{m}0.303 [{m}0.591, {m}0.014] — the sweep is not scheduled.")
+    assert "-0" not in verdict.arithmetic_line(MOE_GATE)  # no ASCII minus: one convention
+    sep = dict(MOE_GATE, verdict="separated", arms={"moe": dict(MOE_GATE["arms"]["moe"], verdict="separated")})
+    assert verdict.arithmetic_text(sep).endswith(
+        f"over 4 seeds × 16 held-out problems × 16 samples; positive control oracle_reward change in held-out "
+        f"hack rate vs vanilla {m}0.303 [{m}0.591, {m}0.014] — the sweep is justified.")
+    assert "undecided" not in verdict.arithmetic_text(sep)
+    nots = dict(sep, verdict="not_separated", positive_control=None,
+                arms={"moe": dict(MOE_GATE["arms"]["moe"], verdict="not_separated")})
+    assert verdict.arithmetic_text(nots).startswith(
+        "a fall in hack rate of 0.05 (compare.min_drop) is ruled out for every treatment arm (moe (ablated "
+        f"view): change in held-out hack rate vs vanilla {m}0.217")
+    assert verdict.arithmetic_text(nots).endswith(
+        "no positive control: the gate's power was not checked — the sweep is not justified.")
+    # nothing to add to the verdict line: before the gate, invalid, too small to judge
     assert verdict.arithmetic_line(None) == "" and verdict.arithmetic_line({"verdict": "x"}) == ""
+    for sentence in ("invalid: 1 of 24 pilots failed validity (route s0: x) — fix.",
+                     "inconclusive (too few seeds): 2 seeds ...", "inconclusive (underpowered): ..."):
+        assert verdict.arithmetic_line(dict(MOE_GATE, sentence=sentence, verdict=sentence.split()[0].rstrip(":"))) == ""
     assert verdict.arm_verdict_cell("reference", {}) == "reference"
+
+
+def test_a_gate_too_small_to_judge_says_so_in_changes():
+    """Too few seeds or an underpowered gate: the verdict line (and the README's, and make run's
+    last line) gives the positive control's change, not gate.json's sentence with its drop."""
+    m = "\u2212"
+    few = dict(MOE_GATE, sentence="inconclusive (too few seeds): 2 seeds, ... drop 0.303 [0.014, 0.591] ...",
+               positive_control=dict(MOE_GATE["positive_control"], n_seeds=2))
+    assert verdict.plain_verdict(few) == (
+        "inconclusive (too few seeds): 2 seeds, fewer than compare.min_seeds 3, cannot separate any arm, the "
+        f"positive control included (positive control oracle_reward change in held-out hack rate vs vanilla "
+        f"{m}0.303 [{m}0.591, {m}0.014]; 4 seeds × 16 held-out problems × 16 samples) — add seeds (pilot.seeds); "
+        "the sweep is not scheduled.")
+    weak = dict(MOE_GATE, sentence="inconclusive (underpowered): the positive control ... drop 0.303 ...",
+                positive_control=dict(MOE_GATE["positive_control"], value=0.05, ci_low=-0.02, ci_high=0.12))
+    assert verdict.plain_verdict(weak) == (
+        "inconclusive (underpowered): the positive control oracle_reward does not separate from vanilla (change "
+        f"in held-out hack rate {m}0.050 [{m}0.120, +0.020], MDE 0.200), so this run cannot tell a working arm "
+        "from a failing one (4 seeds × 16 held-out problems × 16 samples) — the sweep is not scheduled.")
+    assert verdict.verdict_line(weak).startswith("**Verdict: inconclusive** (underpowered): the positive control")
+    # a gate.json without the positive control's numbers keeps its sentence
+    bare = {"verdict": "inconclusive", "sentence": "inconclusive (underpowered): x", "arms": {}}
+    assert verdict.plain_verdict(bare) == "inconclusive (underpowered): x"
+
+
+def test_the_first_page_notes_give_the_ceilings_in_changes():
+    """A treatment's note beside its ceiling (gate.json keeps it in drops) is shown as changes on
+    the first page; the other notes as written."""
+    from evil_moe.gate.verdict import ceiling_notes
+
+    ceilings = {"route": {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_random",
+                          "drop": {"value": 0.05, "ci_low": -0.02, "ci_high": 0.12},
+                          "ceiling_drop": {"value": 0.2, "ci_low": 0.1, "ci_high": 0.3},
+                          "ceiling_vs_control": {"value": 0.15, "ci_low": 0.05, "ci_high": 0.25},
+                          "dose_ceiling": None, "dose_ceiling_drop": None,
+                          "share": {"value": 0.25, "ci_low": -0.1, "ci_high": 0.6}}}
+    kept = ("route achieves 0.250 [-0.100, 0.600] of what a perfect detector achieves: its drop vs vanilla 0.050 "
+            "[-0.020, 0.120] (ablated view), route_oracle's 0.200 [0.100, 0.300]; route_oracle vs its random-flag "
+            "control route_oracle_random: 0.150 [0.050, 0.250] (reported beside the gate, never a criterion)")
+    assert ceiling_notes(ceilings) == [kept]  # gate.json's wording, unchanged
+    m = "\u2212"
+    gate = {"notes": ["a note", kept], "ceilings": ceilings}
+    assert verdict.page_notes(gate) == ["a note", (
+        f"route achieves 0.250 [{m}0.100, 0.600] of what a perfect detector achieves: its change in hack rate vs "
+        f"vanilla {m}0.050 [{m}0.120, +0.020] (ablated view), route_oracle's {m}0.200 [{m}0.300, {m}0.100]; "
+        f"route_oracle vs its random-flag control route_oracle_random: {m}0.150 [{m}0.250, {m}0.050] (reported "
+        "beside the gate, never a criterion)")]
+    assert "Notes:\n\n- a note\n- route achieves" in verdict.decision_text(gate | {"verdict": "invalid"}, [], [], "x/")
+
+
+def test_the_arithmetic_is_the_sentence_s_in_changes():
+    """gate.json's rows as the compare stage writes them (criterion_row, arm_numbers) give the
+    sentence's numbers, negated: the two texts cannot drift apart."""
+    from evil_moe.gate.judge import arm_numbers, criterion_row
+    from evil_moe.gate.rule import decide_gate
+
+    van = ("vanilla", "trained")
+    a = ("moe", "ablated")
+    arm = decide_arm("moe", make_effect(0.06, a=a, b=van, se=0.04),
+                     make_effect(0.01, a=a, b=("moe_random", "ablated"), se=0.05),
+                     make_effect(-0.03, a=a, b=van, metric="pass"), min_drop=0.05, pass_margin=0.1)
+    g = decide_gate([arm], make_effect(0.3, a=("oracle_reward", "trained"), b=van), min_drop=0.05)
+    sizes = "3 seeds × 9 held-out problems × 64 samples"
+    gate = {"verdict": g.verdict, "sentence": verdict.sentence(g.verdict, [], g, sizes), "sizes": sizes,
+            "arms": {"moe": {"role": "treatment", **arm_numbers(g.arms[0])}},
+            "criteria": [criterion_row(c, "moe", "moe_random", "ablated") for c in g.arms[0].criteria],
+            "positive_control": criterion_row(g.positive_control, "oracle_reward", None, "trained")}
+    d, c, p = g.arms[0].criteria
+    hw = (d.effect.ci_high - d.effect.value, c.effect.ci_high - c.effect.value)
+    assert f"by 0.060 [{0.06 - hw[0]:.3f}, {0.06 + hw[0]:.3f}] vs vanilla" in gate["sentence"]
+    m = "\u2212"
+    text = verdict.arithmetic_text(gate)
+    assert text.startswith(f"moe (ablated view): change in held-out hack rate vs vanilla {m}0.060 "
+                           f"[{m}{0.06 + hw[0]:.3f}, +{hw[0] - 0.06:.3f}], vs moe_random {m}0.010 "
+                           f"[{m}{0.01 + hw[1]:.3f}, +{hw[1] - 0.01:.3f}]; change in pass rate vs vanilla +0.030")
+    assert f"MDE of the drop vs vanilla {d.mde:.3f}" in gate["sentence"]
+    assert f"(MDE) {d.mde:.3f}" in text
+    assert f"positive control oracle_reward change in held-out hack rate vs vanilla {m}0.300" in text
 
 
 def test_a_note_with_bars_renders_as_text_in_the_report():

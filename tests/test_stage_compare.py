@@ -236,6 +236,23 @@ def test_notes_name_sampler_gap_and_truncation(tmp_path):
     assert "truncation dominates" in notes
 
 
+def test_the_static_twin_note_says_which_way_the_change_goes():
+    """subtract's deploy view beside vanilla's static projection: the note gives the change in
+    hack rate, subtract's minus the projection's (a true minus sign: issue 32's convention), so a
+    subtract that hacks 0.3 less than the projection reads about -0.3."""
+    from evil_moe.stages.compare import _notes
+
+    arms = ("vanilla", "subtract", "subtract_random")
+    cells = {(a, v): Planted() for a in arms for v in views_of(a)} | {("vanilla", "projected"): Planted()}
+    cells[("subtract", "ablated")] = Planted(hack_drop=0.3)
+    o = simulate_outcomes(cells, n_seeds=3, n_samples=64, rng=0, step=STEPS_N - 1, **QUIET)
+    (note,) = [n for n in _notes({}, arms, o, cfg_for(arms=arms).compare, []) if "static projection" in n]
+    change = re.search(r"change in hack rate, subtract's minus the projection's, (\S+) \[(\S+), (\S+)\]", note)
+    assert change, note
+    value, low, high = (float(x.replace("\u2212", "-")) for x in change.groups())
+    assert -0.4 < value < -0.2 and low < value < high and change.group(1).startswith("\u2212")
+
+
 def test_rlimit_only_isolation_is_flagged(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
     st = root / "erase" / "s1" / "status.json"

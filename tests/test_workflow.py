@@ -1,7 +1,7 @@
 """evil_moe/workflow.py, what the Snakefile asks of the package, called directly (the dry runs of
 tests/test_workflow_static.py call it through Snakemake): the config's checks raise Snakemake's
 error naming the key, a stage's params hold only its sections, the config files are named by
-their content and written once, a job size that cannot be worked out names models.params."""
+their content and written once (never by a dry run), a job size that cannot be worked out names models.params."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from snakemake.exceptions import WorkflowError
 
 from evil_moe.config import PILOT_RUN_INDEPENDENT, validate
 from evil_moe.workflow import (ConfigFiles, JobSizes, check_config, check_inputs, per_job,
-                               stage_sections)
+                               stage_config_param, stage_sections)
 from workflow_util import DEFAULT_CONFIG
 
 
@@ -77,6 +77,22 @@ def test_config_files_are_named_by_content_and_written_once(tmp_path):
     assert files("pilot", {"a": [1, 2], "b": 1}) == ref and path.read_text() == "edited"
     assert ConfigFiles(str(tmp_path))("pilot", data) == ref and path.read_text() == text
     assert files("pilot", {"b": 2}) != ref
+
+
+def test_a_dry_run_names_the_config_file_but_writes_none(tmp_path):
+    """While dryrun() is true the @path is the one a real run gets (named by the content) and no
+    file is written; the first call outside the dry run writes it. The rules' params are
+    functions (stage_config_param) that Snakemake calls once it knows whether it is a dry run."""
+    dry = [True]
+    files = ConfigFiles(str(tmp_path), dryrun=lambda: dry[0])
+    data = {"pilot": {"steps": 3}}
+    text = '{\n "pilot": {\n  "steps": 3\n }\n}\n'
+    path = tmp_path / "configs" / f"pilot-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    param = stage_config_param(files, "pilot", data)
+    assert param({"arm": "erase"}) == files("pilot", data) == f"@{path}"
+    assert not (tmp_path / "configs").exists()
+    dry[0] = False
+    assert param({}) == f"@{path}" and path.read_text() == text
 
 
 def test_job_sizes_name_models_params_when_the_student_cannot_be_sized():

@@ -150,9 +150,14 @@ def test_report_first_page_in_chromium(toy_run):
     verdict = f"Verdict: {word}" + plain[len(word):]
     assert verdict in text, text[:2000]
     assert text.count(f"Verdict: {word}") == 1
-    # the gate's arithmetic: its sentence after the verdict word
-    sentence = re.sub(r"\s+", " ", gate["sentence"])
-    assert sentence[len(gate["verdict"]):].lstrip(": ") in text
+    # the gate's arithmetic in the verdict's convention (changes, not gate.json's drops), when it
+    # adds to the verdict line (a gate too small to judge says it all there)
+    from evil_moe.gate.verdict import arithmetic_text
+
+    arithmetic = re.sub(r"\s+", " ", arithmetic_text(gate))
+    assert arithmetic in text and ("The gate's arithmetic" in text) == bool(arithmetic)
+    if plain_verdict(gate) != gate["sentence"]:  # gate.json's sentence (its drops) is not shown
+        assert re.sub(r"\s+", " ", gate["sentence"])[len(gate["verdict"]):].lstrip(": ") not in text
     if gate["verdict"] != "separated":
         assert "Sweep: not run." in text or "Sweep: not scheduled" in text
     # The figure is an image embedded in the page (a data URI of the SVG file), with its caption.
@@ -165,7 +170,7 @@ def test_report_first_page_in_chromium(toy_run):
     caption = (REPO / "report" / f"fig_{figure}.rst").read_text()
     # (compared without whitespace: inline literals render as their own elements)
     assert "".join(caption.replace("``", "").split()) in "".join(text.split())
-    # Two tables: per judged arm (treatments, ceilings, the positive control) with the drops and
+    # Two tables: per judged arm (treatments, ceilings, the positive control) with the changes and
     # the verdict; then the held-out rates of every (arm, view) of summary.tsv, in order.
     tables_ = re.findall(r"<table.*?</table>", page, re.S)
     assert len(tables_) >= 2, page[:3000]
@@ -184,7 +189,7 @@ def test_report_first_page_in_chromium(toy_run):
     judged = judged_rows(("reference",)) + judged_rows(("treatment", "ceiling", "positive_control"))
     assert {"vanilla (trained)", "untrained (trained)"} <= set(judged[:2])
     assert cells[0][0] == ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
-                           "share of its ceiling's drop", "verdict"]
+                           "share of its ceiling's change", "verdict"]
     assert [r[0] for r in cells[0][1:]] == judged and judged
     for r in cells[0][1:]:
         arm = r[0].split(" ")[0]
@@ -196,7 +201,8 @@ def test_report_first_page_in_chromium(toy_run):
     assert "align-items: flex-start" in report.read_text()
     # The verdict, the per-arm table, the gate's arithmetic, the figure and the rates table.
     first, second = page.find("<table"), page.find("<table", page.find("<table") + 1)
-    assert page.find("Verdict:") < first < page.find("The gate's arithmetic") < page.find("<img") < second
+    arith = page.find("The gate's arithmetic") if arithmetic else first + 1
+    assert page.find("Verdict:") < first < arith < page.find("<img") < second
     # What was tested, in three lines above the verdict: the question, the model, the arms and sizes.
     head = text[:text.find("Verdict:")]
     assert head.count("Question.") == head.count("Model.") == head.count("Arms and sizes.") == 1, head

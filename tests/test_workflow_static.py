@@ -11,13 +11,49 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evil_moe.rl.arms import ARMS
+from evil_moe.workflow import stage_sections
 from workflow_util import (BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, env,
-                           fill_edit_values, job_stats, snakemake)
+                           fill_edit_values, job_stats, raw_config, snakemake)
 
 
 def _run(cmd, **kw):
     return subprocess.run(cmd, cwd=kw.pop("cwd", REPO), env=kw.pop("env", env()),
                           capture_output=True, text=True, timeout=300, **kw)
+
+
+def _config_named(ref: str, stage: str, candidates: dict) -> str:
+    """Which of ``candidates`` (name -> the config dict a stage might get) the ``@…/configs/
+    <stage>-<sha>.json`` of a dry run's command holds. A dry run writes no such file; its name
+    ends in its content's sha256 (evil_moe.workflow.ConfigFiles), so the one candidate with that
+    digest is the content (the stage in the name is the first that had that content: a router
+    arm's pilot may hold calibrate's). Fails unless exactly one candidate has it."""
+    from evil_moe.workflow import ConfigFiles
+
+    def digest(ref: str) -> str:
+        return ref.removesuffix(".json").rsplit("-", 1)[-1]
+
+    found = [k for k, data in candidates.items()
+             if digest(ConfigFiles("x", dryrun=lambda: True).name(stage, data)) == digest(ref)]
+    assert len(found) == 1, (ref, found, sorted(candidates))
+    return found[0]
+
+
+def test_a_dry_run_writes_nothing_under_results(tmp_path):
+    """A dry run (`snakemake -n`) of the embedded default writes nothing in its results folder:
+    the per-stage config files its commands name (results/configs/<stage>-<sha>.json) are
+    written by the run that needs them, not while the Snakefile is parsed or the DAG built for
+    a dry run."""
+    results = tmp_path / "results"
+    overlay = tmp_path / "results.yaml"
+    overlay.write_text(yaml.safe_dump({"results": str(results)}))
+    proc = _run([SNAKEMAKE, "-n", "-p", "--nolock", "--configfile", str(DEFAULT_CONFIG), str(overlay)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert job_stats(proc.stdout)["pilot"] > 0
+    named = set(re.findall(r"--config-json '?@(\S+?\.json)", proc.stdout))
+    assert {Path(p).parent for p in named} == {results / "configs"}, named
+    written = [str(p) for p in results.rglob("*")] if results.exists() else []
+    assert written == [], written
 
 
 def test_lint_has_no_findings():
@@ -196,16 +232,32 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
     pilots = [line for line in proc.stdout.splitlines() if line.strip().startswith("evil-moe pilot ")]
     pilots = pilots or [line for line in proc.stdout.splitlines() if "evil-moe pilot " in line]
     assert len(pilots) == len(yaml.safe_load(CI_CONFIG.read_text())["pilot"]["arms"])
+    # the stage config is a file named by its content (@results/configs/pilot-<sha>.json),
+    # so the command line, and Snakemake's "Params have changed" reason, stay short; a dry run
+    # writes no file, so its content is read off its name (_config_named): the pilot sections
+    # of this config, with or without moe and audit (only the router arms read them), with or
+    # without each switch
+    cfg = raw_config(CI_CONFIG, overlay)
+    candidates = {}
+    for router in (False, True):
+        for fail_arm in (None, "erase"):
+            for fail_once in (None, "route"):
+                data = json.loads(json.dumps(stage_sections(cfg, "pilot")))
+                if not router:
+                    data.pop("moe"), data.pop("audit")
+                for key, value in (("fail_arm", fail_arm), ("fail_once_arm", fail_once)):
+                    if value:
+                        data["pilot"][key] = value
+                candidates[(router, fail_arm, fail_once)] = data
     files = set()
     for line in pilots:
         arm = line.split("--arm ")[1].split()[0]
-        # the stage config is a file named by its content (@results/configs/pilot-<sha>.json),
-        # so the command line, and Snakemake's "Params have changed" reason, stay short
         path = re.search(r"--config-json '?@(\S+?\.json)'? ", line).group(1)
         files.add(path)
-        pilot = json.loads((tmp_path / path).read_text())["pilot"]
-        assert (pilot.get("fail_arm") == "erase") == (arm == "erase"), line
-        assert (pilot.get("fail_once_arm") == "route") == (arm == "route"), line
+        router, fail_arm, fail_once = _config_named(path, "pilot", candidates)
+        assert router == bool(ARMS[arm].router), line
+        assert (fail_arm == "erase") == (arm == "erase"), line
+        assert (fail_once == "route") == (arm == "route"), line
         assert len(line) < 1000, line
     # erase's, route's, the router arms' (moe and moe_random also read moe and audit) and the
     # one of every other arm
@@ -364,12 +416,70 @@ def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
                     in proc.stdout), (ctl, seed)
     for arm in ("route", "route_oracle", "vanilla"):
         assert f"--arm {arm} --seed 0 --match-flags" not in proc.stdout
-    level = [ln for ln in proc.stdout.splitlines() if "detector_sweep/p0.8_r0.5/filter/s1" in ln
-             and "evil-moe pilot" in ln]
-    assert level
-    cfg_file = re.search(r"--config-json @(\S+)", level[0]).group(1)
-    cfg = json.loads(Path(cfg_file).read_text())
-    assert cfg["pilot"]["detector"] == "noisy_label" and cfg["pilot"]["detector_recall"] == 0.5
+    level_lines = [ln for ln in proc.stdout.splitlines() if "detector_sweep/p0.8_r0.5/filter/s1" in ln
+                   and "evil-moe pilot" in ln]
+    assert level_lines
+    # the level's config, read off its file's name (a dry run writes none; _config_named): the
+    # pilot's sections with the noisy_label detector at one of the config's levels
+    cfg = raw_config(REPO / "config" / "detector_sweep.yaml")
+    candidates = {}
+    for level in cfg["detector_sweep"]["levels"]:
+        data = stage_sections(cfg, "pilot")
+        data["pilot"] |= {"detector": "noisy_label", "detector_precision": level["precision"],
+                          "detector_recall": level["recall"]}
+        candidates[(level["precision"], level["recall"])] = data
+    cfg_file = re.search(r"--config-json @(\S+)", level_lines[0]).group(1)
+    assert _config_named(cfg_file, "pilot", candidates) == (0.8, 0.5)
+
+
+def _report_sections() -> set[str]:
+    """The ``category=`` of every ``report(...)`` output in rules/*.smk: the report's sections."""
+    text = "".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    return set(re.findall(r'(?<![\w])category="([^"]+)"', text))
+
+
+def test_report_sections_are_numbered_once_in_pipeline_order():
+    """Snakemake's report lists its sections (the categories) sorted by name, so the leading
+    numbers make the order: each number names one section, they run 0, 1, 2, ... without a gap,
+    and stay single digits ("10. X" would sort between "1. Y" and "2. Z"). The report's pages
+    name only sections that exist, the first page and docs/running.md list every section."""
+    sections = _report_sections()
+    by_number: dict[int, list[str]] = {}
+    for name in sections:
+        m = re.fullmatch(r"(\d+)\. \S.*", name)
+        assert m, f"report section {name!r} has no leading number"
+        by_number.setdefault(int(m.group(1)), []).append(name)
+    assert {n: v for n, v in by_number.items() if len(v) > 1} == {}
+    assert sorted(by_number) == list(range(len(by_number))) and len(by_number) <= 10, sorted(sections)
+    assert sorted(sections) == sorted(sections, key=lambda n: int(n.split(".")[0]))
+    for page in sorted((REPO / "report").glob("*.rst")):
+        text = page.read_text()
+        named = re.findall(r"`(\d+\. [^`<]+)`_", text) + re.findall(r'"(\d+\. [^"]+)"', text)
+        assert set(named) <= sections, (page.name, set(named) - sections)
+    first = (REPO / "report" / "workflow.rst").read_text()
+    assert [s for s in sorted(sections) if s not in " ".join(first.split())] == []
+    # docs/running.md lists them in order
+    assert ", ".join(sorted(sections)) in " ".join((REPO / "docs" / "running.md").read_text().split())
+
+
+# Each stage file of rules/ and the words report/workflow.rst's "Stages" list names it by.
+STAGE_WORDS = {"problems.smk": "problems", "models.smk": "real model", "toy.smk": "toy student",
+               "teacher.smk": "teacher's rollouts", "extract.smk": "v_hack`` extraction",
+               "planted.smk": "planted world", "distill.smk": "distill probe",
+               "audit.smk": "detector calibration runs", "pilot.smk": "one pilot per arm",
+               "compare.smk": "comparison and the separation gate",
+               "detector_sweep.smk": "detector-quality sweep", "sweep.smk": "the sweep, only when",
+               "reevaluate.smk": "re-evaluation of the finished pilots"}
+
+
+def test_the_report_lists_every_stage():
+    """report/workflow.rst's "Stages" list names every stage file of rules/ (a new stage file
+    must be added here and there), the calibration runs and the detector audit included."""
+    files = {p.name for p in (REPO / "rules").glob("*.smk")} - {"common.smk"}
+    assert files == set(STAGE_WORDS), files ^ set(STAGE_WORDS)
+    text = (REPO / "report" / "workflow.rst").read_text()
+    stages = " ".join(text[text.index("Stages\n------"):].split())
+    assert [f for f, words in STAGE_WORDS.items() if words not in stages] == []
 
 
 def test_compare_writes_every_figure_the_code_draws(tmp_path):

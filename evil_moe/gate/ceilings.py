@@ -220,23 +220,3 @@ def router_notes(routers: dict) -> list[str]:
             f"against the placebo's 95th percentile {f(r['placebo_p95'])} (random directions): "
             + ("it sees hacks" if r["beats_placebo"] else "it does not beat its placebo")
             for arm, r in routers.items()]
-
-
-def ceiling_notes(ceilings: dict) -> list[str]:
-    """One line per treatment: its drop beside its ceiling's and the share (not gate criteria)."""
-    def iv(d):
-        if d is None or d.get("value") is None:
-            return "n/a"
-        ci = "" if d.get("ci_low") is None else f" [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
-        return f"{d['value']:.3f}{ci}"
-    notes = []
-    for arm, c in ceilings.items():
-        share = c.get("share")
-        what = (f"{arm} achieves {iv(share)} of what a perfect detector achieves" if share and share.get("value") is not None
-                else f"{arm}'s share of the ceiling is undefined (the ceiling's drop is not above 0)")
-        dose = (f"; at {arm}'s own dose ({c['dose_ceiling']}) the perfect detector's drop is "
-                f"{iv(c['dose_ceiling_drop'])}" if c.get("dose_ceiling") else "")
-        notes.append(f"{what}: its drop vs vanilla {iv(c['drop'])} ({c['view']} view), {c['ceiling']}'s "
-                     f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
-                     f"{iv(c['ceiling_vs_control'])}{dose} (reported beside the gate, never a criterion)")
-    return notes

@@ -7,14 +7,20 @@ writes with :func:`front_page_rst` from the comparison's outputs:
 1. the verdict in plain words (:func:`evil_moe.gate.verdict.verdict_line`; the verdict word
    appears once, in it),
 2. the per-arm table (:func:`arm_table_rst`): vanilla and the untrained student, then each
-   judged arm's drop vs vanilla, vs its matched control and its share of its ceiling's drop,
-   with intervals, and its verdict; then the gate's arithmetic (``compare/gate.json``'s sentence),
+   judged arm's change in hack rate vs vanilla and vs its matched control and its share of its
+   ceiling's change, with intervals, and its verdict; then the gate's arithmetic
+   (:func:`evil_moe.gate.verdict.arithmetic_line`: ``compare/gate.json``'s criteria in the same
+   changes),
 3. the comparison figure, embedded as a data URI (the report is one self-contained file; a path
    would only work next to ``results/``, and Snakemake's ``embeddedfigure`` directive renders an
    SVG as such a path),
 4. the held-out rates per arm and view (:data:`FRONT_COLUMNS` of ``compare/summary.tsv``, a table
    that fits the page; every column is under Results), then the gate's criteria and the sweep
    decision (:func:`evil_moe.gate.verdict.decision_text`, passed in by ``rules/common.smk``).
+
+One convention on the whole page: every difference of rates is the arm's rate minus the other
+side's (negative = lower, a true minus sign; :func:`evil_moe.gate.verdict.change_text`), though
+``gate.json`` and ``summary.tsv`` store drops (the other side's minus the arm's).
 """
 
 from __future__ import annotations
@@ -76,11 +82,13 @@ def _num(x) -> float | None:
 
 
 def _with_ci(row: dict, col: str, lo: str, hi: str) -> str:
-    """``0.123 [0.045, 0.201]`` from a summary row (a dash when the value is empty)."""
+    """``0.123 [0.045, 0.201]`` from a summary row (a dash when the value is empty; a negative
+    number, such as a share's lower end, with a true minus sign, as every number on the page)."""
     v, a, b = _num(row.get(col)), _num(row.get(lo)), _num(row.get(hi))
     if v is None:
         return "–"
-    return f"{v:.3f}" + (f" [{a:.3f}, {b:.3f}]" if a is not None and b is not None else "")
+    text = f"{v:.3f}" + (f" [{a:.3f}, {b:.3f}]" if a is not None and b is not None else "")
+    return text.replace("-", "\u2212")
 
 
 def _change_ci(row: dict, col: str, lo: str, hi: str) -> str:
@@ -108,7 +116,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
     beside them (ceilings, the positive control), on its judged view: held-out hack rate, its
     change vs vanilla and vs its matched control (the arm's rate minus theirs, so that a rise
     reads as a rise: ``compare/summary.tsv``'s drops negated, :func:`_change_ci`), its share of
-    its ceiling's drop (all with the gate's intervals) and its verdict (``gate.json`` ``arms``;
+    its ceiling's change (the same ratio as of the drops; all with the gate's intervals) and its verdict (``gate.json`` ``arms``;
     "reference" for vanilla and the untrained student, "reported" for arms never judged).
 
     Raises:
@@ -143,7 +151,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
                        "matched control (the arm's rate minus theirs: negative = less hacking; 95% intervals, "
                        "crossed seed × problem bootstrap)",
                        ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
-                        "share of its ceiling's drop", "verdict"], rows)
+                        "share of its ceiling's change", "verdict"], rows)
 
 
 def summary_table_rst(summary: str | Path) -> str:

@@ -35,8 +35,9 @@ NUMERIC = ("hack_rate", "hack_ci_low", "hack_ci_high", "pass_rate", "pass_ci_low
 def verdict_record(gate: dict) -> dict:
     """What the README's verdict is made of, from ``gate.json``: the verdict, its sentence and
     sizes, each arm's role (treatments: verdict and what would decide them), the hack-rate
-    criteria (``drop_vs_vanilla``, ``beats_control``: value, interval, the two rates), and
-    ``plain``: :func:`evil_moe.gate.verdict.plain_verdict` of it."""
+    criteria (``drop_vs_vanilla``, ``beats_control``: value, interval, the two rates), the
+    positive control's (and ``compare.min_seeds``, for a gate too small to judge), and ``plain``:
+    :func:`evil_moe.gate.verdict.plain_verdict` of it."""
     keep = ("role", "verdict", "needed_seeds", "needed_problems", "needed_samples")
     crit = [{k: c.get(k) for k in ("name", "arm", "control", "view", "value", "ci_low", "ci_high")}
             | {"effect": {k: (c.get("effect") or {}).get(k) for k in ("mean_a", "mean_b")}}
@@ -44,6 +45,10 @@ def verdict_record(gate: dict) -> dict:
     rec = {"verdict": gate.get("verdict"), "sentence": gate.get("sentence"), "sizes": gate.get("sizes"),
            "arms": {a: {k: v for k, v in info.items() if k in keep} for a, info in (gate.get("arms") or {}).items()},
            "criteria": crit}
+    pc = gate.get("positive_control")
+    if pc:  # a gate too small to judge says so with the positive control's change
+        rec["positive_control"] = {k: pc.get(k) for k in ("arm", "value", "ci_low", "ci_high", "mde", "n_seeds")}
+        rec["config"] = {"min_seeds": (gate.get("config") or {}).get("min_seeds")}
     det = gate.get("detector") or {}
     rec["detector"] = {k: det.get(k) for k in ("detector", "auc", "auc_ci_low", "auc_ci_high", "placebo_p95",
                                                "beats_placebo", "fpr", "fpr_ci_low", "fpr_ci_high")}

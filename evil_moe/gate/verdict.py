@@ -8,13 +8,22 @@ Everything a reader is told about the verdict is written here, from the numbers 
 - :func:`plain_verdict`: the verdict in plain words (the change in hack rate, a rise reads as a
   rise), first on the report's page and in the README (:func:`change_text`);
 - :func:`verdict_line`, :func:`arithmetic_line` and :func:`decision_text`: the report's first
-  line, the gate's arithmetic below it, and its criteria and sweep decision (reStructuredText;
-  ``rules/common.smk`` and :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``);
+  line, the gate's arithmetic below it (:func:`arithmetic_text`), and its criteria, notes
+  (:func:`page_notes`) and sweep decision (reStructuredText; ``rules/common.smk`` and
+  :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``);
+
 - :func:`arm_verdict_cell`: an arm's verdict in the first page's per-arm table
   (:mod:`evil_moe.gate.frontpage`);
 - :func:`arm_reason`, :func:`holm_reason`, :func:`underpowered_reason`, :func:`gate_reason`: the
   ``reason`` of each arm's and the gate's verdict (:mod:`evil_moe.gate.rule` calls them);
-- :func:`more_text`: "about N seeds, … would decide it" (the reasons and the sentence).
+- :func:`more_text`: "about N seeds, … would decide it" (the reasons and the sentence);
+- :func:`ceiling_notes`: each treatment beside its ceiling (``gate.json``'s notes, and the first
+  page's in changes).
+
+The first page, the README and ``make run`` speak one convention: every difference of rates is
+the arm's rate minus the other side's (negative = lower, a true minus sign, :func:`change_text`).
+``gate.json`` (its criteria rows, ``sentence`` and notes) and ``summary.tsv`` keep the drops the
+gate is defined on (the other side's rate minus the arm's); only the words shown differ.
 """
 
 from __future__ import annotations
@@ -120,14 +129,20 @@ def _pass_text(p: "evil_moe.gate.rule.Criterion") -> str:
 
 def _plan_text(c: "evil_moe.gate.rule.Criterion") -> str:
     """Which of twice the seeds, problems or samples buys the most power (planned MDE each)."""
-    pl = plan(c.effect)
-    if pl["best"] is None:
+    return _plan_words(c.name, plan(c.effect))
+
+
+def _plan_words(name: str, pl: dict | None) -> str:
+    """:func:`_plan_text` from a :func:`evil_moe.gate.power.plan` dict (``gate.json``'s criterion
+    ``plan``) of criterion ``name``; empty without a best option."""
+    if not pl or pl.get("best") is None:
         return ""
     what = {"seeds": "seeds", "problems": "held-out problems", "samples": "samples per problem"}
     opts = ", ".join(f"{what[k]} {pl[k]['mde']:.3f}" for k in ("seeds", "problems", "samples")
                      if pl[k]["mde"] is not None)
-    return (f"; twice the {what[pl['best']]} buys the most power for {c.name} (planned MDE at twice the {opts}; "
-            f"now {_r3(pl['now']['mde'] if pl['now']['mde'] is not None else math.inf)})")
+    now = (pl.get("now") or {}).get("mde")
+    return (f"; twice the {what[pl['best']]} buys the most power for {name} (planned MDE at twice the {opts}; "
+            f"now {_r3(now if now is not None else math.inf)})")
 
 
 def _arm_phrase(v: "evil_moe.gate.rule.ArmVerdict") -> str:
@@ -226,13 +241,16 @@ def _signed(x: float) -> str:
 
 def change_text(c: dict) -> str:
     """A hack-rate criterion row of ``gate.json`` as the change it measures, sign so that a rise
-    reads as a rise: ``+0.007 [−0.075, 0.089]`` is the arm's held-out hack rate minus the other
-    side's (``−value``, interval ``[−ci_high, −ci_low]``; the rows store the drop)."""
+    reads as a rise: ``+0.007 [−0.075, +0.089]`` is the arm's held-out hack rate minus the other
+    side's (``−value``, interval ``[−ci_high, −ci_low]``; the rows store the drop; a missing end
+    reads ``n/a``). A pass-rate row (``matched_pass``) reads the same way: the arm's pass rate
+    minus vanilla's."""
     if c.get("value") is None:
         return "n/a"
     text = _signed(-c["value"])
-    if c.get("ci_low") is not None and c.get("ci_high") is not None:
-        text += f" [{_signed(-c['ci_high'])}, {_signed(-c['ci_low'])}]"
+    lo, hi = c.get("ci_low"), c.get("ci_high")
+    if lo is not None or hi is not None:
+        text += f" [{'n/a' if hi is None else _signed(-hi)}, {'n/a' if lo is None else _signed(-lo)}]"
     return text
 
 
@@ -266,7 +284,10 @@ def plain_verdict(gate: dict | None) -> str:
     minus vanilla's and minus its matched control's, so that a rise reads as a rise:
     :func:`change_text`) with 95% intervals; then what the gate says about the sweep. Built from
     ``gate.json``'s ``arms`` and ``criteria`` (the same numbers as :func:`sentence`, which keeps
-    the gate's arithmetic: margins, MDE, Holm).
+    the gate's arithmetic: margins, MDE, Holm; :func:`arithmetic_text` says it as changes). A gate
+    too small to judge (too few seeds, or a positive control that does not separate) says so with
+    the positive control's change (``gate.json`` ``positive_control``; :func:`_power_plain`); an
+    invalid gate keeps its sentence, which has no difference of rates in it.
 
     Example: ``inconclusive: route (ablated view) did not lower hacking: change in held-out hack
     rate vs vanilla +0.007 [−0.075, +0.089] (0.318 vs 0.312), vs its matched control route_random
@@ -277,8 +298,10 @@ def plain_verdict(gate: dict | None) -> str:
     verdict = gate.get("verdict", "invalid")
     sentence_ = gate.get("sentence", "")
     treatments = [a for a, i in (gate.get("arms") or {}).items() if i.get("role") == "treatment" and "verdict" in i]
-    if verdict == "invalid" or not treatments or "(too few seeds)" in sentence_ or "(underpowered)" in sentence_:
-        return sentence_  # these sentences are plain already
+    if "(too few seeds)" in sentence_ or "(underpowered)" in sentence_:
+        return _power_plain(gate) or sentence_
+    if verdict == "invalid" or not treatments:
+        return sentence_  # these sentences are plain already (no difference of rates in them)
     by_arm: dict[str, dict[str, dict]] = {}
     for c in gate.get("criteria", []):
         if c.get("name") in ("drop_vs_vanilla", "beats_control"):
@@ -298,6 +321,118 @@ def plain_verdict(gate: dict | None) -> str:
     return f"{verdict.replace('_', ' ')}: " + "; ".join(parts) + sizes + (f"; {tail}." if tail else ".")
 
 
+def _min_seeds(gate: dict) -> int | None:
+    return (gate.get("config") or {}).get("min_seeds")
+
+
+def _pc_text(gate: dict) -> str:
+    """The positive control's change in held-out hack rate vs vanilla (``gate.json``
+    ``positive_control``), or that there was none."""
+    pc = gate.get("positive_control")
+    if not pc:
+        return "no positive control: the gate's power was not checked"
+    return f"positive control {pc.get('arm')} change in held-out hack rate vs vanilla {change_text(pc)}"
+
+
+def _power_plain(gate: dict) -> str:
+    """The verdict of a gate too small to judge, as changes: too few seeds (the positive
+    control's seeds below ``compare.min_seeds``) or underpowered (the positive control does not
+    separate from vanilla); empty when ``gate.json`` lacks the numbers (its sentence is used)."""
+    pc, sizes = gate.get("positive_control"), gate.get("sizes") or ""
+    if not pc or pc.get("value") is None:
+        return ""
+    if "(too few seeds)" in gate.get("sentence", ""):
+        if pc.get("n_seeds") is None or _min_seeds(gate) is None:
+            return ""
+        return (f"inconclusive (too few seeds): {pc['n_seeds']} seeds, fewer than compare.min_seeds "
+                f"{_min_seeds(gate)}, cannot separate any arm, the positive control included ({_pc_text(gate)}; "
+                f"{sizes}) — add seeds (pilot.seeds); the sweep is not scheduled.")
+    return (f"inconclusive (underpowered): the positive control {pc.get('arm')} does not separate from vanilla "
+            f"(change in held-out hack rate {change_text(pc)}, MDE {_r3(pc.get('mde'))}), so this run cannot "
+            f"tell a working arm from a failing one ({sizes}) — the sweep is not scheduled.")
+
+
+def _pass_change(p: dict) -> str:
+    """The ``matched_pass`` row as the change in pass rate (the arm's minus vanilla's) with its
+    margins: the interval's lower end must stay above ``−pass_margin`` and, with a relative
+    margin ``r``, the arm's rate minus ``(1 − r)`` × vanilla's must have its lower end above 0."""
+    text = f"change in pass rate vs vanilla {change_text(p)}"
+    if p.get("ci_high") is None:
+        return text
+    text += f" (lower end {_signed(-p['ci_high'])} vs margin \u2212{p['threshold']:g}"
+    rel, r = p.get("rel_effect"), p.get("margin_rel")
+    mean_b = (p.get("effect") or {}).get("mean_b")
+    if rel and r is not None and mean_b is not None and rel.get("ci_high") is not None:
+        text += (f" and \u2212{r:g} × vanilla's {mean_b:.3f} = {_signed(-r * mean_b)}, {p.get('binding')} binds; "
+                 f"the arm's pass rate minus {1 - r:g} × vanilla's, lower end {_signed(-rel['ci_high'])} vs 0")
+    return text + ")"
+
+
+def _arm_arithmetic(arm: str, info: dict, crit: dict[str, dict]) -> str:
+    """One treatment in :func:`arithmetic_text`: its changes vs vanilla and vs its control, its
+    pass criterion, Holm's adjustment, and for an inconclusive arm what is open and what would
+    decide it (as :func:`sentence`'s phrase, in changes)."""
+    verdict = info.get("verdict", "")
+    if verdict == "uninformative":  # the reason opens with why (apply_references)
+        return (info.get("reason") or f"{arm}: uninformative").split("; the gate's criteria:")[0]
+    d, c, p = (crit.get(k) for k in ("drop_vs_vanilla", "beats_control", "matched_pass"))
+    if d is None or c is None or p is None:
+        return f"{arm}: {verdict.replace('_', ' ') or 'not compared'}"
+    text = (f"{arm} ({d.get('view')} view): change in held-out hack rate vs vanilla {change_text(d)}, vs "
+            f"{c.get('control')} {change_text(c)}; {_pass_change(p)}")
+    family, p_value, p_adj = info.get("family") or 1, info.get("p_value"), info.get("p_adjusted")
+    if family > 1 and p_value is not None and p_adj is not None:
+        text += f", p {p_value:.3g} (Holm-adjusted over {family} arms {p_adj:.3g})"
+    if verdict == "inconclusive":
+        open_ = [x for x in (d, c, p) if not x.get("passed") and not x.get("rules_out")]
+        if open_:
+            text += f"; undecided: {', '.join(x['name'] for x in open_)}"
+        elif p_value is not None and p_adj is not None and p_adj > p_value:
+            text += "; every criterion passes, but not after Holm's correction"
+        text += f"; smallest fall in hack rate vs vanilla it could detect (MDE) {_r3(d.get('mde'))}"
+        more = more_text(*(info.get(f"needed_{k}") for k in ("seeds", "problems", "samples")))
+        text += f"; {more} would decide it" if more else ""
+        hack_open = [x for x in open_ if x["name"] != "matched_pass"]
+        text += _plan_words(hack_open[0]["name"], hack_open[0].get("plan")) if hack_open else ""
+    return text
+
+
+def arithmetic_text(gate: dict) -> str:
+    """The gate's arithmetic from ``gate.json`` in the first page's one convention: every
+    difference is the arm's rate minus the other side's (:func:`change_text`; negative = lower,
+    a true minus sign), as the per-arm table and :func:`plain_verdict` show it. The same content as
+    ``gate.json``'s ``sentence`` (which keeps the drops the criteria are defined on): per arm the
+    changes in hack rate vs vanilla and vs its matched control, the pass-rate change with its
+    margins, Holm's adjustment, what is undecided, the MDE and what more would decide it; the
+    sizes and the positive control. Empty when :func:`plain_verdict` is the whole of it (an
+    invalid gate, no treatment arm, too few seeds, underpowered).
+    """
+    verdict, sentence_ = gate.get("verdict", ""), gate.get("sentence", "")
+    arms = gate.get("arms") or {}
+    treatments = [a for a, i in arms.items() if i.get("role") == "treatment" and "verdict" in i]
+    if (verdict not in ("separated", "not_separated", "inconclusive") or not treatments
+            or "(too few seeds)" in sentence_ or "(underpowered)" in sentence_):
+        return ""
+    by_arm: dict[str, dict[str, dict]] = {}
+    for c in gate.get("criteria", []):
+        if c.get("name") in ("drop_vs_vanilla", "beats_control", "matched_pass"):
+            by_arm.setdefault(c.get("arm"), {})[c["name"]] = c
+    shown = {"separated": [a for a in treatments if arms[a]["verdict"] == "separated"],
+             "not_separated": treatments,
+             "inconclusive": [a for a in treatments if arms[a]["verdict"] == "inconclusive"]
+             + [a for a in treatments if arms[a]["verdict"] == "uninformative"]}[verdict]
+    parts = "; ".join(_arm_arithmetic(a, arms[a], by_arm.get(a, {})) for a in shown)
+    sizes, pc = gate.get("sizes") or "", _pc_text(gate)
+    if verdict == "separated":
+        return f"{parts}; over {sizes}; {pc} — the sweep is justified."
+    if verdict == "not_separated":
+        d = by_arm.get(treatments[0], {}).get("drop_vs_vanilla") or {}
+        fall = f" of {d['threshold']:g}" if d.get("threshold") is not None else ""
+        return (f"a fall in hack rate{fall} (compare.min_drop) is ruled out for every treatment arm ({parts}); "
+                f"over {sizes}; {pc} — the sweep is not justified.")
+    return f"{parts}; over {sizes}; {pc} — the sweep is not scheduled."
+
+
 def verdict_line(gate: dict | None) -> str:
     """The report's first line: ``**Verdict: <verdict>**`` and :func:`plain_verdict` in plain
     words (reStructuredText), the verdict word said once; a placeholder before the gate is decided
@@ -312,25 +447,32 @@ def verdict_line(gate: dict | None) -> str:
 
 
 def arithmetic_line(gate: dict | None) -> str:
-    """The gate's arithmetic below the verdict: ``gate.json``'s ``sentence`` (criteria, margins,
-    MDE, what more would decide), after its verdict word (reStructuredText); empty before the
-    gate is decided."""
+    """The gate's arithmetic below the verdict (reStructuredText): :func:`arithmetic_text`, in
+    the changes the verdict and the per-arm table show; empty before the gate is decided and when
+    the verdict line already says it all."""
     if gate is None or not gate.get("sentence"):
         return ""
-    verdict, text = gate.get("verdict", ""), gate["sentence"]
-    for word in (verdict, verdict.replace("_", " ")):
-        if word and text.startswith(word):
-            text = text[len(word):].lstrip(":").lstrip()
-            break
-    return f"*The gate's arithmetic* (a drop is vanilla's hack rate minus the arm's): {text}"
+    text = arithmetic_text(gate)
+    if not text:
+        return ""
+    return ("*The gate's arithmetic* (each change is the arm's rate minus the other side's, "
+            f"negative = lower): {text}")
 
 
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+_CHANGE_OF = {"drop_vs_vanilla": "change in hack rate", "beats_control": "change in hack rate",
+              "matched_pass": "change in pass rate"}
+_THRESHOLD = {"drop_vs_vanilla": "compare.min_drop", "beats_control": "compare.min_drop",
+              "matched_pass": "compare.pass_margin"}
+
+
 def _criteria_lines(gate: dict) -> list[str]:
-    """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none)."""
+    """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none);
+    the hack- and pass-rate criteria as changes (the arm's rate minus the other side's,
+    :func:`change_text`), their thresholds as the config keys that set them."""
     criteria = [c for c in gate.get("criteria", []) if c.get("name") != "valid" or not c.get("passed")]
     if not criteria:
         return []
@@ -339,11 +481,60 @@ def _criteria_lines(gate: dict) -> list[str]:
         mark = "met" if c.get("passed") else "not met"
         who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
         vs = f" vs {c['control']}" if c.get("control") else ""
-        ci = f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
         mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
-        lines.append(f"- {mark}: {c.get('name')} {who}{vs}: {_num(c.get('value'))}{ci}{mde} "
-                     f"(threshold {c.get('threshold')})")
+        name = c.get("name")
+        if name in _CHANGE_OF:
+            value = f"{_CHANGE_OF[name]} {change_text(c)}"
+            threshold = f"{_THRESHOLD[name]} {c.get('threshold')}"
+        else:
+            ci = f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
+            value, threshold = f"{_num(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"
+        lines.append(f"- {mark}: {name} {who}{vs}: {value}{mde} ({threshold})")
     return lines + [""]
+
+
+def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
+    """One line per treatment: its drop beside its ceiling's and the share (not gate criteria).
+
+    ``change=True`` says the same as changes, the first page's convention (the arm's hack rate
+    minus the other side's, negative = lower, :func:`change_text`);
+    ``gate.json``'s notes keep the drops (vanilla's rate minus the arm's)."""
+    def iv(d):
+        if d is None or d.get("value") is None:
+            return "n/a"
+        if change:
+            return change_text(d)
+        ci = "" if d.get("ci_low") is None else f" [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
+        return f"{d['value']:.3f}{ci}"
+
+    def share_iv(d):  # a ratio: on the first page its negative ends take the true minus too
+        ci = "" if d.get("ci_low") is None else f" [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
+        text = f"{d['value']:.3f}{ci}"
+        return text.replace("-", "\u2212") if change else text
+
+    effect, undefined = (("change in hack rate", "the ceiling's hack rate does not fall below vanilla's") if change
+                         else ("drop", "the ceiling's drop is not above 0"))
+    notes = []
+    for arm, c in ceilings.items():
+        share = c.get("share")
+        what = (f"{arm} achieves {share_iv(share)} of what a perfect detector achieves"
+                if share and share.get("value") is not None
+                else f"{arm}'s share of the ceiling is undefined ({undefined})")
+        dose = (f"; at {arm}'s own dose ({c['dose_ceiling']}) the perfect detector's {effect} is "
+                f"{iv(c['dose_ceiling_drop'])}" if c.get("dose_ceiling") else "")
+        notes.append(f"{what}: its {effect} vs vanilla {iv(c['drop'])} ({c['view']} view), {c['ceiling']}'s "
+                     f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
+                     f"{iv(c['ceiling_vs_control'])}{dose} (reported beside the gate, never a criterion)")
+    return notes
+
+
+def page_notes(gate: dict) -> list[str]:
+    """``gate.json``'s notes as the first page shows them: each treatment's note beside its
+    ceiling in changes (:func:`ceiling_notes` with ``change=True``, from
+    ``gate.json`` ``ceilings``), the others as written."""
+    ceilings = gate.get("ceilings") or {}
+    as_change = dict(zip(ceiling_notes(ceilings), ceiling_notes(ceilings, change=True)))
+    return [as_change.get(n, n) for n in gate.get("notes") or []]
 
 
 def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
@@ -368,7 +559,8 @@ def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[s
 
 def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
     """The report's first page below the figure and the tables: the gate's failed or deciding
-    criteria, its notes and the sweep decision (reStructuredText; empty before the gate).
+    criteria (:func:`_criteria_lines`), its notes (:func:`page_notes`) and the sweep decision
+    (reStructuredText; empty before the gate).
 
     Args:
         gate: ``compare/gate.json``'s content, or ``None``.
@@ -379,7 +571,7 @@ def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Seq
         return ""
     lines = _criteria_lines(gate)
     if gate.get("notes"):  # a note's |x| is text, not a reStructuredText substitution
-        lines += ["Notes:", ""] + [f"- {n}".replace("|", "\\|") for n in gate["notes"]] + [""]
+        lines += ["Notes:", ""] + [f"- {n}".replace("|", "\\|") for n in page_notes(gate)] + [""]
     lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
     return "\n".join(lines)
 

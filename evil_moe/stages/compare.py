@@ -66,10 +66,10 @@ from evil_moe.rl.arms import ARMS
 from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, side_rate
 from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
 from evil_moe.gate.power import finite
-from evil_moe.gate.ceilings import ceiling_columns, ceiling_notes, router_notes
+from evil_moe.gate.ceilings import ceiling_columns, router_notes
 from evil_moe.gate.judge import criterion_row, effect_or_none, judge, references
 from evil_moe.gate.rule import EPS
-from evil_moe.gate.verdict import gate_md, sentence
+from evil_moe.gate.verdict import ceiling_notes, change_text, gate_md, sentence
 
 STEPS_REQUIRED = ("step", "hack_rate", "pass_rate", "frac_clipped", "cin", "null_cin")
 TRUNCATION_NOTE = 0.5  # a held-out view whose truncated share exceeds this gets a note
@@ -316,9 +316,10 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
         e = effect_or_none(outcomes, (arm, ARMS[arm].views[0]), twin, "hack", cc)
         if e is not None:
             same = e.ci_low <= 0 <= e.ci_high and abs(e.value) < cc.min_drop
+            change = change_text({"value": e.value, "ci_low": finite(e.ci_low), "ci_high": finite(e.ci_high)})
             notes.append(f"{arm}'s deploy view vs {twin[0]}'s static projection ({twin[0]}'s final delta_s with "
-                         f"the hack-ward part of its total update removed once): hack-rate difference "
-                         f"{e.value:+.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}]"
+                         f"the hack-ward part of its total update removed once): change in hack rate, {arm}'s "
+                         f"minus the projection's, {change}"
                          + (f" — they coincide: {arm} is a post-hoc subtraction" if same else ""))
     if not outcomes.empty:
         tr = outcomes.groupby(["arm", "view"])["truncated"].mean()
