@@ -1,8 +1,10 @@
 """Evil MoE (issue 29): tests that fail when the method is wired wrong.
 
-- the router's forward (SVDAdapter.mixture): w = 0 is the deploy view's forward, w = 1 the
-  trained view's; the deployed expert's gradient is Σ (1 − w_b) g_b, the hack expert's Σ w_b g_b
-  and w_b's ⟨g_b, δS_hack⟩, each worked out here from one-row forwards on a tiny model;
+- the router's forward (SVDAdapter.mixture): straight_through keeps the trained view's value for
+  every w; scaled has w = 0 the deploy view's forward and w = 1 the trained view's; under both the
+  deployed expert's gradient is Σ (1 − w_b) g_b, the hack expert's Σ w_b g_b and w_b's
+  ⟨g_b, δS_hack⟩, each worked out here from one-row forwards on a tiny model; straight_through
+  scores moe's rollouts on-policy (sampler gap at float noise), scaled does not;
 - the router receives gradient from both the GRPO loss and the pin loss;
 - moe_random never sees the real direction (v_act is not even computed for it);
 - oracle-free at training time: flipping every student rollout's hack label (and oracle pass)
@@ -45,39 +47,55 @@ def _loss(model, batch, weights=None):
     return per_row if weights is None else (per_row * weights).sum()
 
 
-def test_w0_is_the_deploy_forward_and_w1_the_trained_one():
+def test_scaled_w0_is_the_deploy_forward_and_w1_the_trained_one():
     model, ad, batch = _tiny()
     with torch.no_grad():
         full = _loss(model, batch)
         with ad.ablated():
             deploy = _loss(model, batch)
-        with ad.mixture(torch.zeros(2)):
+        with ad.mixture(torch.zeros(2), forward="scaled"):
             w0 = _loss(model, batch)
-        with ad.mixture(torch.ones(2)):
+        with ad.mixture(torch.ones(2), forward="scaled"):
             w1 = _loss(model, batch)
     torch.testing.assert_close(w0, deploy, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(w1, full, rtol=1e-6, atol=1e-6)
     assert not torch.allclose(deploy, full)  # the hack expert changes the forward
 
 
-def test_the_mixture_gradients_by_hand():
+def test_straight_through_forward_is_the_trained_view_for_every_w():
+    """The policy that sampled the rollouts (both experts at full weight) whatever w is: the
+    importance ratio starts at 1."""
+    model, ad, batch = _tiny()
+    with torch.no_grad():
+        full = _loss(model, batch)
+        for w in (torch.zeros(2), torch.tensor([0.3, 0.8]), torch.ones(2)):
+            with ad.mixture(w):
+                torch.testing.assert_close(_loss(model, batch), full, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="forward='hard'"):
+        with ad.mixture(torch.zeros(2), forward="hard"):
+            pass
+
+
+@pytest.mark.parametrize("forward", ["scaled", "straight_through"])
+def test_the_mixture_gradients_by_hand(forward):
     """For rows b with weights w_b: ∂L/∂δS = Σ (1 − w_b) g_b, ∂L/∂δS_hack = Σ w_b g_b and
     ∂L/∂w_b = ⟨g_b, δS_hack⟩, where g_b is row b's gradient with respect to its s at
-    s_b = δS + w_b δS_hack, worked out from a one-row forward with δS_hack scaled by w_b."""
+    s_b = δS + w_b δS_hack (scaled) or δS + δS_hack (straight_through), worked out from a
+    one-row forward with δS_hack scaled by w_b (or left as it is)."""
     model, ad, batch = _tiny()
     ds, dsh = ad.delta_s_params(), ad.delta_s_hack_params()
     for p in ds + dsh:
         p.requires_grad_(True)
     w = torch.tensor([0.3, 0.8], requires_grad=True)
-    grads = torch.autograd.grad(_mix_loss(model, ad, batch, w), ds + dsh)
+    grads = torch.autograd.grad(_mix_loss(model, ad, batch, w, forward), ds + dsh)
     g_ds, g_dsh = grads[:len(ds)], grads[len(ds):]
-    # per-row gradients g_b at s_b = δS + w_b δS_hack: one row at a time, δS_hack scaled in place
+    # per-row gradients g_b at that forward's s_b: one row at a time, δS_hack scaled in place
     rows = []
     for b, (wb, coef) in enumerate(zip(w.tolist(), (1.0, -2.0))):
         saved = [p.detach().clone() for p in dsh]
         with torch.no_grad():
             for p in dsh:
-                p.mul_(wb)
+                p.mul_(wb if forward == "scaled" else 1.0)
         one = batch.select(torch.tensor([b]))
         g = torch.autograd.grad(coef * _loss(model, one).sum(), ds)
         with torch.no_grad():
@@ -90,14 +108,14 @@ def test_the_mixture_gradients_by_hand():
         torch.testing.assert_close(g_dsh[m], sum(wb * rows[b][m] for b, wb in enumerate(w.tolist())),
                                    rtol=1e-4, atol=1e-6)
     w2 = w.detach().clone().requires_grad_(True)
-    (gw,) = torch.autograd.grad(_mix_loss(model, ad, batch, w2), [w2])
+    (gw,) = torch.autograd.grad(_mix_loss(model, ad, batch, w2, forward), [w2])
     for b in range(2):
         want = sum(float((rows[b][m] * dsh[m].detach()).sum()) for m in range(len(ds)))
         assert float(gw[b]) == pytest.approx(want, rel=1e-4, abs=1e-6)
 
 
-def _mix_loss(model, ad, batch, w):
-    with ad.mixture(w):
+def _mix_loss(model, ad, batch, w, forward="straight_through"):
+    with ad.mixture(w, forward=forward):
         return _loss(model, batch, torch.tensor([1.0, -2.0]))
 
 
@@ -198,3 +216,23 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
     for arm in ("route", "filter"):  # and the flag path ran: some rows flagged, not all
         rates = [float(r["flag_rate"]) for r in csv.DictReader(open(tmp_path / "true" / arm / "steps.tsv"), delimiter="\t")]
         assert 0 < max(rates) and min(rates) < 1, (arm, rates)
+
+
+def test_straight_through_scores_moe_on_policy_and_scaled_does_not(world, tmp_path):
+    """The sampler draws with both experts at full weight. Under moe.forward straight_through the
+    loss's forward is that policy at every step: the behaviour log-probs match it to float
+    noise and nothing is clipped. Under scaled, once δS_hack has moved, a rollout with w < 1 is
+    scored under another policy: the sampler gap opens (moe_random: w is about a coin's)."""
+    from evil_moe.stages.pilot import run_pilot
+
+    gaps = {}
+    for forward in ("straight_through", "scaled"):
+        cfg = cfg_of("pilot.steps=4", "pilot.group=4", "pilot.prompts_per_step=2", f"moe.forward={forward}")
+        out = tmp_path / forward
+        assert run_pilot(cfg, **pilot_kwargs(world, out, arm="moe_random"))["status"] == "ok"
+        rows = list(csv.DictReader(open(out / "steps.tsv"), delimiter="\t"))
+        gaps[forward] = [float(r["sampler_gap_max"]) for r in rows if r["sampler_gap_max"] != ""]
+        if forward == "straight_through":
+            assert all(float(r["frac_clipped"]) == 0 for r in rows), [r["frac_clipped"] for r in rows]
+    assert len(gaps["straight_through"]) == 4 and max(gaps["straight_through"]) < 1e-4, gaps
+    assert max(gaps["scaled"]) > 1e-2, gaps

@@ -65,7 +65,7 @@ TABLE: tuple[Stage, ...] = (
           grading=True),
     Stage("reevaluate", ("problems", "grader", "models", "adapter", "pilot", "reevaluate"), ("reevaluate",),
           threads="pilot", model=True, grading=True),
-    Stage("compare", ("pilot", "compare", "vhack.known_modes"),
+    Stage("compare", ("pilot", "compare", "vhack.known_modes", "moe.forward"),
           ("compare", "sweep_compare", "fold_compare", "reeval_compare"), light=True),
     # a calibration run is a vanilla pilot on audit.seeds: it grades its rollouts in the sandbox
     Stage("calibrate", _PILOT_SECTIONS, ("calibrate",), size="pilot", grading=True),

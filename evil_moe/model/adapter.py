@@ -169,6 +169,7 @@ class SVDAdapter(nn.Module):
         self._bypass: set[str] = set()
         self._per_sample: dict[str, torch.Tensor] | None = None
         self._mixture: torch.Tensor | None = None
+        self._mixture_forward = "straight_through"
         self.knobs = nn.ModuleDict()
         self._names: list[str] = []
         self._linears: dict[str, nn.Linear] = {}
@@ -261,12 +262,14 @@ class SVDAdapter(nn.Module):
                 return output
             s = knob.delta_s if self.mode == "ablated" else knob.delta_s + knob.delta_s_hack
             x = inputs[0]
-            if self._mixture is not None:  # s_b = δS + w_b δS_hack, δS's gradient × (1 − w_b)
+            if self._mixture is not None:  # δS's gradient × (1 − w_b), δS_hack's × w_b (mixture())
                 w = self._mixture.to(knob.delta_s.dtype)[:, None]
                 if x.shape[0] != w.shape[0]:
                     raise ValueError(f"mixture({w.shape[0]}): module {name!r} got a batch of {x.shape[0]} rows")
-                ds = knob.delta_s
-                s = (ds * (1 - w) + ds.detach() * w + knob.delta_s_hack * w)
+                ds, dsh = knob.delta_s, knob.delta_s_hack
+                s = ds * (1 - w) + ds.detach() * w + dsh * w
+                if self._mixture_forward == "straight_through":  # the value at full weight
+                    s = s + (dsh * (1 - w)).detach()
                 s = s.reshape(s.shape[0], *([1] * (x.dim() - 2)), s.shape[1])
             elif self._per_sample is not None:  # s_b = s + e_b per row b (see per_sample())
                 e = self._per_sample[name]
@@ -327,28 +330,37 @@ class SVDAdapter(nn.Module):
             self._per_sample = None
 
     @contextlib.contextmanager
-    def mixture(self, w: torch.Tensor) -> Iterator["SVDAdapter"]:
+    def mixture(self, w: torch.Tensor, forward: str = "straight_through") -> Iterator["SVDAdapter"]:
         """Context of Evil MoE's forward (:mod:`evil_moe.rl.router`): row ``b`` of every wrapped
-        module uses ``s_b = δS + w_b·δS_hack``, with the gradient reaching ``δS`` scaled by
-        ``1 − w_b`` and its forward value kept::
+        module sends ``w_b`` of its gradient to ``δS_hack`` and ``1 − w_b`` to ``δS``::
 
-            s_b = δS·(1 − w_b) + sg(δS)·w_b + w_b·δS_hack        (sg: stop-gradient)
+            scaled:            s_b = δS·(1 − w_b) + sg(δS)·w_b + w_b·δS_hack
+            straight_through:  s_b = δS·(1 − w_b) + sg(δS)·w_b + w_b·δS_hack + sg((1 − w_b)·δS_hack)
 
-        so ``∂L/∂δS = Σ_b (1 − w_b) g_b``, ``∂L/∂δS_hack = Σ_b w_b g_b`` and
-        ``∂L/∂w_b = ⟨g_b, δS_hack⟩`` summed over modules (``g_b``: row ``b``'s gradient with
-        respect to its ``s_b``). ``w = 0`` is the deploy view's forward (``δS_hack`` ablated) and
-        trains only ``δS``; ``w = 1`` the trained view's, training only ``δS_hack``.
+        (sg: stop-gradient). Either way ``∂L/∂δS = Σ_b (1 − w_b) g_b``, ``∂L/∂δS_hack = Σ_b w_b
+        g_b`` and ``∂L/∂w_b = ⟨g_b, δS_hack⟩`` summed over modules (``g_b``: row ``b``'s gradient
+        with respect to its ``s_b``), evaluated at that forward's value. ``scaled`` (the seed
+        design, wassname/evil_MoE) computes the forward at ``δS + w_b·δS_hack``: ``w = 0`` is the
+        deploy view's forward, ``w = 1`` the trained view's, so a rollout sampled under the trained
+        view is scored off-policy wherever ``w_b < 1``. ``straight_through`` keeps the value at the
+        trained view's ``δS + δS_hack`` for every ``w`` (the policy that sampled the rollouts:
+        the importance ratio is 1 at the first inner step, as for route) and only splits the
+        gradient: soft Gradient Routing (arXiv:2410.04332) with a learned weight.
 
         Args:
             w: ``(B,)`` the rows' weights (may require grad: the router learns through them).
+            forward: ``straight_through`` or ``scaled`` (config ``moe.forward``).
 
         Raises:
             RuntimeError: nested with itself or :meth:`per_sample`, inside :meth:`merged`, or
                 outside the full view.
+            ValueError: an unknown ``forward``.
         """
+        if forward not in ("straight_through", "scaled"):
+            raise ValueError(f"mixture(forward={forward!r}): expected 'straight_through' or 'scaled'")
         if self._mixture is not None or self._per_sample is not None or self._bypass or self.mode != "full":
             raise RuntimeError("mixture() needs the full view, outside merged(), per_sample() and itself")
-        self._mixture = w.flatten()
+        self._mixture, self._mixture_forward = w.flatten(), forward
         try:
             yield self
         finally:

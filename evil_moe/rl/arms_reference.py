@@ -48,15 +48,17 @@ class OracleReward(Arm):
 
 class MoE(Arm):
     """Evil MoE (the seed repository's design; :mod:`evil_moe.rl.router`): a learned soft router
-    gives each rollout a weight ``w`` in [0, 1]; the loss's forward uses ``δS + w·δS_hack`` with
-    the deployed expert's gradient scaled by ``1 − w``, so ``w`` decides how much of the rollout
-    trains the deletable hack expert ``δS_hack``, ablated at deploy as route's. The router
+    gives each rollout a weight ``w`` in [0, 1]: ``w`` of its gradient trains the deletable hack
+    expert ``δS_hack`` (ablated at deploy as route's) and ``1 − w`` the deployed ``δS``
+    (:meth:`evil_moe.model.adapter.SVDAdapter.mixture`; ``moe.forward``: at the sampling
+    policy's ``δS + δS_hack`` by default, or at ``δS + w·δS_hack`` as the seed design). The router
     (``w = σ(scale·cos(h, u) + bias)`` on the rollout's pooled activation ``h``) is seeded with
     ``v_act`` from hand-authored (hack, clean) pairs and learns from the GRPO loss through ``w``
     and a pin loss on those pairs every step. No label of a student rollout reaches it. One
     AdamW over the summed knob splits the update (:class:`evil_moe.rl.optim.SplitAdamW`). The
     policy samples with both experts at full weight (the trained view); the behaviour log-probs
-    are the sampler's, so the importance ratio measures the router's forward against it."""
+    are the sampler's, so the importance ratio is 1 at the first inner step under
+    ``straight_through`` and measures the ``scaled`` forward against the sampled one otherwise."""
 
     name = "moe"
     colour = "#17becf"

@@ -10,10 +10,11 @@ where ``h_b`` is the rollout's pooled activation (the policy's final hidden stat
 the completion's tokens, :func:`pooled_hidden`), ``u`` a learned direction seeded with ``v_act``
 (the unit difference of the mean activations of hand-authored hack and clean completions,
 :func:`v_act`), and ``scale > 0`` and ``bias`` are learned. For two experts a softmax router is
-exactly this rank-1 sigmoid. The loss's forward then uses, for rollout ``b``,
-``s_b = δS + w_b·δS_hack`` with the deployed expert's gradient scaled by ``1 − w_b`` (its forward
-value kept: :meth:`evil_moe.model.adapter.SVDAdapter.mixture`), so ``w = 0`` trains only the
-deployed expert and reproduces the deploy forward, ``w = 1`` trains only the hack expert.
+exactly this rank-1 sigmoid. The loss then sends ``w_b`` of rollout ``b``'s gradient to the hack
+expert and ``1 − w_b`` to the deployed one (:meth:`evil_moe.model.adapter.SVDAdapter.mixture`),
+so ``w = 0`` trains only the deployed expert, ``w = 1`` only the hack expert; the forward's value
+is the sampling policy's ``δS + δS_hack`` (``moe.forward: straight_through``) or the seed
+design's ``δS + w_b·δS_hack`` (``scaled``).
 
 The router learns from two signals: the GRPO loss, through ``w`` in the forward; and the **pin
 loss** on the authored pairs (:mod:`evil_moe.env.authored`), applied every step: binary

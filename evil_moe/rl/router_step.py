@@ -76,10 +76,12 @@ class RouterStep:
     def _router_gradients(self, batch: StepBatch, adv, rows: list[int], step: int) -> StepGradients:
         """Evil MoE's loss and gradients: per micro-batch, the rows' pooled activations under the
         sampling policy (trained view, no gradient), the router's ``w``, and the Dr.GRPO loss
-        under :meth:`evil_moe.model.adapter.SVDAdapter.mixture` (``s_b = δS + w_b·δS_hack``, δS's
-        gradient × (1 − w_b)). The behaviour log-probs are the sampler's recorded ones (the
-        policy drew the tokens with both experts at full weight), so the importance ratio is the
-        router's forward against the sampled one (``frac_clipped``, ``sampler_gap_*``). Returns
+        under :meth:`evil_moe.model.adapter.SVDAdapter.mixture` (δS's gradient × (1 − w_b),
+        δS_hack's × w_b; ``moe.forward``). The behaviour log-probs are the sampler's recorded ones
+        (the policy drew the tokens with both experts at full weight): under ``straight_through``
+        the loss's forward is that policy (importance ratio 1 at the first inner step); under
+        ``scaled`` it is ``δS + w_b·δS_hack``, scored against the sampled one (``frac_clipped``,
+        ``sampler_gap_*``). Returns
         the δS and δS_hack gradients (``split``; ``total`` = their sum), ``w`` and the router's
         GRPO gradient.
 
@@ -105,7 +107,7 @@ class RouterStep:
             part = rb if len(sel) == len(rows) else rb.select(sel)
             h = pooled_hidden(self.model, part.batch, self.pc.temperature)
             w = self.router(h.to(self.device))
-            with self.adapter.mixture(w):
+            with self.adapter.mixture(w, forward=self.cfg.moe.forward):
                 logp = token_logprobs(self.model, part.batch, temperature=self.pc.temperature)
             ref = None
             if self.pc.beta > 0:

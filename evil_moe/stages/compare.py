@@ -282,8 +282,9 @@ def _mean_problems(e) -> float:
 # ---------------------------------------------------------------------------------------------
 # notes beside the verdict
 
-def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
-    """Things a reader must know beside the verdict (docs/method.md, docs/gate.md)."""
+def _notes(by, arms, outcomes, cc, isolation, moe_forward="straight_through") -> list[str]:
+    """Things a reader must know beside the verdict (docs/method.md, docs/gate.md); the router
+    arms' sampler gap is by design only under ``moe.forward: scaled``."""
     notes = []
     for arm in arms:
         cls = ARMS.get(arm)
@@ -330,11 +331,11 @@ def _notes(by, arms, outcomes, cc, isolation) -> list[str]:
                          "or the hack and pass rates measure running out of tokens")
     gaps = {a: _all_steps_max(by.get(a, {}), "sampler_gap_p95") for a in arms}
     gaps = {a: g for a, g in gaps.items() if g is not None and g > SAMPLER_GAP_NOTE}
-    routed = {a: gaps.pop(a) for a in list(gaps) if a in ARMS and ARMS[a].router}
-    if routed:  # Evil MoE's forward scales the hack expert by w < 1: a gap by design
+    routed = {a: gaps.pop(a) for a in list(gaps) if a in ARMS and ARMS[a].router and moe_forward == "scaled"}
+    if routed:  # the scaled forward weighs the hack expert by w < 1: a gap by design
         which = ", ".join(f"{a} {g:.3f} (frac_clipped max {_all_steps_max(by.get(a, {}), 'frac_clipped'):.3f})"
                           for a, g in routed.items())
-        notes.append(f"the router's forward (delta_s + w·delta_s_hack) differs from the sampled policy (both "
+        notes.append(f"the router's scaled forward (delta_s + w·delta_s_hack, moe.forward) differs from the sampled policy (both "
                      f"experts at full weight) by design; largest per-step 95th percentile of |log pi_train - "
                      f"log pi_sampler|, nats: {which}; the PPO clip bounds it (docs/evil-moe.md)")
     if gaps:
@@ -516,7 +517,7 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
             "criteria": validity + crit_rows,
             "positive_control": None if pc_crit is None else criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
             "arms": _arm_info(arms, seeds, by, summary_rows, arm_extra),
-            "notes": _notes(by, arms, outcomes, cc, isolation) + ceiling_notes(ceilings) + router_notes(routers),
+            "notes": _notes(by, arms, outcomes, cc, isolation, cfg.moe.forward) + ceiling_notes(ceilings) + router_notes(routers),
             "ceilings": ceilings, "known_modes": known,
             "detector": None if audit is None else audit,
             "router_audit": routers,
