@@ -6,6 +6,7 @@ their content and written once (never by a dry run), a job size that cannot be w
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 import hashlib
 import json
 
@@ -109,3 +110,18 @@ def test_per_job_leaves_the_function_unchanged():
         return attempt * 2
 
     assert per_job(f) is f and f(None, 3) == 6
+
+
+def test_the_venv_s_snakemake_finds_evil_moe_without_activation(tmp_path):
+    """`.venv/bin/snakemake` with the venv not on PATH (not activated): the rules' `evil-moe`
+    is found beside the Snakemake that runs them (rules/common.smk puts its bin folder first);
+    before, the job failed with exit status 127."""
+    import os
+
+    from workflow_util import snakemake
+
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and not (Path(p) / "evil-moe").exists())
+    proc = snakemake(tmp_path, "--cores", "1", "results/problems.jsonl", extra_env={"PATH": path}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "results" / "problems.jsonl").stat().st_size > 0
