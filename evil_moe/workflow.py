@@ -175,6 +175,21 @@ class JobSizes:
         return self._sizes[stage]
 
 
+def put_own_bin_on_path(environ: dict | None = None) -> str:
+    """Put the bin folder of the running interpreter first on ``PATH`` (``os.environ`` unless
+    ``environ`` is given) and return it: the rules call ``evil-moe``, installed in the same
+    environment as the Snakemake that runs them, so ``.venv/bin/snakemake …`` works without
+    activating ``.venv``. The folder is ``sys.executable``'s, not resolved (a venv's python is a
+    link to the base interpreter's)."""
+    import os
+    import sys
+
+    env = os.environ if environ is None else environ
+    own = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([own, env.get("PATH", "")])
+    return own
+
+
 def stage_sections(config: Mapping, stage: str) -> dict:
     """The config a stage reads (:data:`evil_moe.cluster.stages.STAGE_SECTIONS`: whole sections
     or single ``section.key`` values), so that editing anything else does not rerun it; the

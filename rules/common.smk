@@ -9,9 +9,7 @@ and filled with the schema's defaults.
 """
 
 import json
-import os
 import shlex
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -28,15 +26,14 @@ from evil_moe.workflow import (
     check_config,
     check_inputs,
     per_job,
+    put_own_bin_on_path,
     sized_config,
     stage_config_param,
     stage_sections,
 )
 
-# The rules call `evil-moe`, installed in the environment this Snakemake runs from: its bin
-# folder (not resolved: a venv's python is a link) goes first on the jobs' PATH, so
-# `.venv/bin/snakemake ...` works without activating .venv.
-os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+# The rules call `evil-moe`: found beside this Snakemake without activating .venv.
+put_own_bin_on_path()
 
 # ---- config ---------------------------------------------------------------------------------
 # evil_moe.workflow.check_config (the schema, then the cross-key checks the CLI makes too) gives
