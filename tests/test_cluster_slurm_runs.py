@@ -97,8 +97,9 @@ def test_nothing_to_cancel(tmp_path):
 
 def _fake_snakemake(bin_dir, cwd, *args, env=None):
     exe = bin_dir / "snakemake"
-    exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
-    exe.chmod(0o755)
+    if not exe.exists():  # written once: rewriting it while an earlier fake's python reads it
+        exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")  # ran an empty script
+        exe.chmod(0o755)
     e = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
     return subprocess.Popen([str(exe), *args], cwd=cwd, env={**e, **(env or {})})
 
