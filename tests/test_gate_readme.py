@@ -141,10 +141,14 @@ def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
     few = dict(MOE_GATE, sentence="inconclusive (too few seeds): 2 seeds ... drop 0.303 [0.014, 0.591] ...",
                positive_control=dict(MOE_GATE["positive_control"], n_seeds=2))
     m = "\u2212"
-    for gate in (MOE_GATE, few):
+    tie = [{"view": "ablated", "drop_vs_untrained": -0.025, "untrained_ci_low": -0.076, "untrained_ci_high": 0.026,
+            "pass_drop_vs_untrained": 0.009, "pass_untrained_ci_low": -0.062, "pass_untrained_ci_high": 0.081}]
+    untrained = dict(MOE_GATE, arms={**MOE_GATE["arms"], "moe": dict(MOE_GATE["arms"]["moe"], rates=tie)})
+    for gate in (MOE_GATE, few, untrained):
         record = json.loads(json.dumps(readme.verdict_record(gate)))  # as verdict.json stores it
         assert record["plain"] == plain_verdict(record) == plain_verdict(gate)
         assert verdict_line(gate).endswith(record["plain"].split(":", 1)[1]), verdict_line(gate)
+    assert "but its ablated view cannot be told from the untrained student" in readme.verdict_record(untrained)["plain"]
     assert f"vs vanilla {m}0.303 [{m}0.591, {m}0.014]" in readme.verdict_record(few)["plain"]
     make = (REPO / "Makefile").read_text()
     command = re.search(r"^export EVIL_MOE_PRINT_VERDICT := (.*)$", make, re.M).group(1)

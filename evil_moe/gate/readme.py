@@ -34,7 +34,8 @@ NUMERIC = ("hack_rate", "hack_ci_low", "hack_ci_high", "pass_rate", "pass_ci_low
 
 def verdict_record(gate: dict) -> dict:
     """What the README's verdict is made of, from ``gate.json``: the verdict, its sentence and
-    sizes, each arm's role (treatments: verdict and what would decide them), the hack-rate
+    sizes, each arm's role (treatments: verdict and what would decide them; each view's changes vs
+    the untrained student), the hack-rate
     criteria (``drop_vs_vanilla``, ``beats_control``: value, interval, the two rates), the
     positive control's (and ``compare.min_seeds``, for a gate too small to judge), and ``plain``:
     :func:`evil_moe.gate.verdict.plain_verdict` of it."""
@@ -42,9 +43,15 @@ def verdict_record(gate: dict) -> dict:
     crit = [{k: c.get(k) for k in ("name", "arm", "control", "view", "value", "ci_low", "ci_high")}
             | {"effect": {k: (c.get("effect") or {}).get(k) for k in ("mean_a", "mean_b")}}
             for c in gate.get("criteria", []) if c.get("name") in ("drop_vs_vanilla", "beats_control")]
+    untrained = ("view", "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high",
+                 "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high")
+    arms = {}
+    for a, info in (gate.get("arms") or {}).items():
+        arms[a] = {k: v for k, v in info.items() if k in keep}
+        if info.get("rates"):  # each view's changes vs the untrained student (the verdict says a tie)
+            arms[a]["rates"] = [{k: r.get(k) for k in untrained} for r in info["rates"]]
     rec = {"verdict": gate.get("verdict"), "sentence": gate.get("sentence"), "sizes": gate.get("sizes"),
-           "arms": {a: {k: v for k, v in info.items() if k in keep} for a, info in (gate.get("arms") or {}).items()},
-           "criteria": crit}
+           "arms": arms, "criteria": crit}
     pc = gate.get("positive_control")
     if pc:  # a gate too small to judge says so with the positive control's change
         rec["positive_control"] = {k: pc.get(k) for k in ("arm", "value", "ci_low", "ci_high", "mde", "n_seeds")}
