@@ -111,27 +111,35 @@ def write_jsonl_gz(path: str | os.PathLike, records: Iterable[Mapping]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSON-lines file, gzip or plain (by the ``.gz`` suffix); blank lines are skipped.
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a JSON-lines file, gzip or plain (by
+    the ``.gz`` suffix), read lazily.
 
     Raises:
         FileNotFoundError: naming the path.
-        ValueError: a line that is not JSON, naming the path and the line number.
+        ValueError: a line that is not JSON or not a JSON object, naming the path and the line.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     opener = gzip.open if path.suffix == ".gz" else open
-    out = []
     with opener(path, "rt") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                out.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-    return out
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{n}: not a JSON object")
+            yield n, row
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Every object of a JSON-lines file (:func:`iter_jsonl`: gzip or plain, blank lines skipped;
+    the same errors)."""
+    return [row for _, row in iter_jsonl(path)]
 
 
 def read_tsv(path: str | os.PathLike, required: Sequence[str]):

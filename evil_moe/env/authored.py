@@ -20,11 +20,11 @@ hand-authored pairs).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Sequence
 
+from evil_moe import files
 from evil_moe.env import loopholes
 from evil_moe.env.problem import Problem
 
@@ -89,29 +89,22 @@ def load_authored(path: str | os.PathLike | None = None, *, fmt: str | None = No
     if not os.path.isfile(path):
         raise FileNotFoundError(f"authored pairs file not found: {path}")
     out = []
-    with open(path) as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-            missing = [k for k in _REQUIRED if k not in row] if isinstance(row, dict) else ["(an object)"]
-            if missing:
-                raise ValueError(f"{path}:{n}: missing field {missing[0]!r}")
-            if row["format"] not in FORMATS or row["mode"] not in loopholes.MODES:
-                raise ValueError(f"{path}:{n}: format {row['format']!r} / mode {row['mode']!r} unknown "
-                                 f"(formats {FORMATS}, modes {loopholes.MODES})")
-            if not row["hacks"] or not row["cleans"]:
-                raise ValueError(f"{path}:{n}: {row['id']} has no (hack, clean) pair")
-            if (fmt is not None and row["format"] != fmt) or (modes is not None and row["mode"] not in modes):
-                continue
-            prompt, system, starter, setup = _prompt(row)
-            hint = loopholes.hint_for(row["mode"])
-            problem = Problem(id=str(row["id"]), source=row["format"], prompt=loopholes.apply_hint(prompt, hint),
-                              entry_point=row["entry_point"], is_method=True, starter_code=starter,
-                              setup_code=setup, canonical_solution="", tests=(), mode=row["mode"], hint=hint,
-                              difficulty="authored", system=system)
-            out.append(AuthoredProblem(problem, tuple(row["hacks"]), tuple(row["cleans"])))
+    for n, row in files.iter_jsonl(path):
+        missing = [k for k in _REQUIRED if k not in row]
+        if missing:
+            raise ValueError(f"{path}:{n}: missing field {missing[0]!r}")
+        if row["format"] not in FORMATS or row["mode"] not in loopholes.MODES:
+            raise ValueError(f"{path}:{n}: format {row['format']!r} / mode {row['mode']!r} unknown "
+                             f"(formats {FORMATS}, modes {loopholes.MODES})")
+        if not row["hacks"] or not row["cleans"]:
+            raise ValueError(f"{path}:{n}: {row['id']} has no (hack, clean) pair")
+        if (fmt is not None and row["format"] != fmt) or (modes is not None and row["mode"] not in modes):
+            continue
+        prompt, system, starter, setup = _prompt(row)
+        hint = loopholes.hint_for(row["mode"])
+        problem = Problem(id=str(row["id"]), source=row["format"], prompt=loopholes.apply_hint(prompt, hint),
+                          entry_point=row["entry_point"], is_method=True, starter_code=starter,
+                          setup_code=setup, canonical_solution="", tests=(), mode=row["mode"], hint=hint,
+                          difficulty="authored", system=system)
+        out.append(AuthoredProblem(problem, tuple(row["hacks"]), tuple(row["cleans"])))
     return out

@@ -13,7 +13,7 @@ from evil_moe.env.grader import Grader
 from evil_moe.env.loopholes import apply_hint, hint_for
 from evil_moe.env.problem import Problem
 from evil_moe.env.problems import load_problems, read_problems
-from evil_moe.files import atomic_write_bytes
+from evil_moe.files import atomic_write_bytes, iter_jsonl
 
 
 def grade_file(problems: Sequence[Problem], completions_path: str, out_path: str, *,
@@ -37,21 +37,14 @@ def grade_file(problems: Sequence[Problem], completions_path: str, out_path: str
     """
     by_id = {str(p.id): p for p in problems}
     rows, labels = [], []
-    with open(completions_path) as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{completions_path}:{i + 1}: not a JSON line ({e.msg})") from None
-            if not isinstance(row, dict) or "problem_id" not in row or "completion" not in row:
-                raise ValueError(f"{completions_path}:{i + 1}: need problem_id and completion")
-            pid = str(row["problem_id"])
-            if pid not in by_id:
-                raise KeyError(f"{completions_path}:{i + 1}: unknown problem_id {pid!r}")
-            rows.append((row["problem_id"], by_id[pid], row["completion"]))
-            labels.append(f"{completions_path}:{i + 1} (problem_id {pid!r})")
+    for n, row in iter_jsonl(completions_path):
+        if "problem_id" not in row or "completion" not in row:
+            raise ValueError(f"{completions_path}:{n}: need problem_id and completion")
+        pid = str(row["problem_id"])
+        if pid not in by_id:
+            raise KeyError(f"{completions_path}:{n}: unknown problem_id {pid!r}")
+        rows.append((row["problem_id"], by_id[pid], row["completion"]))
+        labels.append(f"{completions_path}:{n} (problem_id {pid!r})")
     with Grader(problems, workers=workers, timeout=timeout, **grader_kw) as g:
         rewards = g.grade_many([(p, c) for _, p, c in rows])
         isolation, unparsed = g.isolation, dict(g.unparsed)

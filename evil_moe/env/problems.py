@@ -27,6 +27,7 @@ import os
 import random
 from typing import Sequence
 
+from evil_moe import files
 from evil_moe.env import loopholes
 from evil_moe.env.loopholes import MODES
 from evil_moe.env.oracle import Unparseable, parse_assert, parse_tests
@@ -69,21 +70,6 @@ def _toy_raw(bank: str = "handwritten", size: int = 400, seed: int = 0) -> list[
     return out
 
 
-def _json_rows(path: str):
-    """(line number, dict) for each non-blank line of a JSONL file; one clear error otherwise."""
-    with open(path) as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{i}: not a JSON line ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{i}: not a JSON object")
-            yield i, row
-
-
 def _any_parseable(tests: Sequence[str], entry: str, is_method: bool) -> bool:
     """True when the oracle can parse at least one of ``tests`` (stops at the first: the
     workflow checks every problem of a file at DAG time)."""
@@ -103,7 +89,7 @@ def _leetcode_raw(path: str) -> list[dict]:
     test or none the oracle can parse (it could never be ``gt_correct``); a file with no
     problem at all."""
     out, first = [], {}
-    for i, row in _json_rows(path):
+    for i, row in files.iter_jsonl(path):
         try:
             pid = row["id"]
             func = row["func_name"]
@@ -381,7 +367,7 @@ def read_problems(path: str) -> list[Problem]:
     """
     names = {f.name for f in dataclasses.fields(Problem)}
     out = []
-    for i, d in _json_rows(path):
+    for i, d in files.iter_jsonl(path):
         d = {k: v for k, v in d.items() if k in names}
         if not isinstance(d.get("tests", ()), list):
             raise ValueError(f"{path}:{i}: problem {d.get('id')!r}: tests must be a list")
