@@ -141,6 +141,17 @@ def test_the_router_learns_from_the_grpo_loss_and_the_pin_loss(world):
         g = t.gradients(batch, adv, rows, step)
         assert any(float(x.abs().sum()) > 0 for x in g.router_grads)
         h = t._pair_hidden(t.pin_bank, range(len(t.pin_bank.label))).to(t.device)
+        # the pin bank's activations come through the merged weights: the hooked forward's
+        # (U diag(s) Vh x added per Linear) to float rounding, with both knobs trained
+        from evil_moe.model.logprobs import build_batch
+        from evil_moe.rl.router import pooled_hidden
+
+        bank = t.pin_bank
+        pairs = build_batch(bank.prompt_ids, bank.completion_ids, t.tok.pad_token_id, device=t.device)
+        hooked = pooled_hidden(t.model, pairs, t.pc.temperature)
+        torch.testing.assert_close(h.cpu(), hooked, rtol=1e-5, atol=1e-5)
+        with t.adapter.ablated():  # the hack expert moves them: a merge without it would differ
+            assert float((pooled_hidden(t.model, pairs, t.pc.temperature) - hooked).abs().max()) > 1e-4
         pin = torch.autograd.grad(pin_loss(t.router, h, t.pin_bank.label), list(t.router.parameters()))
         assert any(float(x.abs().sum()) > 0 for x in pin)
         w = g.router_w

@@ -59,23 +59,26 @@ class RouterStep:
 
     def _pair_hidden(self, bank, rows) -> torch.Tensor:
         """Pooled activations ``(len(rows), d)`` of the pin bank's completions under the policy as
-        it is now (trained view, no gradient), in chunks of ``pilot.micro_batch`` (8 when 0)."""
+        it is now (trained view, no gradient), in chunks of ``pilot.micro_batch`` (8 when 0),
+        through the merged weights (:meth:`evil_moe.model.adapter.SVDAdapter.merged`: one matmul
+        per Linear instead of the hook's three; the same activations to float rounding)."""
         from evil_moe.model.logprobs import build_batch
         from evil_moe.rl.router import pooled_hidden
 
         rows = list(rows)
         mb = self.pc.micro_batch or 8
         out = []
-        for lo in range(0, len(rows), mb):
-            sel = rows[lo:lo + mb]
-            batch = build_batch([bank.prompt_ids[i] for i in sel], [bank.completion_ids[i] for i in sel],
-                                self.tok.pad_token_id, device=self.device)
-            out.append(pooled_hidden(self.model, batch, self.pc.temperature))
+        with self.adapter.merged():
+            for lo in range(0, len(rows), mb):
+                sel = rows[lo:lo + mb]
+                batch = build_batch([bank.prompt_ids[i] for i in sel], [bank.completion_ids[i] for i in sel],
+                                    self.tok.pad_token_id, device=self.device)
+                out.append(pooled_hidden(self.model, batch, self.pc.temperature))
         return torch.cat(out, 0)
 
     def _router_gradients(self, batch: StepBatch, adv, rows: list[int], step: int) -> StepGradients:
         """Evil MoE's loss and gradients: per micro-batch, the rows' pooled activations under the
-        sampling policy (trained view, no gradient), the router's ``w``, and the Dr.GRPO loss
+        sampling policy (trained view, no gradient, through the merged weights), the router's ``w``, and the Dr.GRPO loss
         under :meth:`evil_moe.model.adapter.SVDAdapter.mixture` (δS's gradient × (1 − w_b),
         δS_hack's × w_b; ``moe.forward``). The behaviour log-probs are the sampler's recorded ones
         (the policy drew the tokens with both experts at full weight): under ``straight_through``
@@ -102,10 +105,11 @@ class RouterStep:
         gs_dsh = [torch.zeros_like(p) for p in self.dsh]
         gs_r = [torch.zeros_like(p) for p in rparams]
         parts, ws, hs, loss_sum = [], [], [], 0.0
-        for lo in range(0, len(rows), mb):
-            sel = list(range(lo, min(lo + mb, len(rows))))
-            part = rb if len(sel) == len(rows) else rb.select(sel)
-            h = pooled_hidden(self.model, part.batch, self.pc.temperature)
+        sels = [list(range(lo, min(lo + mb, len(rows)))) for lo in range(0, len(rows), mb)]
+        chunks = [rb if len(sel) == len(rows) else rb.select(sel) for sel in sels]
+        with self.adapter.merged():  # the sampling policy's activations, one matmul per Linear
+            pooled = [pooled_hidden(self.model, part.batch, self.pc.temperature) for part in chunks]
+        for sel, part, h in zip(sels, chunks, pooled):
             w = self.router(h.to(self.device))
             with self.adapter.mixture(w, forward=self.cfg.moe.forward):
                 logp = token_logprobs(self.model, part.batch, temperature=self.pc.temperature)
