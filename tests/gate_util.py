@@ -54,5 +54,6 @@ def make_effect(value, ci_low=None, ci_high=None, *, se=0.02, n_seeds=3, mean_b=
                           mean_b=mean_b, components=power.VarianceComponents(*comp), pct_low=value, pct_high=value)
 
 
-#: The crossed design at make run's size (16 held-out problems × 16 samples), for simulate_gate.
+#: The crossed design at make run's former size (16 held-out problems × 16 samples; 8 samples since
+#: 2026-12-02), for simulate_gate.
 CROSSED = dict(n_problems=16, n_samples=16, n_boot=300, with_power=False)

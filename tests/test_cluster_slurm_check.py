@@ -151,9 +151,9 @@ def test_set_threads_and_partition_defaults():
     reqs = {r.rule: r for r in planned_requests(cfg, prof)}
     assert reqs["pilot"].threads == 7 and reqs["pilot"].source["threads"] == "set-threads pilot"
     assert reqs["teacher"].partition is None  # the cluster's default partition
-    # the embedded default: 12 arms x 4 seeds, no sweep; 2 calibration runs, the audit
+    # the embedded default: 9 arms x 6 seeds, no sweep; 2 calibration runs, the audit
     assert planned_jobs(cfg) == {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1,
-                                 "distill": 1, "pilot": 48, "reevaluate": 48, "compare": 1,
+                                 "distill": 1, "pilot": 54, "reevaluate": 54, "compare": 1,
                                  "reeval_compare": 1, "calibrate": 2, "audit": 1}
     assert check(cluster(), list(reqs.values()), prof, cfg) == []
 

@@ -139,7 +139,7 @@ def test_planted_drop_is_found_at_least_at_the_reported_power(planted):
 
 
 # ---------------------------------------------------------------------------------------------
-# the crossed design at 3, 6, 10 and 18 seeds (16 held-out problems × 16 samples, make run's size;
+# the crossed design at 3, 6, 10 and 18 seeds (16 held-out problems × 16 samples, make run's former size;
 # default spread, with the arm × problem effect shared across seeds)
 
 N_SEEDS_NULL = 500

@@ -71,14 +71,17 @@ def test_snakefmt_check():
 
 @pytest.mark.parametrize("name, expect", [
     # toy_summary joins the DAG after the compare checkpoint (a target of `all` behind it)
-    # 12 arms x 4 seeds; two calibration runs (audit.seeds) and the detector audit (route flags)
+    # 9 arms x 6 seeds; two calibration runs (audit.seeds) and the detector audit (route flags)
     ("config", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                "calibrate": 2, "audit": 1, "pilot": 48, "compare": 1, "all": 1}),
+                "calibrate": 2, "audit": 1, "pilot": 54, "compare": 1, "all": 1}),
+    # 9 arms x 8 seeds; 12 arms x 6 seeds
     ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                  "calibrate": 2, "audit": 1, "pilot": 72, "compare": 1, "all": 1}),
+    ("references", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
+                    "calibrate": 2, "audit": 1, "pilot": 72, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
                "calibrate": 2, "audit": 1, "pilot": 54, "compare": 1, "all": 1}),
-    # the detector-quality sweep: 10 arms x 4 seeds, and route, filter x 4 levels x 4 seeds
+    # the detector-quality sweep: 10 arms x its 4 seeds, and route, filter x 4 levels x 4 seeds
     ("detector_sweep", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                         "calibrate": 2, "audit": 1, "pilot": 40, "level_pilot": 32, "detector_sweep": 1,
                         "compare": 1, "all": 1}),
