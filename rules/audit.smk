@@ -17,6 +17,8 @@ rule calibrate:
         res("logs/calibrate/s{seed}.log"),
     benchmark:
         res("benchmarks/calibrate/s{seed}.tsv")
+    # before every pilot: route's pilots wait for the audit (evil_moe.cluster.resources)
+    priority: GATING_PRIORITY
     conda:
         "../envs/evil_moe.yaml"
     threads: get_threads("pilot")
@@ -58,6 +60,7 @@ rule audit:
         ),
     log:
         res("logs/audit.log"),
+    priority: GATING_PRIORITY
     conda:
         "../envs/evil_moe.yaml"
     threads: get_threads("compare")

@@ -19,7 +19,7 @@ from evil_moe.rl.arms import ARMS as ARM_REGISTRY
 from evil_moe.rl.pilot_inputs import pilot_inputs, uses_detector
 from evil_moe.gate.verdict import decision_text, verdict_line
 from evil_moe.env.loopholes import MODES as LOOPHOLE_MODES
-from evil_moe.cluster.resources import pilot_priority
+from evil_moe.cluster.resources import GATING_PRIORITY, pilot_priority
 from evil_moe.workflow import (
     ConfigFiles,
     JobSizes,

@@ -99,9 +99,16 @@ def test_pilot_priority_starts_the_longest_arms_first():
     # erase and the positive control evaluate one view from one batched backward per step
     assert pilot_priority("route") == pilot_priority("route_random") == 3
     assert pilot_priority("filter") == 2  # one view, per-sample gradients
+    # ablated + trained, and a router: the hooked mixture forward and the pin bank's each step
+    assert pilot_priority("moe") == pilot_priority("moe_random") == 3
     for arm in ("vanilla", "erase", "random_v", "oracle_reward"):
         assert pilot_priority(arm) == 1
     assert pilot_priority("no_such_arm") == 0
+    # the calibration runs and the audit gate route's pilots: they start before any pilot
+    from evil_moe.cluster.resources import GATING_PRIORITY
+    from evil_moe.rl.arms import ARMS
+
+    assert GATING_PRIORITY > max(pilot_priority(a) for a in ARMS)
     # the toy default's measured pilot times (README "Job sizes"): route's 50-67 s against
     # vanilla's 36-48 s, so the order matches the cost
     assert pilot_priority("route") > pilot_priority("vanilla")

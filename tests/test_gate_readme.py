@@ -157,3 +157,26 @@ def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
     out = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True,
                          check=True).stdout
     assert out == f"verdict: {plain_verdict(few)}\n"
+
+
+def test_the_line_says_whether_the_ceiling_separates_from_its_control():
+    """Issue 30: the default decides its own ceiling; the README's line says so from gate.json's
+    ``ceilings`` (stored as drops: the control's rate minus the ceiling's), worked by hand: a drop
+    of 0.177 [0.022, 0.332] is a change of −0.177 [−0.332, −0.022], separated; one interval that
+    holds 0 is not. One entry per ceiling, though route and moe both sit beside it."""
+    m = "\u2212"
+    vs = {"value": 0.17708, "ci_low": 0.02168, "ci_high": 0.33249}
+    gate = {"verdict": "inconclusive", "sentence": "x", "sizes": "6 seeds", "arms": {}, "criteria": [],
+            "ceilings": {a: {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_random",
+                             "ceiling_vs_control": vs} for a in ("route", "moe")}}
+    record = readme.verdict_record(gate)
+    assert list(record["ceilings"]) == ["route_oracle"]
+    clause = readme.ceiling_clause(record["ceilings"])
+    assert clause == ("The ceiling route_oracle (ablated view) vs its random-flag control route_oracle_random: "
+                      f"change in held-out hack rate {m}0.177 [{m}0.332, {m}0.022], so the run tells perfect "
+                      "flags from random ones. ")
+    assert clause in readme.readme_verdict_line(record)
+    held = readme.verdict_record(gate | {"ceilings": {"route": dict(gate["ceilings"]["route"], ceiling_vs_control=dict(
+        vs, ci_low=-0.024))}})
+    assert "cannot tell perfect flags from random ones at these sizes" in readme.ceiling_clause(held["ceilings"])
+    assert readme.ceiling_clause({}) == "" and readme.verdict_record(dict(gate, ceilings=None))["ceilings"] == {}

@@ -405,11 +405,14 @@ def pilot_priority(arm: str) -> int:
     The cost is one unit per held-out view the arm declares (:attr:`evil_moe.rl.arms.Arm.views`;
     each view samples ``heldout_samples`` completions per held-out problem; vanilla's extra
     ``projected`` view under ``pilot.static_projection`` is not counted) plus one when it needs
-    per-sample gradients (one backward per rollout instead of one per step). On the toy default,
-    route and route_random (2 views, per-sample gradients: 50–67 s) then start before vanilla,
-    erase, random_v and oracle_reward (1 view: 36–48 s). Priority changes only the order in which ready
-    jobs start, never a result; jobs of other rules keep priority 0 (so the short distill job
-    fills a core beside the last pilots).
+    per-sample gradients (one backward per rollout instead of one per step) plus one when it has a
+    router (Evil MoE: a hooked forward of every rollout under its own mixture, and the pin bank's
+    forward each step). On the toy default, route, route_random and moe (2 views and per-sample
+    gradients or a router: 25–36 s per pilot two at a time) then start before vanilla and
+    oracle_reward (1 view: 22–28 s). Priority changes only the order in which ready jobs start,
+    never a result; the calibration runs and the audit, which route's pilots wait for, come first
+    (:data:`GATING_PRIORITY`); jobs of other rules keep priority 0 (so the short distill job fills
+    a core beside the last pilots).
 
     Args:
         arm: a pilot arm name (:data:`evil_moe.rl.arms.ARMS`).
@@ -420,6 +423,15 @@ def pilot_priority(arm: str) -> int:
     cls = ARMS.get(arm)
     if cls is None:
         return 0
-    return len(cls.views) + int(cls.needs_sample_grads)
+    return len(cls.views) + int(cls.needs_sample_grads) + int(cls.router is not None)
+
+
+#: Snakemake ``priority`` of the calibration runs and the detector audit: above every pilot's
+#: (:func:`pilot_priority`). route's pilots wait for the audit's threshold and route_random's for
+#: route's of the same seed, so at priority 0 the calibration runs started only after every other
+#: pilot and the route → route_random chains ran last on one core (measured 2026-12-02: the
+#: calibration runs began 8 min after extract, and the last 36 s of make run's pilots used one
+#: of the two cores).
+GATING_PRIORITY = 1 + max(pilot_priority(arm) for arm in ARMS)
 
 

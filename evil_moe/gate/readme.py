@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from evil_moe import files
-from evil_moe.gate.verdict import plain_verdict
+from evil_moe.gate.verdict import change_text, plain_verdict
 
 IMG = Path("docs") / "img"
 TABLE, FIGURE, VERDICT = IMG / "heldout.tsv", IMG / "heldout.png", IMG / "verdict.json"
@@ -59,6 +59,12 @@ def verdict_record(gate: dict) -> dict:
     det = gate.get("detector") or {}
     rec["detector"] = {k: det.get(k) for k in ("detector", "auc", "auc_ci_low", "auc_ci_high", "placebo_p95",
                                                "beats_placebo", "fpr", "fpr_ci_low", "fpr_ci_high")}
+    rec["ceilings"] = {}
+    for c in (gate.get("ceilings") or {}).values():  # one entry per ceiling, whatever arm it sits beside
+        vs = c.get("ceiling_vs_control") or {}
+        if c.get("ceiling") and c.get("ceiling_control") and vs.get("value") is not None:
+            rec["ceilings"][c["ceiling"]] = {"control": c["ceiling_control"], "view": c.get("view"),
+                                             **{k: vs.get(k) for k in ("value", "ci_low", "ci_high")}}
     rec["plain"] = plain_verdict(rec)
     return rec
 
@@ -81,11 +87,29 @@ def detector_clause(det: dict) -> str:
             f"(95th percentile {_num(det.get('placebo_p95'))}){fpr}. ")
 
 
+def ceiling_clause(ceilings: dict) -> str:
+    """Whether the run can see a routing method that works: each ceiling (perfect flags: the true
+    hack label) against its random-flag control, as the change in held-out hack rate with its
+    crossed interval (:func:`evil_moe.gate.verdict.change_text`; ``gate.json`` ``ceilings``
+    stores the control's rate minus the ceiling's), and whether the interval excludes 0 ('' when
+    no ceiling ran beside its control)."""
+    parts = []
+    for name, c in ceilings.items():
+        if c.get("ci_low") is None:
+            continue
+        seen = ("so the run tells perfect flags from random ones" if c["ci_low"] > 0 else
+                "so the run cannot tell perfect flags from random ones at these sizes")
+        parts.append(f"The ceiling {name} ({c.get('view')} view) vs its random-flag control {c['control']}: "
+                     f"change in held-out hack rate {change_text(c)}, {seen}. ")
+    return "".join(parts)
+
+
 def readme_verdict_line(record: dict) -> str:
     """The README's one line: the embedded default's verdict in plain words, route's detector
-    quality beside it (:func:`detector_clause`), and where the measurements are."""
+    quality beside it (:func:`detector_clause`), whether the ceiling separates from its control
+    (:func:`ceiling_clause`), and where the measurements are."""
     return (f"**Current verdict of the embedded default** ({record['sizes']}): {record['plain']} "
-            f"{detector_clause(record.get('detector') or {})}"
+            f"{detector_clause(record.get('detector') or {})}{ceiling_clause(record.get('ceilings') or {})}"
             "Every measurement, dated: [docs/results-log.md](docs/results-log.md).")
 
 
