@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from workflow_util import (CI_CONFIG, DEFAULT_CONFIG, REPO, chromium, dump_dom, finished_rules,
+from workflow_util import (CI_CONFIG, DEFAULT_CONFIG, REPO, chromium, dump_dom, finished_rules, job_stats,
                            report_layout, snakemake)
 from workflow_util import LOCAL_PROFILE as LOCAL
 
@@ -72,6 +72,24 @@ def test_local_end_to_end(toy_run):
     again = snakemake(work, *LOCAL, "-n")
     assert again.returncode == 0, again.stderr[-4000:]
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-6000:]
+
+
+def test_a_deleted_pilot_runs_again_with_the_comparison(toy_run, tmp_path):
+    """A pilot folder removed by hand (a newcomer re-running one arm) is remade, and the
+    comparison after it, instead of 'Nothing to be done' and a report that fails on the missing
+    table (found by a fresh-clone walkthrough, 2026-12-02): the pilots' tables are targets of
+    `all`. A dry run on a copy of the finished run: oracle_reward's pilot (nothing else reads it)
+    and the compare checkpoint, nothing else of the pilots."""
+    import shutil
+
+    work = tmp_path / "copy"
+    shutil.copytree(toy_run[0], work, symlinks=True)
+    shutil.rmtree(work / "results" / "pilots" / "oracle_reward" / "s0")
+    plan = snakemake(work, *LOCAL, "-n")
+    assert plan.returncode == 0, plan.stderr[-4000:]
+    jobs = job_stats(plan.stdout)
+    assert jobs["pilot"] == 1 and jobs["compare"] == 1, plan.stdout[-3000:]
+    assert "pilot oracle_reward seed 0" in plan.stdout + plan.stderr
 
 
 def test_local_run_one_seed_cannot_separate_and_compare_prints_the_sentence(toy_run):
