@@ -608,14 +608,18 @@ def get_decision_text(wildcards, input):
 
 def get_final_output(wildcards):
     """Targets of the default run: the pilot comparison, the gate note, every pilot's tables, the
-    toy models' summary (embedded default), and the sweep when the gate says separated."""
+    toy models' summary (embedded default), and the sweep when the gate says separated.
+    """
     targets = [res("compare/summary.tsv"), res("compare/gate.json")]
     targets += [res(f"compare/figures/{f}.svg") for f in FIGURES]
     # each pilot's report tables: Snakemake does not remake a deleted intermediate file while the
     # comparison after it is up to date, so a pilot folder removed by hand would stay missing (and
     # --report would fail on it); as targets, the pilot runs again and the comparison after it
-    targets += [f"{d}/{t}" for d in _finished(_pilot_dirs("pilots", SEEDS))
-                for t in ("steps.tsv", "eval.tsv", "outcomes.tsv")]
+    targets += [
+        f"{d}/{t}"
+        for d in _finished(_pilot_dirs("pilots", SEEDS))
+        for t in ("steps.tsv", "eval.tsv", "outcomes.tsv")
+    ]
     targets.append(res("sweep/decision.rst"))
     if config["models"]["build"] == "toy":
         targets.append(res("models/toy_summary.tsv"))
