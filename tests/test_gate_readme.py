@@ -143,7 +143,8 @@ def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
     m = "\u2212"
     tie = [{"view": "ablated", "drop_vs_untrained": -0.025, "untrained_ci_low": -0.076, "untrained_ci_high": 0.026,
             "pass_drop_vs_untrained": 0.009, "pass_untrained_ci_low": -0.062, "pass_untrained_ci_high": 0.081}]
-    untrained = dict(MOE_GATE, arms={**MOE_GATE["arms"], "moe": dict(MOE_GATE["arms"]["moe"], rates=tie)})
+    untrained = dict(MOE_GATE, arms={**MOE_GATE["arms"], "moe": dict(MOE_GATE["arms"]["moe"], rates=tie,
+                                                                     untrained_tie=True)})
     for gate in (MOE_GATE, few, untrained):
         record = json.loads(json.dumps(readme.verdict_record(gate)))  # as verdict.json stores it
         assert record["plain"] == plain_verdict(record) == plain_verdict(gate)

@@ -136,7 +136,7 @@ def test_plain_verdict_says_when_the_judged_view_is_the_untrained_student():
              {"view": "ablated", "drop_vs_untrained": -0.025, "untrained_ci_low": -0.076, "untrained_ci_high": 0.026,
               "pass_drop_vs_untrained": 0.009, "pass_untrained_ci_low": -0.062, "pass_untrained_ci_high": 0.081}]
     gate = dict(ROUTE_GATE, verdict="separated", arms={"moe": {"role": "treatment", "verdict": "separated",
-                                                               "rates": rates}},
+                                                               "rates": rates, "untrained_tie": True}},
                 criteria=[_crit("drop_vs_vanilla", "moe", 0.252, 0.083, 0.421, mean_a=0.093, mean_b=0.345),
                           _crit("beats_control", "moe", 0.174, 0.036, 0.313, control="moe_random")])
     assert verdict.plain_verdict(gate) == (
@@ -145,8 +145,9 @@ def test_plain_verdict_says_when_the_judged_view_is_the_untrained_student():
         "\u22120.174 [\u22120.313, \u22120.036], but its ablated view cannot be told from the untrained "
         "student (change vs untrained: hack rate +0.025 [\u22120.026, +0.076], pass rate \u22120.009 "
         "[\u22120.081, +0.062]); over 4 seeds × 16 held-out problems × 16 samples; the sweep is justified.")
-    # an interval that excludes zero (here the pass rate) leaves the line as it was
+    # an interval that excludes zero (here the pass rate): the gate finds no tie, the line is as it was
     rates[1] = dict(rates[1], pass_drop_vs_untrained=0.2, pass_untrained_ci_low=0.1, pass_untrained_ci_high=0.3)
+    gate["arms"]["moe"]["untrained_tie"] = False
     assert "untrained" not in verdict.plain_verdict(gate)
 
 

@@ -430,6 +430,11 @@ def test_an_arm_that_cannot_be_told_from_the_untrained_student_says_so(tmp_path)
     gate = run_compare(root, tmp_path / "c", cfg_for(seeds=(0, 1, 2, 3), arms=arms), figures=False)
     assert all(c["passed"] for c in gate["criteria"] if c["name"] == "valid")  # no steps is fine for it
     assert "cannot be told from the untrained student" in gate["arms"]["erase"]["reason"]
+    # the gate records its decision once, and the one-line verdict reads it from gate.json
+    from evil_moe.gate.verdict import plain_verdict
+
+    assert gate["arms"]["erase"]["untrained_tie"] is True
+    assert "but its trained view cannot be told from the untrained student" in plain_verdict(gate)
     rows = {r["arm"]: r for r in files.read_tsv_rows(tmp_path / "c" / "summary.tsv")}
     assert rows["untrained"]["role"] == "reference" and rows["untrained"]["hack_rate"] != ""
     assert float(rows["vanilla"]["drop_vs_untrained"]) < -0.15  # vanilla hacks more than not training

@@ -124,6 +124,9 @@ def judge(outcomes: pd.DataFrame, arms: Sequence[str], settings, validity: list[
         gate_v = apply_references(gate_v, *refs)
     for v in (gate_v.arms if gate_v is not None else ()):  # the verdicts after Holm's correction
         arm_extra[v.arm].update(arm_numbers(v))
+        # the judged view cannot be told from the untrained student (refs[1]): the one-line
+        # verdict reads this decision instead of making it again (verdict.plain_verdict)
+        arm_extra[v.arm]["untrained_tie"] = v.arm in refs[1]
     verdict = "invalid" if not valid or any(x.get("verdict") == "invalid" for x in arm_extra.values()) \
         else (gate_v.verdict if gate_v is not None else "not_separated")
     if verdict == "invalid" and valid:  # every pilot ok, but an arm had no paired outcomes

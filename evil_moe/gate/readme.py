@@ -39,7 +39,7 @@ def verdict_record(gate: dict) -> dict:
     criteria (``drop_vs_vanilla``, ``beats_control``: value, interval, the two rates), the
     positive control's (and ``compare.min_seeds``, for a gate too small to judge), and ``plain``:
     :func:`evil_moe.gate.verdict.plain_verdict` of it."""
-    keep = ("role", "verdict", "needed_seeds", "needed_problems", "needed_samples")
+    keep = ("role", "verdict", "needed_seeds", "needed_problems", "needed_samples", "untrained_tie")
     crit = [{k: c.get(k) for k in ("name", "arm", "control", "view", "value", "ci_low", "ci_high")}
             | {"effect": {k: (c.get("effect") or {}).get(k) for k in ("mean_a", "mean_b")}}
             for c in gate.get("criteria", []) if c.get("name") in ("drop_vs_vanilla", "beats_control")]

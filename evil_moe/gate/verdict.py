@@ -279,22 +279,21 @@ def _arm_plain(arm: str, info: dict, crit: dict[str, dict]) -> str:
 
 
 def _untrained_plain(info: dict, view: str | None) -> str:
-    """``", but its … view cannot be told from the untrained student (…)"`` when the judged
-    view's hack-rate and pass-rate changes vs the untrained student (``gate.json`` ``arms`` →
-    ``rates``: ``drop_vs_untrained``, ``pass_drop_vs_untrained`` with their intervals) both hold
-    zero; empty otherwise or without an untrained reference. The gate's reason says the same
-    (:func:`evil_moe.gate.rule.apply_references`); here it reaches the one-line verdict, since a
-    drop vs vanilla means little when the arm has done nothing not training would not."""
+    """``", but its … view cannot be told from the untrained student (…)"`` when the gate found
+    the judged view's hack-rate and pass-rate changes vs the untrained student both to hold zero
+    (``gate.json`` ``arms`` → ``untrained_tie``, decided once by
+    :func:`evil_moe.gate.judge.references`; its reason says the same), with the numbers of
+    ``rates`` (``drop_vs_untrained``, ``pass_drop_vs_untrained`` and their intervals) as changes;
+    empty otherwise or without an untrained reference. A drop vs vanilla means little when the arm
+    has done nothing not training would not."""
     r = next((r for r in info.get("rates") or [] if r.get("view") == view), None)
     keys = ("drop_vs_untrained", "untrained_ci_low", "untrained_ci_high",
             "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high")
-    if r is None or any(r.get(k) is None for k in keys):
+    if not info.get("untrained_tie") or r is None or any(r.get(k) is None for k in keys):
         return ""
     hack = {"value": r["drop_vs_untrained"], "ci_low": r["untrained_ci_low"], "ci_high": r["untrained_ci_high"]}
     pass_ = {"value": r["pass_drop_vs_untrained"], "ci_low": r["pass_untrained_ci_low"],
              "ci_high": r["pass_untrained_ci_high"]}
-    if not all(x["ci_low"] <= 0 <= x["ci_high"] for x in (hack, pass_)):
-        return ""
     return (f", but its {view} view cannot be told from the untrained student (change vs untrained: hack "
             f"rate {change_text(hack)}, pass rate {change_text(pass_)})")
 
