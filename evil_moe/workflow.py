@@ -186,7 +186,9 @@ def put_own_bin_on_path(environ: dict | None = None) -> str:
 
     env = os.environ if environ is None else environ
     own = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([own, env.get("PATH", "")])
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != own:  # idempotent: the Snakefile may be read more than once
+        env["PATH"] = os.pathsep.join([own, path])
     return own
 
 

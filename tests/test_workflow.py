@@ -125,3 +125,20 @@ def test_the_venv_s_snakemake_finds_evil_moe_without_activation(tmp_path):
     proc = snakemake(tmp_path, "--cores", "1", "results/problems.jsonl", extra_env={"PATH": path}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "results" / "problems.jsonl").stat().st_size > 0
+
+
+def test_put_own_bin_on_path_puts_the_interpreter_s_folder_first_once():
+    """The interpreter's bin folder goes first on PATH, and a second call (the Snakefile read
+    again) does not add it twice."""
+    import os
+    import sys
+
+    from evil_moe.workflow import put_own_bin_on_path
+
+    env = {"PATH": os.pathsep.join(["/usr/bin", "/bin"])}
+    own = put_own_bin_on_path(env)
+    assert own == str(Path(sys.executable).parent)
+    assert env["PATH"] == os.pathsep.join([own, "/usr/bin", "/bin"])
+    put_own_bin_on_path(env)
+    assert env["PATH"] == os.pathsep.join([own, "/usr/bin", "/bin"])
+    assert put_own_bin_on_path({}) == own
