@@ -35,7 +35,12 @@ GRADER = textwrap.dedent("""\
         sys.exit(0)          # never closed: the interpreter exits with the grader alive
     if sys.argv[1] == "os_exit":
         os._exit(0)          # no exit handlers at all (as after SIGKILL)
-    time.sleep(120)          # wait for a signal
+    # Wait for a signal in short sleeps: a signal that lands between the interpreter's last
+    # check and the sleep's system call only sets a flag, which one long sleep would not look
+    # at until it ends (CI saw a 120-s sleep outlast the test's 60-s wait).
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        time.sleep(0.05)
     """)
 
 
@@ -82,6 +87,26 @@ def test_a_signalled_grader_leaves_nothing_and_keeps_its_exit_status(tmp_path, i
     proc, dirs = _grader(tmp_path, "wait", isolation)
     proc.send_signal(sig)
     assert proc.wait(60) == -sig  # the signal's default action, after the clean-up
+    assert _folders(tmp_path) == []
+
+
+def test_a_signal_as_soon_as_the_parent_folder_exists_removes_it(tmp_path):
+    """The earliest SIGTERM that can find a folder on disk (sent the moment ``mkdir`` returns,
+    as a scheduler's can at start-up) still removes it: CI once saw one left behind when the
+    handler was installed after the folder was made."""
+    child = textwrap.dedent("""\
+        import os, signal
+        from evil_moe.env import sandbox_dirs
+        real = os.mkdir
+        def mkdir_then_sigterm(path, mode=0o777):
+            real(path, mode)
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.mkdir = mkdir_then_sigterm
+        sandbox_dirs.make_parent()
+        """)
+    proc = subprocess.run([sys.executable, "-c", child], env={**os.environ, "TMPDIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
     assert _folders(tmp_path) == []
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import signal
 import socket
 import tempfile
@@ -93,14 +94,29 @@ def owner_gone(owner: dict) -> bool:
 def make_parent() -> str:
     """A new parent folder for this process's zygote folders (``0o755``: a zygote that drops to
     its own uid must reach its folder), with ``owner.json``; registered for removal at exit and
-    on :data:`SIGNALS` (:func:`release` removes it)."""
-    parent = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}_")
+    on :data:`SIGNALS` (:func:`release` removes it).
+
+    The handlers are installed and the name registered *before* the folder is made, so a signal
+    that arrives as soon as the folder exists (a scheduler's SIGTERM at start-up) removes it: a
+    name registered but not yet made costs nothing to remove. Raises OSError when the temporary
+    folder cannot be written."""
+    _install_handlers()
+    root = tempfile.gettempdir()
+    while True:
+        parent = os.path.join(root, f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}")
+        _LIVE[parent] = (os.getpid(), None)
+        try:
+            os.mkdir(parent, 0o700)
+            break
+        except FileExistsError:  # a dead process with our pid left it: the sweep's to remove
+            _LIVE.pop(parent, None)
+        except OSError:
+            _LIVE.pop(parent, None)
+            raise
     os.chmod(parent, 0o755)
     tmp = Path(parent) / f".{OWNER}"
     tmp.write_text(json.dumps(identity()))
     tmp.replace(Path(parent) / OWNER)
-    _LIVE[parent] = (os.getpid(), None)
-    _install_handlers()
     return parent
 
 
