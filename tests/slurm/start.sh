@@ -119,11 +119,22 @@ CONF
 # Clients find the config at Slurm's default path too: the Snakemake plugin's job step drops
 # every SLURM_* variable (SLURM_CONF included) before its nested srun. Link it there, but never
 # replace a real cluster's config.
+# A link left by another test cluster of ours (another state dir, e.g. from a machine image
+# taken while one ran) is replaced when that cluster's slurmctld is no longer alive.
 SYS_CONF=/etc/slurm/slurm.conf
+MARK="# Written by tests/slurm/start.sh"
 if [[ -L "$SYS_CONF" && "$(readlink "$SYS_CONF")" == "$SLURM_CONF" ]]; then
   :
+elif [[ -L "$SYS_CONF" ]] && { [[ ! -e "$SYS_CONF" ]] || [[ "$(head -n1 "$SYS_CONF")" == "$MARK"* ]]; }; then
+  OTHER_CONF="$(readlink "$SYS_CONF")"
+  OTHER_DIR="$(dirname "$(dirname "$OTHER_CONF")")"
+  if [[ -s "$OTHER_DIR/pids/slurmctld.pid" ]] && kill -0 "$(cat "$OTHER_DIR/pids/slurmctld.pid")" 2>/dev/null; then
+    die "$SYS_CONF links to another test cluster that is running ($OTHER_DIR); stop it first: EVIL_MOE_SLURM_DIR=$OTHER_DIR tests/slurm/stop.sh"
+  fi
+  echo "slurm: replacing $SYS_CONF, a stale link to a stopped test cluster ($OTHER_CONF)"
+  ln -sfn "$SLURM_CONF" "$SYS_CONF"
 elif [[ -e "$SYS_CONF" || -L "$SYS_CONF" ]]; then
-  die "$SYS_CONF exists and is not this test cluster's (a link to $SLURM_CONF); not touching it"
+  die "$SYS_CONF exists and is not a test cluster's (not a link to a file this script wrote); not touching it"
 else
   mkdir -p /etc/slurm
   ln -s "$SLURM_CONF" "$SYS_CONF"
