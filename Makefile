@@ -52,7 +52,7 @@ readme-figure: $(BIN)/.installed
 	$(BIN)/evil-moe readme-figure --results results
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n 3 --dist loadscope --no-loadscope-reorder
 
 test-fast: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -m "not slow and not slurm"

@@ -88,7 +88,7 @@ def _long_modules_first(items):
     """Long modules first: those whose every test is marked slow or slurm (the end-to-end
     workflows; the Slurm one, the longest, before the others), then those with some slow test,
     then the rest; within each group, modules with more slow tests first (the shared toy run's
-    module before a one-test module), then file order. With ``make test``'s ``--dist loadscope
+    module before a one-test module), then file order. With ``make test``'s ``-n 3 --dist loadscope
     --no-loadscope-reorder`` each xdist worker starts on one of the long modules and the short
     ones fill in around them (xdist's own reorder, by test count, started the two longest
     modules last)."""
