@@ -20,7 +20,10 @@ LOGS="$DIR/logs"
 export SLURM_CONF="$ETC/slurm.conf"
 
 die() { echo "tests/slurm/start.sh: $*" >&2; exit 1; }
-alive() { [[ -s "$PIDS/$1.pid" ]] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
+# A PID file names a live daemon only if that PID runs the daemon's program: a state dir copied
+# from another machine (or left by a reboot) holds PIDs that other processes may now have.
+runs() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null && [[ "$(cat "/proc/$(cat "$1")/comm" 2>/dev/null)" == "$2" ]]; }
+alive() { runs "$PIDS/$1.pid" "$1"; }
 
 for exe in munged munge unmunge slurmctld slurmd sinfo scontrol; do
   command -v "$exe" >/dev/null || [[ -x "/usr/sbin/$exe" ]] || die "$exe not found (apt-get install slurmctld slurmd slurm-client munge)"
@@ -128,7 +131,7 @@ if [[ -L "$SYS_CONF" && "$(readlink "$SYS_CONF")" == "$SLURM_CONF" ]]; then
 elif [[ -L "$SYS_CONF" ]] && { [[ ! -e "$SYS_CONF" ]] || [[ "$(head -n1 "$SYS_CONF")" == "$MARK"* ]]; }; then
   OTHER_CONF="$(readlink "$SYS_CONF")"
   OTHER_DIR="$(dirname "$(dirname "$OTHER_CONF")")"
-  if [[ -s "$OTHER_DIR/pids/slurmctld.pid" ]] && kill -0 "$(cat "$OTHER_DIR/pids/slurmctld.pid")" 2>/dev/null; then
+  if runs "$OTHER_DIR/pids/slurmctld.pid" slurmctld; then
     die "$SYS_CONF links to another test cluster that is running ($OTHER_DIR); stop it first: EVIL_MOE_SLURM_DIR=$OTHER_DIR tests/slurm/stop.sh"
   fi
   echo "slurm: replacing $SYS_CONF, a stale link to a stopped test cluster ($OTHER_CONF)"

@@ -7,7 +7,11 @@ DIR="${EVIL_MOE_SLURM_DIR:-/tmp/evil_moe_slurm}"
 PIDS="$DIR/pids"
 export SLURM_CONF="$DIR/etc/slurm.conf"
 
-if [[ -s "$PIDS/slurmctld.pid" ]] && kill -0 "$(cat "$PIDS/slurmctld.pid")" 2>/dev/null; then
+# A recorded PID is ours only if it still runs the daemon's program (a stale PID file, from a
+# reboot or a copied state dir, may name an unrelated process: that one is never signalled).
+runs() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null && [[ "$(cat "/proc/$(cat "$1")/comm" 2>/dev/null)" == "$2" ]]; }
+
+if runs "$PIDS/slurmctld.pid" slurmctld; then
   scancel --user="$(id -un)" 2>/dev/null || true
 fi
 
@@ -15,7 +19,7 @@ stop_pid() {  # name
   local file="$PIDS/$1.pid" pid
   [[ -s "$file" ]] || return 0
   pid="$(cat "$file")"
-  if kill -0 "$pid" 2>/dev/null; then
+  if runs "$file" "$1"; then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then
