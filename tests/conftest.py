@@ -16,6 +16,20 @@ atexit.register(shutil.rmtree, _SVD, ignore_errors=True)
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Torch's thread count after each test is what it was before: a test that changes it (an
+    in-process CLI applying a stage's ``threads``) would otherwise change the float reduction
+    order, and so the numbers, of the tests after it on the same xdist worker."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    if before is not None and torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def one_thread():
     """Tiny models on a busy 2-core machine: one torch thread is ~10x faster than two."""
