@@ -213,3 +213,52 @@ def test_greedy_rows_follow_the_argmax(toy):
         want = logits[i, p0 - 1:p0 - 1 + len(r.completion_ids)].argmax(-1).tolist()
         assert r.completion_ids == want
     torch.testing.assert_close(b.align([r.behaviour_logp for r in rs]), lp, rtol=0, atol=2e-5)
+
+
+def test_reserved_cache_decodes_bit_for_bit_as_the_dynamic_cache(toy, monkeypatch):
+    """The sampler's preallocated KV cache (reserve_cache) changes no draw and no log-prob, with
+    rows leaving the batch mid-call; reference: the same decode on transformers' DynamicCache."""
+    import evil_moe.model.logprobs as lp
+    from evil_moe.rl.rollout import _decode
+
+    m2, tok = build_tiny(seed=2)
+    eos = tok.eos_token_id
+    with torch.no_grad():
+        m2.lm_head.weight[eos] += 0.5  # eos likely enough that rows finish at different steps
+    kw = dict(T_eff=1.5, greedy=False, top_p=0.9, max_new=24, seed=5, eos={eos}, pad_id=eos)
+    calls = []
+    real = lp.reserve_cache
+    monkeypatch.setattr(lp, "reserve_cache", lambda c, e: calls.append(real(c, e)) or calls[-1])
+    with torch.no_grad():
+        reserved = _decode(m2, _prompts(tok), 6, **kw)
+    monkeypatch.setattr(lp, "reserve_cache", lambda c, e: False)
+    with torch.no_grad():
+        dynamic = _decode(m2, _prompts(tok), 6, **kw)
+    assert calls == [True]
+    seqs = reserved[0]
+    lengths = [int((row != eos).sum()) for row in seqs]
+    assert len(set(lengths)) > 2 and max(lengths) == 24  # rows did leave the batch early
+    assert torch.equal(seqs, dynamic[0])
+    for a, b in zip(reserved[1], dynamic[1]):
+        assert torch.equal(a, b)
+
+
+def test_reserved_cache_refuses_to_outgrow_its_room(toy):
+    from transformers import DynamicCache
+
+    from evil_moe.model.logprobs import reserve_cache
+
+    cache = DynamicCache()
+    k = torch.randn(3, 2, 5, 4)
+    cache.update(k, k + 1, 0)
+    assert reserve_cache(cache, 2) and cache.get_seq_length() == 5
+    new = torch.randn(3, 2, 1, 4)
+    keys, values = cache.update(new, new + 1, 0)
+    assert torch.equal(keys, torch.cat([k, new], dim=-2))
+    assert torch.equal(values, torch.cat([k + 1, new + 1], dim=-2))
+    cache.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(cache.layers[0].keys, torch.cat([k, new], dim=-2)[[2, 0]])
+    cache.update(new[:2], new[:2], 0)
+    with pytest.raises(RuntimeError, match="holds 7 positions; 8 were asked for"):
+        cache.update(new[:2], new[:2], 0)
+    assert not reserve_cache(DynamicCache(), 4)  # nothing prefilled: nothing to reserve

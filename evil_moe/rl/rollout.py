@@ -308,11 +308,13 @@ def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bo
     the CPU, ``N = len(prompts)·n``, ``T'`` the longest completion (padded with ``pad_id`` after
     a row's eos).
 
-    The loop, close to the hardware (docs/internals.md, "The sampler"):
+    The loop, close to the hardware (docs/internals.md, `rl/rollout.py`):
 
     * each distinct prompt is prefilled once (``len(prompts)`` rows, right-padded; a row's
       padding stays in its KV cache as masked holes, positions come from ``position_ids``) and
-      its cache is copied to its ``n`` rows (``DynamicCache.batch_select_indices``);
+      its cache is copied to its ``n`` rows (``DynamicCache.batch_select_indices``), with room
+      for ``max_new`` more positions (:func:`~evil_moe.model.logprobs.reserve_cache`: no
+      per-step copy of the whole cache);
     * each step forwards the active rows' last ids only (``logits_to_keep=1``) and draws each
       row's next id from ``softmax(processed logits)`` by :func:`inverse_cdf` with the row's
       own uniform (:func:`row_uniforms` of :func:`row_keys` ``(seed, prompt_index,
@@ -323,7 +325,7 @@ def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bo
       distribution and the sampler log-prob (the processed distribution the id was drawn from:
       after the nucleus truncation) are taken from the very logits the id was drawn with.
     """
-    from evil_moe.model.logprobs import cache_kwarg, prefill, top_p_logits
+    from evil_moe.model.logprobs import cache_kwarg, prefill, reserve_cache, top_p_logits
 
     device = next(model.parameters()).device
     P, N = len(prompts), len(prompts) * n
@@ -336,6 +338,7 @@ def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bo
     rp = row_prompt.to(device)
     logits = last.index_select(0, rp)  # (N, V): the rows of a prompt share its logits
     cache.batch_select_indices(rp)  # each row gets its prompt's cache
+    reserve_cache(cache, max_new)  # room for the completions: no per-step copy of the cache
     Lp = att.shape[1]
     att_rows = torch.ones(N, Lp + max_new, dtype=torch.long, device=device)
     att_rows[:, :Lp] = att.index_select(0, rp)
