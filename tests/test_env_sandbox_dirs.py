@@ -22,7 +22,11 @@ from stage_fixtures import evil_moe_cmd, set_flags, subprocess_env
 
 # A grader that grades one completion, prints its zygote folders, then ends as argv[1] says.
 GRADER = textwrap.dedent("""\
-    import os, sys, time
+    import os, signal, sys, time
+    # The case under test is a process that SIGTERM and SIGHUP end: a disposition inherited as
+    # ignored (`nohup make test` ignores SIGHUP) leaves the grader nothing to handle.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     from evil_moe.env.grader import Grader
     from evil_moe.env.problems import load_problems
 
