@@ -350,50 +350,32 @@ def _reserved_layer_class():
     class ReservedLayer(DynamicLayer):
         """A full-attention cache layer whose keys and values live in preallocated ``(B, H,
         capacity, D)`` buffers: ``update`` writes the new positions into the next free slots and
-        returns views of the filled part, instead of ``torch.cat``-ing the whole cache every step."""
+        returns views of the filled part, instead of ``torch.cat``-ing the whole cache every step.
+        ``keys``/``values`` are always those views, so the inherited length, mask sizes and
+        ``crop`` read them as they are."""
 
         def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int):
             super().__init__()
-            B, H, L, D = keys.shape
+            B, H, L, _ = keys.shape
             self.device, self.is_initialized = keys.device, True
-            self.buf_k = keys.new_empty(B, H, capacity, D)
+            self.buf_k = keys.new_empty(B, H, capacity, keys.shape[-1])
             self.buf_v = values.new_empty(B, H, capacity, values.shape[-1])
-            self.buf_k[:, :, :L] = keys
-            self.buf_v[:, :, :L] = values
-            self.length = L
-            self._views()
-
-        def _views(self) -> None:
-            self.keys = self.buf_k[:, :, :self.length]
-            self.values = self.buf_v[:, :, :self.length]
+            self.buf_k[:, :, :L], self.buf_v[:, :, :L] = keys, values
+            self.keys, self.values = self.buf_k[:, :, :L], self.buf_v[:, :, :L]
 
         def update(self, key_states, value_states, *args, **kwargs):
-            n = key_states.shape[-2]
-            if self.length + n > self.buf_k.shape[-2]:
+            L, n = self.keys.shape[-2], key_states.shape[-2]
+            if L + n > self.buf_k.shape[-2]:
                 raise RuntimeError(f"the reserved KV cache holds {self.buf_k.shape[-2]} positions; "
-                                   f"{self.length + n} were asked for")
-            self.buf_k[:, :, self.length:self.length + n] = key_states
-            self.buf_v[:, :, self.length:self.length + n] = value_states
-            self.length += n
-            self._views()
+                                   f"{L + n} were asked for")
+            self.buf_k[:, :, L:L + n], self.buf_v[:, :, L:L + n] = key_states, value_states
+            self.keys, self.values = self.buf_k[:, :, :L + n], self.buf_v[:, :, :L + n]
             return self.keys, self.values
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
+            L = self.keys.shape[-2]
             self.buf_k, self.buf_v = self.buf_k[indices], self.buf_v[indices]
-            self._views()
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            self.buf_k = self.buf_k.repeat_interleave(repeats, dim=0)
-            self.buf_v = self.buf_v.repeat_interleave(repeats, dim=0)
-            self._views()
-
-        def crop(self, tokens_to_remove: int) -> None:
-            super().crop(tokens_to_remove)
-            self.length = self.keys.shape[-2]
-            self._views()
-
-        def reset(self) -> None:
-            raise RuntimeError("a reserved KV cache is not reset; build a new one")
+            self.keys, self.values = self.buf_k[:, :, :L], self.buf_v[:, :, :L]
 
     return ReservedLayer
 
