@@ -132,10 +132,9 @@ def test_make_teacher_resumes_to_the_same_teacher(world, tmp_path, method):
 
     extra = (*MAKE_SETS, f"sft.method={method}", "sft.steps=5", "sft.checkpoint_every=2",
              "sft.batch_size=4", "sft.eval_samples=1", "sft.eval_base=false", "sft.threads=1")
+    # sft.threads=1: the CLI's resume below sets torch's threads to sft.threads, and the runs in
+    # this process use one_thread's count; two counts would differ in the weights' last bits.
     kw = dict(problems_path=str(world.problems), model_path=str(world.student))
-    # The CLI's resume below sets torch's threads to sft.threads: the runs in this process use
-    # the same count, or the float reduction order (and the weights' last bits) would differ.
-    torch.set_num_threads(1)
     run_make_teacher(cfg_of(*extra), out_dir=str(tmp_path / "whole"), **kw)
     assert run_make_teacher(cfg_of(*extra), out_dir=str(tmp_path / "cut"), stop_after=3, **kw) is None
     assert (tmp_path / "cut" / "_work" / "checkpoint.pt").is_file()

@@ -74,7 +74,6 @@ def test_toy_student_alone_equals_the_pair_run(world, tmp_path):
 
     from evil_moe.stages.toy import train_toy_models
 
-    torch.set_num_threads(1)  # the world's pair run's arithmetic (stage_fixtures.build_world)
     rows = train_toy_models(cfg_of(), problems_path=str(world.problems), out_dir=str(tmp_path),
                             which=("student",))
     assert [r["model"] for r in rows] == ["student"] and not (tmp_path / "teacher").exists()
