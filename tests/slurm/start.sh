@@ -20,9 +20,7 @@ LOGS="$DIR/logs"
 export SLURM_CONF="$ETC/slurm.conf"
 
 die() { echo "tests/slurm/start.sh: $*" >&2; exit 1; }
-# A PID file names a live daemon only if that PID runs the daemon's program: a state dir copied
-# from another machine (or left by a reboot) holds PIDs that other processes may now have.
-runs() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null && [[ "$(cat "/proc/$(cat "$1")/comm" 2>/dev/null)" == "$2" ]]; }
+source "$(dirname "$0")/pids.sh"  # runs FILE PROGRAM
 alive() { runs "$PIDS/$1.pid" "$1"; }
 
 for exe in munged munge unmunge slurmctld slurmd sinfo scontrol; do

@@ -7,9 +7,7 @@ DIR="${EVIL_MOE_SLURM_DIR:-/tmp/evil_moe_slurm}"
 PIDS="$DIR/pids"
 export SLURM_CONF="$DIR/etc/slurm.conf"
 
-# A recorded PID is ours only if it still runs the daemon's program (a stale PID file, from a
-# reboot or a copied state dir, may name an unrelated process: that one is never signalled).
-runs() { [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null && [[ "$(cat "/proc/$(cat "$1")/comm" 2>/dev/null)" == "$2" ]]; }
+source "$(dirname "$0")/pids.sh"  # runs FILE PROGRAM
 
 if runs "$PIDS/slurmctld.pid" slurmctld; then
   scancel --user="$(id -un)" 2>/dev/null || true
