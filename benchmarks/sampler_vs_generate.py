@@ -7,8 +7,10 @@ and top-p of ``config/smollm2.yaml``'s pilot, the pilot's thread count. Both sam
 adapter merged into the weights:
 
 * ``ours`` — :func:`~evil_moe.rl.rollout.generate` as the pilot calls it: each distinct prompt
-  prefilled once, finished rows leave the batch, per-row seeded draws, and the behaviour
-  log-probs, entropies and sampler log-probs recorded for every token;
+  prefilled once and its keys and values read once per group at each decode step
+  (shared-prompt attention; ``--no-shared-prompt``: each row reads its own copy), finished
+  rows leave the batch, per-row seeded draws, and the behaviour log-probs, entropies and
+  sampler log-probs recorded for every token;
 * ``plain`` — ``model.generate`` on the left-padded ``prompts × group`` rows (``do_sample``,
   the same temperature, top-p, ``top_k=0``, eos; nothing recorded): what a sampler that treats
   rows independently costs, without any log-prob bookkeeping.
@@ -118,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new", type=int, default=None, help="default: pilot.max_new")
     ap.add_argument("--calls", type=int, default=2, help="calls of each sampler (alternated)")
     ap.add_argument("--quick", action="store_true", help="tiny test model, smoke mode")
+    ap.add_argument("--no-shared-prompt", action="store_true",
+                    help="ours with each row copying its prompt's cache (the reference for the "
+                         "shared-prompt attention's gain)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     args.cache = str(Path(args.cache).resolve())
@@ -142,7 +147,8 @@ def main(argv=None) -> int:
         for name in (("ours", "plain") if c % 2 == 0 else ("plain", "ours")):
             t, cpu = time.perf_counter(), time.process_time()
             if name == "ours":
-                rolls = generate(model, tok, batch, seed=c, adapter=adapter, **kw)
+                rolls = generate(model, tok, batch, seed=c, adapter=adapter,
+                                 shared_prompt=not args.no_shared_prompt, **kw)
                 n_tok = sum(len(r.completion_ids) for r in rolls)
             else:
                 n_tok = plain_generate(model, tok, adapter, batch, seed=c, **kw)

@@ -225,7 +225,8 @@ def test_reserved_cache_decodes_bit_for_bit_as_the_dynamic_cache(toy, monkeypatc
     eos = tok.eos_token_id
     with torch.no_grad():
         m2.lm_head.weight[eos] += 0.5  # eos likely enough that rows finish at different steps
-    kw = dict(T_eff=1.5, greedy=False, top_p=0.9, max_new=24, seed=5, eos={eos}, pad_id=eos)
+    kw = dict(T_eff=1.5, greedy=False, top_p=0.9, max_new=24, seed=5, eos={eos}, pad_id=eos,
+              shared_prompt=False)  # each row's own copy of its prompt's cache (reserved)
     calls = []
     real = lp.reserve_cache
     monkeypatch.setattr(lp, "reserve_cache", lambda c, e: calls.append(real(c, e)) or calls[-1])

@@ -6,7 +6,8 @@ completion the generated token ids (never re-tokenised from text) and the behavi
 each of those ids under the model that generated them. The loop is built for throughput where
 ``model.generate`` spends most of its time (issue 30: ~92% of a toy decode step was Python and
 dispatch, and static batches decoded until the longest row stopped): each distinct prompt is
-prefilled once and its KV cache copied to its group's rows, finished rows leave the batch, and
+prefilled once and its keys and values kept once for its whole group, each decode step reading
+them once per group (:mod:`evil_moe.model.shared_prompt`), finished rows leave the batch, and
 nothing per-vocabulary is stored. Each row draws its ids from its own counter-based random stream
 (:func:`row_keys`, :func:`row_uniforms`: SplitMix64 keyed by ``(seed, prompt_index,
 sample_index)``) by inverse-CDF sampling (:func:`inverse_cdf`), so the same seed gives the same
@@ -109,7 +110,7 @@ def _eos_ids(model, tokenizer) -> set[int]:
 def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 1,
              max_new: int = 256, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
              adapter=None, source: str = "student", behaviour: str = "auto",
-             engine=None) -> list[Rollout]:
+             engine=None, shared_prompt: bool = True) -> list[Rollout]:
     """Sample ``n`` completions per prompt in one batched decode loop (:func:`_decode`).
 
     Args:
@@ -138,10 +139,11 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
             :data:`FORWARD_ROWS`; the check of the first).
         engine: optional sampling engine (:class:`evil_moe.rl.vllm_sampler.VLLMSampler`,
             ``pilot.sampler: vllm``): it is synced with the (merged) weights of the adapter's
-            current mode, samples the ids and returns its own log-probs, recorded as
-            ``sampler_logp``; ``behaviour_logp`` and ``entropy`` still come from a ``no_grad``
-            forward of this model (``behaviour="forward"``), so the pilot's ``sampler_gap_*``
-            columns measure the drift between the two engines.
+            current mode, samples the ids and returns its own log-probs (``sampler_logp``);
+            ``behaviour_logp`` and ``entropy`` come from a ``no_grad`` forward of this model
+            (``behaviour="forward"``): ``sampler_gap_*`` is the drift between the two.
+        shared_prompt: with ``n > 1``, each prompt's keys and values kept once for its group
+            (:mod:`evil_moe.model.shared_prompt`); False: each row copies them (the reference).
 
     Returns:
         ``P·n`` :class:`Rollout` in prompt-major order (prompt 0's n samples first).
@@ -172,7 +174,7 @@ def generate(model, tokenizer, prompt_ids: Sequence[Sequence[int]], *, n: int = 
         with adapter.merged() if adapter is not None else contextlib.nullcontext():
             seqs, scores = _decode(model, prompts, n, T_eff=T_eff, greedy=temperature == 0,
                                    top_p=top_p, max_new=max_new, seed=seed, eos=eos,
-                                   pad_id=int(pad_id))
+                                   pad_id=int(pad_id), shared_prompt=shared_prompt)
     seqs = seqs.cpu()
     cuts = [next((j + 1 for j, t in enumerate(seqs[i].tolist()) if t in eos), None)  # eos kept
             for i in range(len(rows))]
@@ -302,7 +304,8 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bool,
-            top_p: float, max_new: int, seed: int, eos: set[int], pad_id: int):
+            top_p: float, max_new: int, seed: int, eos: set[int], pad_id: int,
+            shared_prompt: bool = True):
     """Sample ``n`` completions of each prompt: ``(seqs (N, T') long on the CPU, scores)``, rows
     prompt-major, ``scores = (behaviour_logp, entropy, sampler_logp)`` each ``(N, T')`` fp32 on
     the CPU, ``N = len(prompts)·n``, ``T'`` the longest completion (padded with ``pad_id`` after
@@ -310,11 +313,10 @@ def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bo
 
     The loop, close to the hardware (docs/internals.md, `rl/rollout.py`):
 
-    * each distinct prompt is prefilled once (``len(prompts)`` rows, right-padded; a row's
-      padding stays in its KV cache as masked holes, positions come from ``position_ids``) and
-      its cache is copied to its ``n`` rows (``DynamicCache.batch_select_indices``), with room
-      for ``max_new`` more positions (:func:`~evil_moe.model.logprobs.reserve_cache`: no
-      per-step copy of the whole cache);
+    * each distinct prompt is prefilled once (``len(prompts)`` rows, right-padded) and its
+      group's rows share it (:func:`_row_caches`): with ``shared_prompt`` (and ``n > 1``) its
+      keys and values are kept once and read once per group each step
+      (:mod:`evil_moe.model.shared_prompt`, cascade attention); otherwise each row gets a copy;
     * each step forwards the active rows' last ids only (``logits_to_keep=1``) and draws each
       row's next id from ``softmax(processed logits)`` by :func:`inverse_cdf` with the row's
       own uniform (:func:`row_uniforms` of :func:`row_keys` ``(seed, prompt_index,
@@ -325,7 +327,7 @@ def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bo
       distribution and the sampler log-prob (the processed distribution the id was drawn from:
       after the nucleus truncation) are taken from the very logits the id was drawn with.
     """
-    from evil_moe.model.logprobs import cache_kwarg, prefill, reserve_cache, top_p_logits
+    from evil_moe.model.logprobs import cache_kwarg, prefill, top_p_logits
 
     device = next(model.parameters()).device
     P, N = len(prompts), len(prompts) * n
@@ -335,49 +337,78 @@ def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bo
     truncate = not greedy and top_p < 1.0
     ckw = cache_kwarg(model)
     cache, last, att, plen = prefill(model, prompts, pad_id, device)
-    rp = row_prompt.to(device)
-    logits = last.index_select(0, rp)  # (N, V): the rows of a prompt share its logits
-    cache.batch_select_indices(rp)  # each row gets its prompt's cache
-    reserve_cache(cache, max_new)  # room for the completions: no per-step copy of the cache
+    logits = last.index_select(0, row_prompt.to(device))  # (N, V): a prompt's rows share its logits
+    ctx, att_rows, pos0 = _row_caches(model, cache, att, plen, row_prompt, max_new, shared_prompt)
     Lp = att.shape[1]
-    att_rows = torch.ones(N, Lp + max_new, dtype=torch.long, device=device)
-    att_rows[:, :Lp] = att.index_select(0, rp)
-    pos0 = plen.to(device).index_select(0, rp)
-
     seqs = torch.full((N, max_new), int(pad_id), dtype=torch.long, device=device)
-    picked = torch.zeros(N, max_new, device=device)
-    ent = torch.zeros(N, max_new, device=device)
-    sampler = torch.zeros(N, max_new, device=device)
+    picked, ent, sampler = (torch.zeros(N, max_new, device=device) for _ in range(3))
     active = torch.arange(N, device=device)  # the batch's rows, as row numbers
     active_np = np.arange(N)  # the same on the host (the keys' index; no device sync)
     t_end = 0
-    for t in range(max_new):
-        z = logits.float() / T_eff
-        logz = torch.log_softmax(z, dim=-1)
-        if greedy:
-            tok, slog = z.argmax(dim=-1), logz
-        else:
-            slog = torch.log_softmax(top_p_logits(z, top_p), dim=-1) if truncate else logz
-            u = torch.from_numpy(row_uniforms(keys[active_np], t)).to(device)
-            tok = inverse_cdf(slog.exp(), u)
-        seqs[active, t] = tok
-        picked[active, t] = logz.gather(-1, tok[:, None]).squeeze(1)
-        ent[active, t] = -(logz.exp() * logz).sum(-1)
-        sampler[active, t] = slog.gather(-1, tok[:, None]).squeeze(1)
-        t_end = t + 1
-        alive = (~torch.isin(tok, eos_t)).cpu().numpy()  # the step's one device sync
-        if t + 1 == max_new or not alive.any():
-            break
-        if not alive.all():  # finished rows leave the batch
-            sel = torch.from_numpy(alive.nonzero()[0]).to(device)
-            cache.batch_select_indices(sel)
-            active, tok, active_np = active[sel], tok[sel], active_np[alive]
-        logits = model(input_ids=tok[:, None], attention_mask=att_rows[active, :Lp + t + 1],
-                       position_ids=(pos0[active] + t)[:, None], use_cache=True,
-                       logits_to_keep=1, **{ckw: cache}).logits[:, -1]
+    with ctx as shared:  # None: each row has its own copy of its prompt's cache
+        extra = {} if shared is None else {"shared_prompt": shared}
+        for t in range(max_new):
+            z = logits.float() / T_eff
+            logz = torch.log_softmax(z, dim=-1)
+            if greedy:
+                tok, slog = z.argmax(dim=-1), logz
+            else:
+                slog = torch.log_softmax(top_p_logits(z, top_p), dim=-1) if truncate else logz
+                u = torch.from_numpy(row_uniforms(keys[active_np], t)).to(device)
+                tok = inverse_cdf(slog.exp(), u)
+            seqs[active, t] = tok
+            picked[active, t] = logz.gather(-1, tok[:, None]).squeeze(1)
+            ent[active, t] = -(logz.exp() * logz).sum(-1)
+            sampler[active, t] = slog.gather(-1, tok[:, None]).squeeze(1)
+            t_end = t + 1
+            alive = (~torch.isin(tok, eos_t)).cpu().numpy()  # the step's one device sync
+            if t + 1 == max_new or not alive.any():
+                break
+            if not alive.all():  # finished rows leave the batch
+                sel = torch.from_numpy(alive.nonzero()[0]).to(device)
+                cache.batch_select_indices(sel)
+                active, tok, active_np = active[sel], tok[sel], active_np[alive]
+                if shared is not None:
+                    shared.select(row_prompt[torch.from_numpy(active_np)])
+            mask = None if shared is not None else att_rows[active, :Lp + t + 1]
+            logits = model(input_ids=tok[:, None], attention_mask=mask,
+                           position_ids=(pos0[active] + t)[:, None], use_cache=True,
+                           logits_to_keep=1, **{ckw: cache}, **extra).logits[:, -1]
     del cache
     cut = slice(0, t_end)
     return seqs[:, cut].cpu(), (picked[:, cut].cpu(), ent[:, cut].cpu(), sampler[:, cut].cpu())
+
+
+def _row_caches(model, cache, att: torch.Tensor, plen: torch.Tensor, row_prompt: torch.Tensor,
+                max_new: int, shared_prompt: bool):
+    """Make the prefilled cache of ``P`` prompts the decode's cache of ``N`` rows (``row_prompt
+    (N,)``, prompt-major), in place: ``(ctx, att_rows, pos0)``.
+
+    * Shared (``shared_prompt``, two or more rows per prompt and a model/cache
+      :func:`~evil_moe.model.shared_prompt.supports_shared_prompt` accepts): ``ctx`` is
+      :func:`~evil_moe.model.shared_prompt.shared_prompt_decoding`, the prompts' keys and values
+      kept once, each row's cache its completion only; ``att_rows`` is unused.
+    * Copied: each row gets a copy of its prompt's cache (``DynamicCache.batch_select_indices``;
+      a prompt's right padding stays as masked holes) with room for ``max_new`` more positions
+      (:func:`~evil_moe.model.logprobs.reserve_cache`: no per-step copy of the whole cache);
+      ``ctx`` yields None and ``att_rows (N, L_p + max_new)`` is the rows' 2-D attention mask.
+
+    ``pos0 (N,)``: each row's first completion position (its prompt's length).
+    """
+    from evil_moe.model.logprobs import reserve_cache
+    from evil_moe.model.shared_prompt import shared_prompt_decoding, supports_shared_prompt
+
+    device = att.device
+    rp = row_prompt.to(device)
+    N, Lp = rp.numel(), att.shape[1]
+    pos0 = plen.to(device).index_select(0, rp)
+    att_rows = torch.ones(N, Lp + max_new, dtype=torch.long, device=device)
+    att_rows[:, :Lp] = att.index_select(0, rp)
+    if shared_prompt and N > len(plen) and supports_shared_prompt(model, cache):
+        return shared_prompt_decoding(model, cache, plen, row_prompt, max_new), att_rows, pos0
+    cache.batch_select_indices(rp)  # each row gets its prompt's cache
+    reserve_cache(cache, max_new)  # room for the completions: no per-step copy of the cache
+    return contextlib.nullcontext(None), att_rows, pos0
 
 
 def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int, T_eff: float,
