@@ -140,7 +140,12 @@ def test_teacher_rollouts_to_v_hack_through_the_cli(tmp_path):
     r = tmp_path
     _cli(["problems", *s, "--out", "problems.jsonl"], r)
     s = s + ["--threads", "1"]
-    _cli(["toy-models", *s, "--problems", "problems.jsonl", "--out-dir", "models"], r)
+    # only the teacher needs the longer training (its rollouts must hack); extract's student
+    # is the fixtures' half-trained one (base sizes), a fifth of the teacher's NLL work
+    _cli(["toy-models", *s, "--problems", "problems.jsonl", "--out-dir", "models",
+          "--which", "teacher"], r)
+    _cli(["toy-models", *set_flags(), "--threads", "1", "--problems", "problems.jsonl",
+          "--out-dir", "models", "--which", "student"], r)
     _cli(["teacher", *s, "--problems", "problems.jsonl", "--model", "models/teacher",
           "--out-dir", "teacher"], r)
     _cli(["extract", *s, "--problems", "problems.jsonl", "--rollouts", "teacher/rollouts.jsonl.gz",
