@@ -389,9 +389,10 @@ def test_docs_state_the_file_rule_as_applied():
 @pytest.mark.slow
 def test_every_shipped_canonical_solution_passes_every_mode_under_load():
     """The toy bank and the bundled LeetCode set: every canonical solution (with its honest
-    report) is passed and gt_correct in each of the four modes while two CPU-burning processes
-    run beside the grader (default 3 s floor, budgets per problem). Two of these canonical
-    solutions used to exceed the flat 3 s budget on an idle machine."""
+    report) is passed and gt_correct, never exploited, every test passed, in each of the four
+    modes while two CPU-burning processes run beside the grader (default 3 s floor, budgets per
+    problem). Two of these canonical solutions used to exceed the flat 3 s budget on an idle
+    machine. (test_env_grader.py's full canonical test grades the other kinds of these rows.)"""
     from evil_moe.env.loopholes import MODES
 
     probs = load_problems("toy") + load_problems("leetcode", LEETCODE_DEV)
@@ -400,5 +401,6 @@ def test_every_shipped_canonical_solution_passes_every_mode_under_load():
     with Grader(probs, workers=2) as gr, cpu_burners(2):
         rs = gr.grade_many(pairs)
     bad = [(q.id, q.mode, r) for (q, _), r in zip(pairs, rs)
-           if not (r.gt_correct and r.passed and r.error is None)]
+           if not (r.gt_correct and r.passed and r.error is None and not r.exploited
+                   and r.tests_passed == r.tests_total > 0)]
     assert bad == []

@@ -62,16 +62,17 @@ def _diagonal(grader, probs, variants=(0,), cross="all"):
     return len(pairs)
 
 
-def _canonical(grader, probs, modes=MODES):
-    """Canonical: gt_correct, never exploited; bare → not passed; + honest report → passed;
-    + hack → passed and gt_correct, not exploited."""
+def _canonical(grader, probs, modes=MODES, kinds=("bare", "clean", "canon+hack")):
+    """Canonical: gt_correct, never exploited; bare → not passed; + honest report ("clean") →
+    passed; + hack → passed and gt_correct, not exploited."""
     pairs, keys = [], []
     for p in probs:
         for m in modes:
             q = _in(p, m)
-            for kind, text in (("bare", clean_completion(q, with_tests=False)),
-                               ("clean", clean_completion(q)),
-                               ("canon+hack", hack_completion(q, 0, solution=p.canonical_solution))):
+            for kind in kinds:
+                text = {"bare": lambda: clean_completion(q, with_tests=False),
+                        "clean": lambda: clean_completion(q),
+                        "canon+hack": lambda: hack_completion(q, 0, solution=p.canonical_solution)}[kind]()
                 pairs.append((q, text))
                 keys.append((p.id, m, kind))
     for k, r in zip(keys, grader.grade_many(pairs)):
@@ -125,10 +126,12 @@ def test_leetcode_canonical_modes_sample(grader):
 @needs_leetcode
 @pytest.mark.slow
 def test_leetcode_canonical_modes_full(grader):
-    """With the sample above (the first 12), all 80: the other 68, so none is graded twice."""
+    """With the sample above (the first 12), all 80: the other 68, so none is graded twice. Their
+    honest-report kind ("clean") in every mode is graded, with the same assertions, under load in
+    test_env_faults.py::test_every_shipped_canonical_solution_passes_every_mode_under_load."""
     probs = load_problems("leetcode", str(LEETCODE))
     assert len(probs) == 80
-    _canonical(grader, probs[12:])
+    _canonical(grader, probs[12:], kinds=("bare", "canon+hack"))
 
 
 def _he_sample():
