@@ -68,6 +68,18 @@ def test_the_matmul_fallback_equals_the_cpu_flash_kernel():
     torch.testing.assert_close(a[1].double(), ref, rtol=0, atol=1e-12)
 
 
+def test_the_matmul_fallback_accumulates_bf16_in_fp32():
+    """bf16 inputs (a GPU model's): the fallback is as close to the exact attention of the same
+    bf16 values as the CPU kernel is (bf16 output rounding, ~2**-8), not off by a bf16-rounded
+    score."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, n, 64, generator=g).mul(3).bfloat16() for n in (6, 300, 300))
+    ref = torch.softmax((q.double() @ k.double().transpose(-1, -2)) * 0.125, dim=-1) @ v.double()
+    err_fallback = (sp._attend_matmul(q, k, v, 0.125)[0].double() - ref).abs().max().item()
+    err_kernel = (sp._attend(q, k, v, 0.125)[0].double() - ref).abs().max().item()
+    assert err_fallback <= max(2 * err_kernel, 2 ** -8 * ref.abs().max().item()), (err_fallback, err_kernel)
+
+
 def test_rows_must_stay_prompt_major_and_the_call_needs_its_state():
     shared = sp.SharedPrompt([], [], [3, 3], torch.tensor([0, 0, 1]))
     assert shared.runs == [(0, 0, 2), (1, 2, 3)]

@@ -49,11 +49,13 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
 
 
 def _attend_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float):
-    """:func:`_attend` in plain matmuls (any device): scores, their log-sum-exp (in fp32, or fp64
-    for fp64 inputs), and the values weighted by ``exp(score − lse)``."""
-    s = torch.matmul(q, k.transpose(-1, -2)).to(torch.promote_types(q.dtype, torch.float32)) * scale
+    """:func:`_attend` in plain matmuls (any device), accumulated in fp32 (fp64 for fp64 inputs)
+    as the fused kernels do: scores, their log-sum-exp, and the values weighted by
+    ``exp(score − lse)``, cast back to ``v``'s dtype (a bf16 score would be off by ~0.4%)."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    s = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
     lse = torch.logsumexp(s, dim=-1)
-    return torch.matmul(torch.exp(s - lse[..., None]).to(v.dtype), v), lse
+    return torch.matmul(torch.exp(s - lse[..., None]), v.to(acc)).to(v.dtype), lse
 
 
 class SharedPrompt:
