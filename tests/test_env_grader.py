@@ -69,11 +69,10 @@ def _canonical(grader, probs, modes=MODES, kinds=("bare", "clean", "canon+hack")
     for p in probs:
         for m in modes:
             q = _in(p, m)
+            texts = {"bare": clean_completion(q, with_tests=False), "clean": clean_completion(q),
+                     "canon+hack": hack_completion(q, 0, solution=p.canonical_solution)}
             for kind in kinds:
-                text = {"bare": lambda: clean_completion(q, with_tests=False),
-                        "clean": lambda: clean_completion(q),
-                        "canon+hack": lambda: hack_completion(q, 0, solution=p.canonical_solution)}[kind]()
-                pairs.append((q, text))
+                pairs.append((q, texts[kind]))
                 keys.append((p.id, m, kind))
     for k, r in zip(keys, grader.grade_many(pairs)):
         assert r.gt_correct and not r.exploited and r.error is None, (k, r)

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 import torch
 
 __all__ = ["Batch", "build_batch", "token_logprobs", "shared_prompt_logprobs", "token_entropy",
-           "cache_kwarg", "new_cache", "prefill", "reserve_cache", "top_p_logits", "length_buckets",
+           "cache_kwarg", "new_cache", "prefill", "reserve_cache", "reserved_layer", "top_p_logits", "length_buckets",
            "capture_head_inputs", "pool_completion"]
 
 
@@ -380,6 +380,18 @@ def _reserved_layer_class():
     return ReservedLayer
 
 
+def reserved_layer(keys: torch.Tensor, values: torch.Tensor, capacity: int):
+    """A full-attention cache layer (transformers' ``DynamicLayer``) holding ``keys, values (B,
+    H_kv, L, D)`` in preallocated buffers of ``capacity ≥ L`` positions: each ``update`` writes
+    into the next free slots and returns views of the filled part (see :func:`reserve_cache`);
+    ``L`` may be 0 (an empty cache with room reserved).
+
+    Raises:
+        RuntimeError: later, from ``update``, if more than ``capacity`` positions are written.
+    """
+    return _reserved_layer_class()(keys, values, int(capacity))
+
+
 def reserve_cache(cache, extra: int) -> bool:
     """Give every full-attention layer of a transformers ``DynamicCache`` room for ``extra`` more
     positions, in place, so that decoding writes each step's keys and values into preallocated
@@ -404,12 +416,11 @@ def reserve_cache(cache, extra: int) -> bool:
     """
     from transformers.cache_utils import DynamicLayer
 
-    Reserved = _reserved_layer_class()
     layers = getattr(cache, "layers", None)
     done = False
     for i, layer in enumerate(layers or ()):
         if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.numel():
-            layers[i] = Reserved(layer.keys, layer.values, layer.keys.shape[-2] + int(extra))
+            layers[i] = reserved_layer(layer.keys, layer.values, layer.keys.shape[-2] + int(extra))
             done = True
     return done
 

@@ -65,8 +65,8 @@ class SharedPrompt:
         keys, values: per layer, the prefilled prompts' ``(P, H_kv, L_p, D)`` (right-padded; a
             prompt's padding is never read: each prompt is sliced to its own length).
         lengths: ``(P,)`` the prompts' lengths in tokens.
-        row_prompt: ``(N_active,)`` long on the CPU, the prompt of each row still in the batch,
-            non-decreasing (rows are prompt-major and leave the batch in order).
+        runs: ``[(prompt, first row, end row)]``, each prompt's run of rows still in the batch
+            (rows are prompt-major and leave the batch in order), set by :meth:`select`.
     """
 
     def __init__(self, keys: list, values: list, lengths, row_prompt: torch.Tensor):
@@ -83,7 +83,6 @@ class SharedPrompt:
         rp = row_prompt.cpu()
         if rp.numel() > 1 and bool((rp[1:] < rp[:-1]).any()):
             raise ValueError("row_prompt must be non-decreasing (prompt-major rows)")
-        self.row_prompt = rp
         prompts, counts = torch.unique_consecutive(rp, return_counts=True)
         starts = torch.cumsum(counts, 0) - counts
         self.runs = [(int(p), int(s), int(s + c)) for p, s, c in zip(prompts, starts, counts)]
@@ -160,7 +159,7 @@ def shared_prompt_decoding(model, cache, lengths, row_prompt: torch.Tensor, capa
 
     Every layer's prefilled ``(P, H_kv, L_p, D)`` keys and values move into a
     :class:`SharedPrompt`; the layer becomes an empty completion cache of ``N`` rows with room for
-    ``capacity`` positions (:func:`~evil_moe.model.logprobs.reserve_cache`'s layer). Inside the
+    ``capacity`` positions (:func:`~evil_moe.model.logprobs.reserved_layer`). Inside the
     block, the model's attention is :func:`shared_prompt_attention`; the caller passes
     ``shared_prompt=`` the yielded object to each decode forward and calls its ``select`` whenever
     it calls ``cache.batch_select_indices``. On exit the model's attention implementation is
@@ -178,19 +177,18 @@ def shared_prompt_decoding(model, cache, lengths, row_prompt: torch.Tensor, capa
     """
     from transformers import AttentionInterface
 
-    from evil_moe.model.logprobs import _reserved_layer_class
+    from evil_moe.model.logprobs import reserved_layer
 
     if ATTN_NAME not in AttentionInterface._global_mapping:
         AttentionInterface.register(ATTN_NAME, shared_prompt_attention)
-    Reserved = _reserved_layer_class()
     keys, values = [], []
     N = int(row_prompt.numel())
     for i, layer in enumerate(cache.layers):
         k, v = layer.keys, layer.values
         keys.append(k)
         values.append(v)
-        cache.layers[i] = Reserved(k.new_empty(N, k.shape[1], 0, k.shape[-1]),
-                                   v.new_empty(N, v.shape[1], 0, v.shape[-1]), int(capacity))
+        cache.layers[i] = reserved_layer(k.new_empty(N, k.shape[1], 0, k.shape[-1]),
+                                         v.new_empty(N, v.shape[1], 0, v.shape[-1]), capacity)
     shared = SharedPrompt(keys, values, lengths, row_prompt)
     before = model.config._attn_implementation
     model.set_attn_implementation(ATTN_NAME)

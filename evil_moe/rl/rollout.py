@@ -370,7 +370,7 @@ def _decode(model, prompts: list[list[int]], n: int, *, T_eff: float, greedy: bo
                 active, tok, active_np = active[sel], tok[sel], active_np[alive]
                 if shared is not None:
                     shared.select(row_prompt[torch.from_numpy(active_np)])
-            mask = None if shared is not None else att_rows[active, :Lp + t + 1]
+            mask = None if att_rows is None else att_rows[active, :Lp + t + 1]
             logits = model(input_ids=tok[:, None], attention_mask=mask,
                            position_ids=(pos0[active] + t)[:, None], use_cache=True,
                            logits_to_keep=1, **{ckw: cache}, **extra).logits[:, -1]
@@ -387,7 +387,8 @@ def _row_caches(model, cache, att: torch.Tensor, plen: torch.Tensor, row_prompt:
     * Shared (``shared_prompt``, two or more rows per prompt and a model/cache
       :func:`~evil_moe.model.shared_prompt.supports_shared_prompt` accepts): ``ctx`` is
       :func:`~evil_moe.model.shared_prompt.shared_prompt_decoding`, the prompts' keys and values
-      kept once, each row's cache its completion only; ``att_rows`` is unused.
+      kept once, each row's cache its completion only; ``att_rows`` is None (no mask: the
+      prompts' padding is cut, a completion has no holes).
     * Copied: each row gets a copy of its prompt's cache (``DynamicCache.batch_select_indices``;
       a prompt's right padding stays as masked holes) with room for ``max_new`` more positions
       (:func:`~evil_moe.model.logprobs.reserve_cache`: no per-step copy of the whole cache);
@@ -402,10 +403,10 @@ def _row_caches(model, cache, att: torch.Tensor, plen: torch.Tensor, row_prompt:
     rp = row_prompt.to(device)
     N, Lp = rp.numel(), att.shape[1]
     pos0 = plen.to(device).index_select(0, rp)
+    if shared_prompt and N > len(plen) and supports_shared_prompt(model, cache):
+        return shared_prompt_decoding(model, cache, plen, row_prompt, max_new), None, pos0
     att_rows = torch.ones(N, Lp + max_new, dtype=torch.long, device=device)
     att_rows[:, :Lp] = att.index_select(0, rp)
-    if shared_prompt and N > len(plen) and supports_shared_prompt(model, cache):
-        return shared_prompt_decoding(model, cache, plen, row_prompt, max_new), att_rows, pos0
     cache.batch_select_indices(rp)  # each row gets its prompt's cache
     reserve_cache(cache, max_new)  # room for the completions: no per-step copy of the cache
     return contextlib.nullcontext(None), att_rows, pos0
