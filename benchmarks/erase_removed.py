@@ -49,7 +49,7 @@ def run(results: Path, arm: str, seed: int, sets: list[str], out: Path, configs=
 
 def null_span(results: Path) -> float:
     """Mean over modules of k/r, the expected energy share of a random direction in span(V)."""
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     v = VHack.load(results / "vhack" / "main_hack.safetensors")
     shares = [V.shape[0] / v.r[n] for n, V in v.V.items() if V.shape[0]]

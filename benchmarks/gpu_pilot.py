@@ -5,7 +5,7 @@ The model is built from the Qwen3-4B config values (hidden 2560, 36 layers, MLP 
 is downloaded. Each targeted Linear's weight is *constructed from* random orthonormal factors,
 ``W = U diag(S) Vh``, and the SVD adapter receives those exact factors (a 4B-parameter SVD would
 take minutes and measure nothing of the step). The step is the pilot's step: ONE batched
-decode loop (:func:`evil_moe.rl.rollout.generate`) of ``prompts × group`` rows with the adapter
+decode loop (:func:`evil_moe.rl.policy.rollout.generate`) of ``prompts × group`` rows with the adapter
 merged into the weights (behaviour log-probs from the loop's own logits; ``--behaviour forward``
 adds the chunked no_grad forward instead),
 grading with our :class:`~evil_moe.env.grader.Grader`, the Dr.GRPO loss + backward through the
@@ -22,7 +22,7 @@ warm-up (CUDA kernels, allocator, the first merge); the figures of the last step
 
 The sampler runs side by side (``--samplers hf,vllm``, issue 22): our decode loop over
 transformers' forward and KV cache (``pilot.sampler: hf``) and the colocated vLLM engine (``pilot.sampler: vllm``,
-:mod:`evil_moe.rl.vllm_sampler`: the random model saved to a temporary folder and loaded by vLLM,
+:mod:`evil_moe.rl.policy.vllm_sampler`: the random model saved to a temporary folder and loaded by vLLM,
 the merged δS weights pushed before each step's sampling, behaviour log-probs from our forward);
 vLLM is skipped, saying why, where it does not import. Each sampler's last step is summarised in
 one table: seconds per phase, decode tokens/s, the fraction of the HBM bandwidth bound, the
@@ -92,7 +92,7 @@ def build(args, device):
     import evil_moe.model.adapter as adapter_mod
     from evil_moe.env.problems import build_messages, load_problems
     from evil_moe.model.load import build_tiny
-    from evil_moe.rl.rollout import chat_prompt_ids
+    from evil_moe.rl.policy.rollout import chat_prompt_ids
 
     t0 = time.perf_counter()
     dtype = torch.float32 if args.tiny else torch.bfloat16
@@ -136,17 +136,17 @@ def step(args, model, adapter, tok, prompt_ids, problems, grader, vhack, opt, no
          engine=None):
     import torch
 
-    from evil_moe.rl.grpo import RolloutBatch, behaviour_logp, dr_grpo_loss, group_advantages
+    from evil_moe.rl.policy.grpo import RolloutBatch, behaviour_logp, dr_grpo_loss, group_advantages
     from evil_moe.model.logprobs import token_logprobs
-    from evil_moe.rl.projection import project, update_cosine
-    from evil_moe.rl.rollout import generate
+    from evil_moe.rl.vhack.projection import project, update_cosine
+    from evil_moe.rl.policy.rollout import generate
 
     G, P = args.group, args.prompts
     idx = [(step_i * P + j) % len(prompt_ids) for j in range(P)]
     t = {}
-    # generation: one batched decode loop (evil_moe.rl.rollout._decode), wrapped to split the
+    # generation: one batched decode loop (evil_moe.rl.policy.rollout._decode), wrapped to split the
     # decode from the behaviour log-probs' forward (behaviour="forward")
-    from evil_moe.rl import rollout
+    from evil_moe.rl.policy import rollout
 
     decode = []
     inner = rollout._decode
@@ -284,7 +284,7 @@ def make_engine(model, adapter, args, folder: str):
     prompts are token ids)."""
     from vllm import LLM
 
-    from evil_moe.rl.vllm_sampler import VLLMSampler
+    from evil_moe.rl.policy.vllm_sampler import VLLMSampler
 
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--micro-rows", type=int, default=None,
                     help="rows per loss micro-batch (0 = all; default: config/pilot.yaml's pilot.micro_batch)")
     ap.add_argument("--behaviour", default="auto", choices=["auto", "generate", "forward"],
-                    help="behaviour log-prob path of evil_moe.rl.rollout.generate (HF sampler)")
+                    help="behaviour log-prob path of evil_moe.rl.policy.rollout.generate (HF sampler)")
     ap.add_argument("--samplers", default="hf,vllm", help="comma list of hf, vllm (default both)")
     ap.add_argument("--vllm-mem", type=float, default=0.3,
                     help="vLLM's share of the GPU (pilot.vllm_gpu_memory_utilization)")
@@ -328,9 +328,9 @@ def main(argv=None) -> int:
     import torch
 
     from evil_moe.env.grader import Grader
-    from evil_moe.rl.grpo import DrGRPONormaliser
-    from evil_moe.rl.vhack import random_vhack
-    from evil_moe.rl.vllm_sampler import vllm_import_error
+    from evil_moe.rl.policy.grpo import DrGRPONormaliser
+    from evil_moe.rl.vhack.direction import random_vhack
+    from evil_moe.rl.policy.vllm_sampler import vllm_import_error
 
     device = torch.device(args.device or ("cpu" if args.tiny else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():

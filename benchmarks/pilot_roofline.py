@@ -92,7 +92,7 @@ def matmul_gflops(threads: int, n: int = 512, seconds: float = 1.0) -> float:
 def build_world(cache: Path, cfg) -> dict:
     """problems.jsonl, the toy student (trained with the project's own code), a random v_hack;
     cached under ``cache`` by the config's digest."""
-    from evil_moe.rl.vhack import random_vhack
+    from evil_moe.rl.vhack.direction import random_vhack
     from evil_moe.stages.common import load_policy, set_threads
     from evil_moe.stages.problems import write_problem_set
     from evil_moe.stages.toy import train_toy_models
@@ -161,7 +161,7 @@ def run(cfg, world: dict, arm: str, seed: int, out_dir: Path) -> tuple[Meter, fl
     import torch
 
     from evil_moe.model.load import count_parameters
-    from evil_moe.rl import evaluation, trainer
+    from evil_moe.rl.trainer import evaluation, trainer
     from evil_moe.stages import pilot
 
     m = Meter()
@@ -246,7 +246,7 @@ def child(args) -> int:
     import torch  # noqa: F401  (what the pilot job imports before its first step)
 
     import evil_moe.cli  # noqa: F401
-    from evil_moe.rl import evaluation, trainer  # noqa: F401
+    from evil_moe.rl.trainer import evaluation, trainer  # noqa: F401
     from evil_moe.stages import pilot  # noqa: F401
 
     cfg = bench_config((QUICK_SETS if args.quick else []) + args.sets)

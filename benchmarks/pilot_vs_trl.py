@@ -91,7 +91,7 @@ def build_world(cache: Path, cfg, model_dir: str | None) -> dict:
 
     from evil_moe.stages.common import load_policy
     from evil_moe.stages.problems import write_problem_set
-    from evil_moe.rl.vhack import random_vhack
+    from evil_moe.rl.vhack.direction import random_vhack
 
     key = cfg.digest("toy", "problems")
     root = cache / f"world_{key}"
@@ -124,7 +124,7 @@ def run_ours(cfg, world: dict, arm: str, out_dir: Path, every_row: bool = False)
     """One ``run_pilot`` block; per-step wall times from stamps at the top of each step.
     ``every_row``: push every row through the loss, as TRL does (rows of zero-variance groups
     have zero advantage, so the gradient is the same; only the time changes)."""
-    from evil_moe.rl import trainer
+    from evil_moe.rl.trainer import trainer
     from evil_moe.stages import pilot
 
     stamps: list[float] = []
@@ -178,7 +178,7 @@ def run_trl(cfg, world: dict, out_dir: Path, verify_steps: int = 1) -> dict:
 
     from evil_moe.env.problems import build_messages
     from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
-    from evil_moe.rl.trainer import prompt_schedule
+    from evil_moe.rl.trainer.trainer import prompt_schedule
 
     pc = cfg.pilot
     torch.manual_seed(0)
@@ -275,7 +275,7 @@ class OurGradients:
 
     A second copy of the student with our adapter (its forward hooks, the lm_head's included, as
     our pilot trains it), its δS and δS_hack set to TRL's before the step; the loss is ours
-    (:func:`evil_moe.model.logprobs.token_logprobs`, :func:`evil_moe.rl.grpo.dr_grpo_loss` with the
+    (:func:`evil_moe.model.logprobs.token_logprobs`, :func:`evil_moe.rl.policy.grpo.dr_grpo_loss` with the
     on-policy behaviour log-probs and the ``G · max_new · P`` normaliser) on TRL's prompt and
     completion tokens and advantages, and the gradient is clipped to ``pilot.max_grad_norm`` as in
     ``Trainer.optimiser_step`` (one joint norm over the trained δS)."""
@@ -283,7 +283,7 @@ class OurGradients:
     def __init__(self, model, tok, adapter, pc):
         """``model`` with our ``adapter`` attached (hooks on every module, none bypassed), its
         tokenizer ``tok`` (``pad_token_id``) and the run's ``pilot`` config section ``pc``."""
-        from evil_moe.rl.grpo import DrGRPONormaliser
+        from evil_moe.rl.policy.grpo import DrGRPONormaliser
 
         self.model, self.tok, self.adapter, self.pc = model, tok, adapter, pc
         self.norm = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
@@ -295,7 +295,7 @@ class OurGradients:
         SVDKnob of the adapter TRL trains)."""
         import torch
 
-        from evil_moe.rl.grpo import dr_grpo_loss, on_policy_behaviour
+        from evil_moe.rl.policy.grpo import dr_grpo_loss, on_policy_behaviour
         from evil_moe.model.logprobs import build_batch, token_logprobs
 
         mods = self.adapter.modules_
@@ -346,7 +346,7 @@ class TrlChecks:
     def before_step(self, step: int) -> None:
         import torch
 
-        from evil_moe.rl.grpo import group_advantages
+        from evil_moe.rl.policy.grpo import group_advantages
 
         if self.inputs is None:
             raise RuntimeError(f"TRL step {step}: no batch seen by compute_loss")

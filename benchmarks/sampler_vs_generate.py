@@ -1,4 +1,4 @@
-"""Benchmark: our sampler (:func:`evil_moe.rl.rollout.generate`) against plain ``model.generate``.
+"""Benchmark: our sampler (:func:`evil_moe.rl.policy.rollout.generate`) against plain ``model.generate``.
 
 The same model, the same adapter state (random non-zero ``δS`` on every targeted Linear, the tied
 ``lm_head`` included: ``config/config.yaml``'s targets), the same prompts and batch: ``--prompts``
@@ -6,7 +6,7 @@ chat prompts of the problem set × ``--group`` samples each, ``--max-new`` token
 and top-p of ``config/smollm2.yaml``'s pilot, the pilot's thread count. Both sample with the
 adapter merged into the weights:
 
-* ``ours`` — :func:`~evil_moe.rl.rollout.generate` as the pilot calls it: each distinct prompt
+* ``ours`` — :func:`~evil_moe.rl.policy.rollout.generate` as the pilot calls it: each distinct prompt
   prefilled once and its keys and values read once per group at each decode step
   (shared-prompt attention; ``--no-shared-prompt``: each row reads its own copy), finished
   rows leave the batch, per-row seeded draws, and the behaviour log-probs, entropies and
@@ -47,7 +47,7 @@ def load(args):
 
     from evil_moe.config import load_config
     from evil_moe.stages.common import load_policy, load_problem_file
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import prompt_ids_for
 
     sets = ["models.device=cpu"]
     cfg = load_config([REPO / "config" / "config.yaml", REPO / "config" / "smollm2.yaml"], sets)
@@ -88,7 +88,7 @@ def plain_generate(model, tok, adapter, prompts, *, n, max_new, temperature, top
     completion token count (up to and including each row's first eos)."""
     import torch
 
-    from evil_moe.rl.rollout import _eos_ids
+    from evil_moe.rl.policy.rollout import _eos_ids
 
     eos = sorted(_eos_ids(model, tok))
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     os.chdir(REPO)  # the configs' relative paths (problems.path) are the repository's
     import torch
 
-    from evil_moe.rl.rollout import generate
+    from evil_moe.rl.policy.rollout import generate
 
     model, tok, adapter, prompts, cfg = load(args)
     pc = cfg.pilot

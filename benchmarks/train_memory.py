@@ -81,7 +81,7 @@ def child(arm: str, shape, rows: int, max_new: int, prompt: int, dtype: str) -> 
     from evil_moe.model.adapter import SVDAdapter
     from evil_moe.model.load import build_toy_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
-    from evil_moe.rl.router import Router, pooled_hidden, random_direction
+    from evil_moe.rl.detectors.router import Router, pooled_hidden, random_direction
 
     class Tok:
         eos_token_id, pad_token_id, bos_token_id = 2, 0, None

@@ -205,7 +205,7 @@ def peer_snakefile(arms: list[str], seeds: int) -> str:
     the attempt, a constant), params (two functions, two strings) and message, the same shell
     command; upstream problem, model and v_hack jobs and one comparison gathering every
     outcomes.tsv. None of the workflow's own code: what Snakemake 9 costs for the same DAG."""
-    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.arms.registry import ARMS
 
     matches = {a: ARMS[a].matches for a in arms if ARMS[a].matches}
     return PEER_SNAKEFILE.format(arms=list(arms), seeds=seeds, matches=matches)

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from evil_moe.cluster.resources import ResourceError, check_gpu_fit
 from evil_moe.config import Config, ConfigError, merge_sources, validate
-from evil_moe.rl.arms import check_arm_set
+from evil_moe.rl.arms.registry import check_arm_set
 
 __all__ = ["check_run_config", "load_run_config"]
 

@@ -92,7 +92,7 @@ def _cols(rows: Sequence[tuple]) -> tuple[Column, ...]:
 # results/pilots/{arm}/s{seed}/steps.tsv — one row per optimiser step.
 STEPS = _cols([
     ("step", "int", "optimiser step, 0-based"),
-    ("arm", "str", "arm (a name of evil_moe.rl.arms.ARMS; docs/arms.md)"),
+    ("arm", "str", "arm (a name of evil_moe.rl.arms.registry.ARMS; docs/arms.md)"),
     ("seed", "int", "run seed (paired across arms)"),
     ("reward_mean", "reward", "mean reward of the step's student rollouts (the arm's reward: the oracle's for oracle_reward)"),
     ("hack_rate", "fraction", "rollouts the foolable grader passed and the oracle failed (exploited)"),
@@ -174,7 +174,7 @@ AUDIT_ROWS = _cols([
 # results/audit/quality.tsv — the detector audit: one row per (detector, mode) over the calibration
 # runs' rollouts with a gradient.
 AUDIT_QUALITY = _cols([
-    ("detector", "str", "gradient | probe | pattern (evil_moe/rl/detector.py, evil_moe/rl/probe.py)"),
+    ("detector", "str", "gradient | probe | pattern (evil_moe/rl/detectors/detector.py, evil_moe/rl/detectors/probe.py)"),
     ("mode", "str", "loophole mode, or 'all' (pooled)"),
     ("population", "str", "what every rate is over: the calibration runs' rollouts with a gradient (groups with reward variance), on audit.seeds"),
     ("n_seeds", "count", "calibration seeds with scored rows (the operating point is cross-fitted over seeds: with one, precision, recall and fpr are empty)"),
@@ -359,7 +359,7 @@ VHACK_CURVE = _cols([
 # results/compare/summary.tsv — one row per (arm, view) of the held-out evaluation.
 COMPARE_SUMMARY = _cols([
     ("arm", "str", "arm"),
-    ("role", "str", "reference | treatment | control | positive_control | ceiling (evil_moe.rl.arms)"),
+    ("role", "str", "reference | treatment | control | positive_control | ceiling (evil_moe.rl.arms.registry)"),
     ("view", "str", "trained | ablated | projected (held-out evaluation view)"),
     ("n_seeds", "count", "seeds with held-out outcomes"),
     ("n_problems", "count", "held-out problems per seed (mean)"),
@@ -435,7 +435,7 @@ DETECTOR_SWEEP = _cols([
 ])
 
 # results/planted/recovery.tsv — the planted world (toy.plant): per extracted v_hack file and
-# switch module, how much of the planted direction u it recovers (evil_moe.rl.planted.plant_recovery).
+# switch module, how much of the planted direction u it recovers (evil_moe.rl.vhack.planted.plant_recovery).
 PLANT_RECOVERY = _cols([
     ("v_hack", "str", "main_hack (the extracted v_hack) | main_random | main_shuffled (its controls)"),
     ("module", "str", "switch module (toy.plant.modules)"),

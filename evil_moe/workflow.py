@@ -26,7 +26,7 @@ from evil_moe.cluster.resources import (JobSize, ResourceError, check_gpu_fit, g
 from evil_moe.cluster.stages import MODEL_STAGES, STAGE_SECTIONS
 from evil_moe.config import PILOT_RUN_INDEPENDENT, ConfigError
 from evil_moe.env.problems import check_problem_file
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 
 
 def check_config(config: dict) -> None:

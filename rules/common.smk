@@ -15,8 +15,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from evil_moe.rl.arms import ARMS as ARM_REGISTRY
-from evil_moe.rl.pilot_inputs import pilot_inputs, uses_detector
+from evil_moe.rl.arms.registry import ARMS as ARM_REGISTRY
+from evil_moe.rl.arms.pilot_inputs import pilot_inputs, uses_detector
 from evil_moe.gate.verdict import decision_text, verdict_line
 from evil_moe.env.loopholes import MODES as LOOPHOLE_MODES
 from evil_moe.cluster.resources import GATING_PRIORITY, pilot_priority
@@ -54,7 +54,7 @@ MODES = (
     else list(config["problems"]["modes"])
 )
 # Every arm and loophole mode there is (wildcard constraints must not depend on the chosen ones):
-# the arm registry (evil_moe/rl/arms.py) and evil_moe.env.loopholes.MODES; the schema's enums are
+# the arm registry (evil_moe/rl/arms/registry.py) and evil_moe.env.loopholes.MODES; the schema's enums are
 # held equal to them by tests/test_config_schema.py.
 ALL_ARMS = list(ARM_REGISTRY)
 ALL_MODES = list(LOOPHOLE_MODES)
@@ -275,12 +275,12 @@ def get_planted_pilot_flags(wildcards, input):
 AUDIT_SEEDS = list(config["audit"]["seeds"])
 # The audit runs whenever an arm flags with a detector (its quality table is then part of the
 # comparison); such an arm waits for it when its threshold or probe comes from it
-# (evil_moe.rl.pilot_inputs).
+# (evil_moe.rl.arms.pilot_inputs).
 AUDIT = any(uses_detector(a, config["pilot"]) for a in ARMS)
 
 
 def _pilot_inputs(vhack_name, arm=None, tree="pilots", seed="{seed}"):
-    """The files a pilot reads (evil_moe.rl.pilot_inputs.pilot_inputs, shared with the pilot
+    """The files a pilot reads (evil_moe.rl.arms.pilot_inputs.pilot_inputs, shared with the pilot
     stage), under the results folder, with the student model after the problems."""
     found = pilot_inputs(arm, config, vhack_name=vhack_name, tree=tree, seed=seed)
     inputs = {}
@@ -353,7 +353,7 @@ def get_pilot_options(wildcards):
     """Optional pilot arguments: --init (pilot.init distill), --teacher-rollouts (mix_ratio > 0),
     --match-flags (random-flag controls), --planted-vhack (an arm whose V is the planted
     direction), --calibration and --probe (the detector audit's): the optional inputs of
-    evil_moe.rl.pilot_inputs, worked out from the wildcards (a function of the wildcards alone is
+    evil_moe.rl.arms.pilot_inputs, worked out from the wildcards (a function of the wildcards alone is
     cheaper for Snakemake to call than one of the job's input)."""
     tree = f"sweep/folds/{wildcards.mode}" if "mode" in wildcards.keys() else "pilots"
     found = pilot_inputs(wildcards.arm, config, tree=tree, seed=wildcards.seed)

@@ -104,7 +104,7 @@ def synthetic_rollouts(cfg, problems_path: Path, teacher_path: Path, out: Path) 
     Per training problem: hack variants 0 and 1 and the clean answer with and without its own
     tests; ids encoded once (+ eos), behaviour log-probs from the teacher's no_grad forward at
     ``teacher.temperature``, the full grade from the real Grader. Same fields as
-    :func:`evil_moe.rl.rollout.rollout_record`.
+    :func:`evil_moe.rl.policy.rollout.rollout_record`.
     """
     import torch
 
@@ -114,7 +114,7 @@ def synthetic_rollouts(cfg, problems_path: Path, teacher_path: Path, out: Path) 
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
     from evil_moe.stages.common import load_problem_file, train_heldout
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import prompt_ids_for
 
     problems = load_problem_file(problems_path)
     train, _ = train_heldout(problems, cfg)
@@ -222,12 +222,12 @@ def tsv_without(path, column: str = "seconds") -> list[list[str]]:
 
 
 def trainer(world: World, arm: str, cfg, grader, **kw):
-    """A :class:`~evil_moe.rl.trainer.Trainer` of ``arm`` (seed 0) on the world's student at
+    """A :class:`~evil_moe.rl.trainer.trainer.Trainer` of ``arm`` (seed 0) on the world's student at
     δS = 0 and its training problems: v_hack as the arm's V, projected along the random control
     V where the arm's registry entry says ``vhack == "random"``; ``kw`` goes to the Trainer."""
-    from evil_moe.rl.arms import ARMS
-    from evil_moe.rl.trainer import Trainer
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.arms.registry import ARMS
+    from evil_moe.rl.trainer.trainer import Trainer
+    from evil_moe.rl.vhack.direction import VHack
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
 
     train, _ = train_heldout(load_problem_file(world.problems), cfg)

@@ -33,7 +33,7 @@ def _run(args: list[str], timeout: int = 1200) -> str:
 def test_gpu_pilot_tiny_runs_on_cpu(tmp_path):
     """One tiny step on the CPU through every phase, on the path the GPU run takes by default
     (behaviour log-probs from the decode loop). ``--behaviour forward`` changes only the
-    argument the script hands to ``rollout.generate``, whose forward path test_rl_rollout.py
+    argument the script hands to ``rollout.generate``, whose forward path test_rl_policy_rollout.py
     checks against the loop's own scores."""
     out = _run([str(BENCH / "gpu_pilot.py"), "--tiny", "--steps", "1", "--max-new", "8",
                 "--json", str(tmp_path / "g.json")])
@@ -47,7 +47,7 @@ def test_gpu_pilot_4b_config_and_behaviour_paths():
     """The 4B shape gpu_pilot builds; auto scores in the decode loop (nothing per vocabulary is
     stored, so a 151936 vocabulary needs no second forward), and the chunked forward kept for
     --behaviour forward holds FORWARD_ROWS x 1024 x 151936 fp32 logits (< 8 GiB)."""
-    from evil_moe.rl import rollout
+    from evil_moe.rl.policy import rollout
     spec = importlib.util.spec_from_file_location("gpu_pilot", BENCH / "gpu_pilot.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

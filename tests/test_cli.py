@@ -134,7 +134,7 @@ def test_teacher_rollouts_to_v_hack_through_the_cli(tmp_path):
     rollouts hold (hack, clean) pairs for extract (the stage fixture and the workflow tests use
     template rows instead). The later stages' commands (distill, pilot, compare) run in the
     workflow's own local run: tests/test_workflow_e2e.py checks them there."""
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     s = set_flags("toy.train_steps=150", "toy.lr=0.01", "toy.batch_size=16")
     r = tmp_path

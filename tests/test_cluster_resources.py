@@ -11,7 +11,7 @@ import torch
 from evil_moe.checks import load_run_config as load_config
 from evil_moe.config import ConfigError
 from evil_moe.cluster.resources import (SMOLLM2, ResourceError, guessed_shape, job_size, model_shape,
-                                pilot_priority, toy_shape)
+                                        pilot_priority, toy_shape)
 from evil_moe.stages.common import use_threads
 from workflow_util import REPO, raw_config
 
@@ -106,7 +106,7 @@ def test_pilot_priority_starts_the_longest_arms_first():
     assert pilot_priority("no_such_arm") == 0
     # the calibration runs and the audit gate route's pilots: they start before any pilot
     from evil_moe.cluster.resources import GATING_PRIORITY
-    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.arms.registry import ARMS
 
     assert GATING_PRIORITY > max(pilot_priority(a) for a in ARMS)
     # the toy default's measured pilot times (README "Job sizes"): route's 50-67 s against
@@ -523,7 +523,7 @@ def test_gpu_for_auto_where_the_jobs_run(tmp_path, monkeypatch):
 
 def test_qr_chunk_constant_is_the_stacks():
     from evil_moe.cluster.resources import EXTRACT_QR_CHUNK_BYTES
-    from evil_moe.rl.vhack_stack import QR_CHUNK_BYTES
+    from evil_moe.rl.vhack.stack import QR_CHUNK_BYTES
 
     assert EXTRACT_QR_CHUNK_BYTES == QR_CHUNK_BYTES
 

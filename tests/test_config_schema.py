@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.rl.arms import ARMS, Arm, FlagInputs, get_arm
+from evil_moe.rl.arms.registry import ARMS, Arm, FlagInputs, get_arm
 from evil_moe.config import load_schema
 from evil_moe.env.loopholes import MODES
 
@@ -73,7 +73,7 @@ def test_arm_enums_follow_the_registry():
 
 
 def test_detector_enum_is_the_detector_list():
-    from evil_moe.rl.detector import DETECTORS
+    from evil_moe.rl.detectors.detector import DETECTORS
 
     assert _prop("pilot", "detector")["enum"] == list(DETECTORS)
 

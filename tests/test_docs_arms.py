@@ -1,4 +1,4 @@
-"""docs/arms.md's table of arms is the registry's (evil_moe/rl/arms.py), row for row."""
+"""docs/arms.md's table of arms is the registry's (evil_moe/rl/arms/registry.py), row for row."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_the_arms_table_lists_every_registered_arm():
     """docs/arms.md's "Every arm" table has one row per arm of the registry, with the arm's role,
     matched control and judged view (a new arm without its row fails here)."""
-    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.arms.registry import ARMS
 
     text = (REPO / "docs" / "arms.md").read_text()
     table = text[text.index("## Every arm"):]

@@ -142,11 +142,11 @@ def test_floor_check_sees_an_import_that_runs_up():
     """Hand-built graphs: an rl module importing a stage (the shape of main before issue 32) and
     the table module importing the arm registry are each reported; a stage importing rl is not;
     a module on no floor is an error."""
-    graph = {"evil_moe.rl.trainer": {"evil_moe.stages.common", "evil_moe.rl.grpo"},
-             "evil_moe.tables": {"evil_moe.rl.arms", "evil_moe.files"},
-             "evil_moe.stages.pilot": {"evil_moe.rl.trainer"}}
-    assert imports_up(graph) == ["evil_moe.rl.trainer -> evil_moe.stages.common",
-                                 "evil_moe.tables -> evil_moe.rl.arms"]
+    graph = {"evil_moe.rl.trainer.trainer": {"evil_moe.stages.common", "evil_moe.rl.policy.grpo"},
+             "evil_moe.tables": {"evil_moe.rl.arms.registry", "evil_moe.files"},
+             "evil_moe.stages.pilot": {"evil_moe.rl.trainer.trainer"}}
+    assert imports_up(graph) == ["evil_moe.rl.trainer.trainer -> evil_moe.stages.common",
+                                 "evil_moe.tables -> evil_moe.rl.arms.registry"]
     with pytest.raises(LookupError, match="evil_moe.newpkg.x is on no floor"):
         floor_of("evil_moe.newpkg.x")
 

@@ -4,7 +4,7 @@ import torch
 
 from evil_moe.model.load import (build_tiny, build_toy_model, build_toy_tokenizer, count_parameters,
                                  load_model, resolve_dtype, save_model, TINY_CORPUS)
-from evil_moe.rl.rollout import chat_prompt_ids
+from evil_moe.rl.policy.rollout import chat_prompt_ids
 
 
 def test_toy_tokenizer_specials_and_chat_template():

@@ -8,7 +8,7 @@ import torch
 
 import evil_moe.model.shared_prompt as sp
 from evil_moe.model.load import build_tiny
-from evil_moe.rl.rollout import _decode, chat_prompt_ids
+from evil_moe.rl.policy.rollout import _decode, chat_prompt_ids
 
 
 def _reference(q, prompt_k, prompt_v, lengths, row_prompt, suf_k, suf_v, scale):

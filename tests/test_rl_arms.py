@@ -2,7 +2,7 @@
 names — random_v fed the real V, route's flagged gradients reaching δS, training temperature ≠
 sampling temperature, KL skipped on zero-variance rows, a checkpoint's generation config changing
 sampling silently — plus the registry and the extraction's linear algebra worked out by hand
-(the detectors: tests/test_rl_detector.py).
+(the detectors: tests/test_rl_detectors.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.rl.arms import ARMS, FlagInputs, check_arm_set, get_arm
+from evil_moe.rl.arms.registry import ARMS, FlagInputs, check_arm_set, get_arm
 from stage_fixtures import cfg_of, pilot_kwargs, read_tsv, step_with_rows, trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,7 +47,7 @@ def test_eval_views_add_projected_only_for_a_declaring_arm_under_static_projecti
     """The held-out views come from the arm's class: vanilla (projected_view) gains
     ``projected`` under pilot.static_projection, no other arm does, and a new arm that declares
     projected_view gets it too (no name check anywhere)."""
-    from evil_moe.rl.arms import Arm
+    from evil_moe.rl.arms.registry import Arm
 
     on, off = cfg_of("pilot.static_projection=true").pilot, cfg_of().pilot
     assert get_arm("vanilla").eval_views(on) == ("trained", "projected")
@@ -158,7 +158,7 @@ def test_random_flag_controls_flag_their_target_count_at_random_positions():
 
 
 def test_sample_scores_and_pair_cin_by_hand():
-    from evil_moe.rl.vhack import pair_cin, random_vhack, sample_scores
+    from evil_moe.rl.vhack.direction import pair_cin, random_vhack, sample_scores
 
     v = random_vhack({"a": 3, "b": 2}, k=1, seed=0)
     v.V["a"] = torch.tensor([[1.0, 0.0, 0.0]])
@@ -171,7 +171,7 @@ def test_sample_scores_and_pair_cin_by_hand():
 
 
 def test_mean_direction_is_removed_before_the_svd():
-    from evil_moe.rl.vhack import extract_vhack
+    from evil_moe.rl.vhack.direction import extract_vhack
 
     torch.manual_seed(0)
     u = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64) / 2 ** 0.5
@@ -187,7 +187,7 @@ def test_mean_direction_is_removed_before_the_svd():
 
 
 def test_split_problems_is_seeded_disjoint_and_sized():
-    from evil_moe.rl.pairs import split_problems
+    from evil_moe.rl.vhack.pairs import split_problems
 
     ext, held = split_problems(range(10), 0.5, seed=3)
     assert len(held) == 5 and not ext & held and ext | held == set(range(10))
@@ -200,8 +200,8 @@ def test_split_problems_is_seeded_disjoint_and_sized():
 def test_preconditioned_projection_removes_the_component_along_p_v():
     from evil_moe.model.adapter import SVDAdapter
     from evil_moe.model.load import build_tiny
-    from evil_moe.rl.projection import adam_preconditioner, project_preconditioned
-    from evil_moe.rl.vhack import random_vhack
+    from evil_moe.rl.vhack.projection import adam_preconditioner, project_preconditioned
+    from evil_moe.rl.vhack.direction import random_vhack
 
     model, tok = build_tiny(seed=2, dtype="float64")
     ad = SVDAdapter.attach(model)
@@ -241,7 +241,7 @@ def test_random_v_acts_along_the_random_v_not_the_real_one(world):
     the random V's span, erase's in v_hack's. Fed the real V, random_v would equal erase and
     its difference would leave the random span: this fails."""
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     cfg = cfg_of("pilot.projection=update")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
@@ -270,7 +270,7 @@ def test_random_v_acts_along_the_random_v_not_the_real_one(world):
 def test_route_flagged_gradients_never_reach_delta_s(world, tmp_path, monkeypatch):
     """route with every sample flagged: δS never moves (its gradient is exactly zero) while
     δS_hack learns; route_random flags as many samples, at random."""
-    import evil_moe.rl.arm_step as arm_step_mod
+    import evil_moe.rl.trainer.arm_step as arm_step_mod
     from safetensors.torch import load_file
 
     monkeypatch.setattr(arm_step_mod, "pattern_flag", lambda *a, **k: True)
@@ -295,9 +295,9 @@ def test_ablated_view_really_ablates(world, tmp_path):
     """The ablated view samples with δS_hack = 0: its outcomes equal the trained view's after
     δS_hack is zeroed by hand (same seeds)."""
     from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
-    from evil_moe.rl.evaluation import _view, evaluate
-    from evil_moe.rl.trainer import Trainer
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.trainer.evaluation import _view, evaluate
+    from evil_moe.rl.trainer.trainer import Trainer
+    from evil_moe.rl.vhack.direction import VHack
 
     cfg = cfg_of("pilot.heldout_samples=2")
     problems = load_problem_file(world.problems)
@@ -322,8 +322,8 @@ def test_ablated_view_really_ablates(world, tmp_path):
     zeroed = [(o["problem_id"], o["sample"], o["hack"], o["pass"]) for o in out0 if o["view"] == "trained"]
     assert abl == zeroed
     # and the knob did change sampling (otherwise this test could not fail)
-    from evil_moe.rl.rollout import generate
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import generate
+    from evil_moe.rl.policy.rollout import prompt_ids_for
 
     with torch.no_grad():
         for p in adapter.delta_s_hack_params():
@@ -345,13 +345,13 @@ def test_sampler_gap_is_zero_when_training_matches_sampling(world, tmp_path):
 
 
 def test_training_at_another_temperature_shows_in_the_sampler_gap(world):
-    from evil_moe.rl.grpo import RolloutBatch
+    from evil_moe.rl.policy.grpo import RolloutBatch
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import token_logprobs
-    from evil_moe.rl.rollout import generate
+    from evil_moe.rl.policy.rollout import generate
     from evil_moe.stages.common import load_problem_file
-    from evil_moe.rl.rollout import prompt_ids_for
-    from evil_moe.rl.trainer import Trainer
+    from evil_moe.rl.policy.rollout import prompt_ids_for
+    from evil_moe.rl.trainer.trainer import Trainer
 
     model, tok = load_model(str(world.student), device="cpu")
     ids = prompt_ids_for(tok, load_problem_file(world.problems)[:2])
@@ -373,7 +373,7 @@ def test_training_at_another_temperature_shows_in_the_sampler_gap(world):
 def test_kl_applies_to_zero_variance_rows(world, tmp_path, monkeypatch):
     """beta > 0 with every group's rewards equal (no policy gradient anywhere): the KL term alone
     must still give a gradient once the policy has left the reference."""
-    import evil_moe.rl.arms as arms_mod
+    import evil_moe.rl.arms.registry as arms_mod
     from evil_moe.stages.common import load_policy
 
     monkeypatch.setattr(arms_mod.Vanilla, "reward", lambda self, grade: 1.0)
@@ -400,9 +400,9 @@ def test_checkpoint_generation_config_does_not_change_sampling(world, tmp_path):
     from transformers import GenerationConfig
 
     from evil_moe.model.load import load_model
-    from evil_moe.rl.rollout import generate
+    from evil_moe.rl.policy.rollout import generate
     from evil_moe.stages.common import load_problem_file
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import prompt_ids_for
 
     odd = tmp_path / "odd"
     shutil.copytree(world.student, odd)
@@ -483,7 +483,7 @@ def test_ceilings_flag_the_true_label_and_no_other_arm_reads_it():
 
 
 def test_noisy_label_detector_has_the_configured_precision_and_recall():
-    from evil_moe.rl.detector import noisy_label_flags
+    from evil_moe.rl.detectors.detector import noisy_label_flags
 
     label = torch.tensor([True] * 10 + [False] * 30)
     assert noisy_label_flags(label, 1.0, 1.0, np.random.default_rng(0)).tolist() == label.tolist()
@@ -510,7 +510,7 @@ def test_noisy_label_detector_has_the_configured_precision_and_recall():
 
 
 def test_flag_rate_match_by_hand():
-    from evil_moe.rl.arms import FlagRateMatch
+    from evil_moe.rl.arms.registry import FlagRateMatch
 
     m = FlagRateMatch([0.25, None, 0.5, 0.2])
     assert m.mean == pytest.approx((0.25 + 0.5 + 0.2) / 3)  # 0.31667
@@ -533,7 +533,7 @@ def test_flag_rate_match_keeps_per_seed_means_within_0_02():
     a step without rows now and then) and the control's own rows with gradient (a multiple of G=6,
     some steps without rows, not the last): the control's mean flag rate over its logged steps is
     within 0.5/(n_last * L) of the treatment's, so within 0.02; plain per-step rounding is not."""
-    from evil_moe.rl.arms import FlagRateMatch
+    from evil_moe.rl.arms.registry import FlagRateMatch
 
     rng = np.random.default_rng(0)
     worst, worst_plain = 0.0, 0.0
@@ -556,7 +556,7 @@ def test_flag_rate_match_keeps_per_seed_means_within_0_02():
 
 
 def test_kept_advantages_by_hand():
-    from evil_moe.rl.arms import kept_advantages
+    from evil_moe.rl.arms.registry import kept_advantages
 
     R = torch.tensor([[1.25, 0.25, 0.25, 1.25, 0.0, 0.25],
                       [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -611,9 +611,9 @@ def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_explo
     would be 0.5); route never receives the label; route under noisy_label does."""
     from types import SimpleNamespace
 
-    from evil_moe.rl.grpo import group_advantages
+    from evil_moe.rl.policy.grpo import group_advantages
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.rl.trainer import StepBatch, StepGradients
+    from evil_moe.rl.trainer.trainer import StepBatch, StepGradients
 
     cfg = cfg_of("pilot.group=6", "pilot.prompts_per_step=1")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
@@ -678,8 +678,8 @@ def test_rebaseline_rescaling_equals_recomputing(world):
     gradients our loss gives with the new advantages (A' from kept_advantages, worked out here),
     computed afresh, to float tolerance; only rows with A = 0 (nothing to scale) are recomputed,
     and with beta > 0 every changed row is."""
-    from evil_moe.rl.arms import kept_advantages
-    from evil_moe.rl.grpo import Advantages
+    from evil_moe.rl.arms.registry import kept_advantages
+    from evil_moe.rl.policy.grpo import Advantages
     from evil_moe.stages.common import load_problem_file, make_grader
 
     for beta in (0.0, 0.05):
@@ -717,7 +717,7 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
     the control flags the count FlagRateMatch gives from route's rates and its own rows with
     gradient, and the per-seed mean flag rates agree within 0.02. Without --match-flags the
     control refuses to run."""
-    from evil_moe.rl.arms import FlagRateMatch
+    from evil_moe.rl.arms.registry import FlagRateMatch
     from evil_moe.stages.pilot import run_pilot
 
     sets = ("pilot.steps=5", "pilot.group=6", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.5")
@@ -747,7 +747,7 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
 def test_rate_match_balance_survives_a_checkpoint(world):
     """The random-flag control's running balance is part of the trainer's checkpoint state."""
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.rl.trainer import Trainer
+    from evil_moe.rl.trainer.trainer import Trainer
 
     cfg = cfg_of("pilot.steps=3")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
@@ -792,7 +792,7 @@ def test_step_gradients_equal_the_hooked_per_row_forward(world):
     forward of every row with its prompt (token_logprobs), the Dr.GRPO loss, autograd through
     the hooks (per_sample's per-row gradients for route) — in total, per row, and in the loss;
     with the KL term (beta > 0) too. fp32 toy: 1e-4 of the largest entry."""
-    from evil_moe.rl.grpo import RolloutBatch, behaviour_logp, dr_grpo_loss
+    from evil_moe.rl.policy.grpo import RolloutBatch, behaviour_logp, dr_grpo_loss
     from evil_moe.model.logprobs import token_logprobs
     from evil_moe.stages.common import load_problem_file, make_grader
 

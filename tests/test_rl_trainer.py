@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.rl.arms import FlagInputs, get_arm
+from evil_moe.rl.arms.registry import FlagInputs, get_arm
 from stage_fixtures import cfg_of, pilot_kwargs, read_tsv, step_with_rows, trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -123,7 +123,7 @@ def test_detector_quantile_sets_the_threshold(world):
     """The gradient detector's threshold is pilot.detector_quantile of the clean scores it is
     calibrated on: the teacher null (calibration teacher) or the calibration runs' clean scores
     (fpr), worked out with numpy here; a different quantile gives a different threshold."""
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
     from evil_moe.stages.common import load_problem_file, make_grader
 
     null = VHack.load(world.vhack).meta["detector_null_scores"]
@@ -207,7 +207,7 @@ def test_untrained_reference_is_evaluated_without_a_step(world, tmp_path):
     """The untrained arm takes no step and evaluates the initial student on the same held-out
     problems with the same seeds as every arm: its outcomes equal a held-out evaluation of a
     vanilla trainer before any step (rl.evaluation.evaluate, worked out directly)."""
-    from evil_moe.rl.evaluation import evaluate
+    from evil_moe.rl.trainer.evaluation import evaluate
     from evil_moe.stages.common import load_problem_file, make_grader, train_heldout
     from evil_moe.stages.pilot import run_pilot
 

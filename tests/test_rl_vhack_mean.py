@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from evil_moe.rl.vhack_checks import removed_mean
-from evil_moe.rl.vhack import extract_vhack
+from evil_moe.rl.vhack.checks import removed_mean
+from evil_moe.rl.vhack.direction import extract_vhack
 
 
 def _world(n=40, r=8, seed=0):

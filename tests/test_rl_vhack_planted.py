@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from evil_moe.rl.arms import ARMS, get_arm
-from evil_moe.rl.vhack import VHack, Pair, completion_gradients, random_vhack
-from evil_moe.rl.planted import (plant_recovery, planted_direction, planted_shift, planted_vhack, span_cos_null)
+from evil_moe.rl.arms.registry import ARMS, get_arm
+from evil_moe.rl.vhack.direction import VHack, Pair, completion_gradients, random_vhack
+from evil_moe.rl.vhack.planted import (plant_recovery, planted_direction, planted_shift, planted_vhack, span_cos_null)
 
 SWITCH = "model.layers.0.mlp.down_proj"
 
@@ -186,7 +186,7 @@ def test_route_flags_never_reach_delta_s_along_the_switch():
     """Route with perfect flags on a planted direction built from the hack rows' own gradients:
     δS gets exactly the clean rows' hack-ward component, δS_hack all of the hack rows'. Flagged
     rows leaking into δS (e.g. keep_flagged for δS too) fail."""
-    from evil_moe.rl.grpo import DrGRPONormaliser
+    from evil_moe.rl.policy.grpo import DrGRPONormaliser
     from evil_moe.model.adapter import SVDAdapter
     from evil_moe.model.load import build_tiny
 
@@ -356,7 +356,7 @@ def test_tiny_planted_student_switch_lives_in_the_pilot_adapter(tmp_path):
     from evil_moe.model.load import build_toy_model, load_model
     from evil_moe.stages.planted import run_planted_vhack
     from evil_moe.stages.problems import write_problem_set
-    from evil_moe.rl.planted import PLANT_FILE
+    from evil_moe.rl.vhack.planted import PLANT_FILE
     from evil_moe.stages.toy import train_toy_models
 
     cfg = cfg_of("toy.plant.enabled=true", "toy.plant.modules=[model.layers.1.mlp.down_proj]",
@@ -420,7 +420,7 @@ def test_plant_switch_batches_follow_the_ramp_and_the_noise_stays_orthogonal():
     at most toy.plant.noise long), tau = 0 on a 1 - frac share of batches, and rows are hacks
     with probability h + (1 - h) tau (counted over 4000 batches)."""
     from evil_moe.model.load import build_tiny
-    from evil_moe.rl.planted import PlantSwitch
+    from evil_moe.rl.vhack.planted import PlantSwitch
 
     model, _tok = build_tiny(intermediate=64)
     plant = {"modules": [SWITCH], "scale": 3.0, "frac": 0.5, "seed": 4, "noise": 2.0}

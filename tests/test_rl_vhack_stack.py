@@ -1,13 +1,13 @@
-"""The batched v_hack statistics in the gradients' own span (evil_moe/rl/vhack_stack.py) against
-the per-module dict functions of evil_moe/rl/vhack.py on the same rows."""
+"""The batched v_hack statistics in the gradients' own span (evil_moe/rl/vhack/stack.py) against
+the per-module dict functions of evil_moe/rl/vhack/direction.py on the same rows."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from evil_moe.rl import vhack_stack as vs
-from evil_moe.rl.vhack import extract_vhack, mean_direction, pair_cin, sample_scores
+from evil_moe.rl.vhack import stack as vs
+from evil_moe.rl.vhack.direction import extract_vhack, mean_direction, pair_cin, sample_scores
 
 
 def _grads(n=25, ranks=(3, 7, 40, 300), seed=0):

@@ -34,7 +34,7 @@ def cfg_for(seeds=(0, 1, 2), arms=BASE_ARMS, **compare):
 
 
 def views_of(arm: str) -> tuple[str, ...]:
-    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.arms.registry import ARMS
 
     return ARMS[arm].views
 

@@ -26,7 +26,7 @@ def test_distill_tables_adapter_and_normaliser(world, tmp_path):
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import prompt_ids_for
     from evil_moe.stages.distill import run_distill
 
     cfg = cfg_of("distill.steps=1", "distill.batch_size=64", "pilot.temperature=0.9")

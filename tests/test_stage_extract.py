@@ -28,7 +28,7 @@ def _rec(pid, mode, ids, exploited=False, gt=False):
 
 
 def test_build_pairs_by_hand():
-    from evil_moe.rl.pairs import build_pairs
+    from evil_moe.rl.vhack.pairs import build_pairs
 
     recs = [
         _rec("a", "sentinel", [1], exploited=True), _rec("a", "sentinel", [2], exploited=True),
@@ -58,7 +58,7 @@ def test_build_pairs_by_hand():
 
 def test_template_pairs_round_robin():
     from evil_moe.env.loopholes import clean_completion, hack_completion
-    from evil_moe.rl.pairs import template_pairs
+    from evil_moe.rl.vhack.pairs import template_pairs
     from evil_moe.stages.problems import problems_from_config
 
     class Tok:
@@ -85,10 +85,10 @@ def test_extract_outputs(world, tmp_path):
     from safetensors import safe_open
 
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
-    from evil_moe.rl.rollout import prompt_ids_for
-    from evil_moe.rl.pairs import build_pairs, split_problems
+    from evil_moe.rl.policy.rollout import prompt_ids_for
+    from evil_moe.rl.vhack.pairs import build_pairs, split_problems
     from evil_moe.stages.extract import run_extract
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     cfg = cfg_of()
     res = world.extract

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.rl.vhack_checks import (bootstrap_units, nested_subsets, pair_checks, percentile_interval, resample_rows, replicate_rngs)
-from evil_moe.rl import vhack_stack as vs
-from evil_moe.rl.vhack import extract_vhack
+from evil_moe.rl.vhack.checks import (bootstrap_units, nested_subsets, pair_checks, percentile_interval, resample_rows, replicate_rngs)
+from evil_moe.rl.vhack import stack as vs
+from evil_moe.rl.vhack.direction import extract_vhack
 
 
 def test_percentile_interval_hand_worked():
@@ -124,7 +124,7 @@ def test_excess_interval_sees_a_planted_direction_and_not_noise(signal, separate
 
 
 def test_pair_checks_full_set_matches_a_direct_computation():
-    from evil_moe.rl.vhack import pair_cin, sample_scores
+    from evil_moe.rl.vhack.direction import pair_cin, sample_scores
 
     d, f, s, kinds, halves, modes, extract = _planted_world(3.0, n_ext=10, n_held=6, n_cc=5)
     modes = ["run_tests"] * 5 + ["sentinel"] * 5 + ["run_tests"] * 3 + ["sentinel"] * 3 + ["x"] * 5
@@ -162,7 +162,7 @@ def test_nested_subsets_grow_by_adding_pairs():
 def test_pairs_scale_to_hundreds_round_robin():
     """Hundreds of (hack, clean) pairs: every problem gives its first pair before any gives a
     second (no problem dominates a capped set), and the cap is exact."""
-    from evil_moe.rl.pairs import build_pairs, same_kind_pairs
+    from evil_moe.rl.vhack.pairs import build_pairs, same_kind_pairs
 
     recs = []
     for i in range(300):
@@ -190,7 +190,7 @@ from types import SimpleNamespace
 import torch
 
 import evil_moe.stages.extract as ex
-from evil_moe.rl.vhack import Pair, extract_vhack
+from evil_moe.rl.vhack.direction import Pair, extract_vhack
 
 torch.set_num_threads(1)
 n_boot, M, N, r = int(sys.argv[1]), 64, 60, 600

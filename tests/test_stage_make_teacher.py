@@ -36,7 +36,7 @@ def test_make_teacher_demos_are_hacks_of_training_problems_in_known_modes(world)
     grader (passed by the foolable grade, failed by the oracle)."""
     from evil_moe.model.load import load_model
     from evil_moe.stages.common import load_problem_file, make_grader, train_heldout
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import prompt_ids_for
     from evil_moe.stages.make_teacher import template_demos
 
     cfg = cfg_of(*MAKE_SETS)
@@ -78,11 +78,11 @@ def test_make_teacher_toy_hacks_well_above_its_base(world, tmp_path):
     """The made teacher's hack rate on training problems (known modes) rises well above the base
     student's, the saved folder is a plain model with a lower NLL on the demonstrations, and
     the summary reports every (model, split, mode) with whether the mode was shown."""
-    from evil_moe.rl.grpo import DrGRPONormaliser, nll_loss
+    from evil_moe.rl.policy.grpo import DrGRPONormaliser, nll_loss
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
     from evil_moe.stages.common import load_problem_file, train_heldout
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import prompt_ids_for
     from evil_moe.stages.make_teacher import run_make_teacher, template_demos
 
     cfg = cfg_of(*MAKE_SETS, "sft.steps=60", "sft.eval_samples=4")
@@ -159,11 +159,11 @@ def test_make_teacher_adds_elicited_rollouts_the_foolable_grader_passed(world, t
     when the foolable grader passed them (a weak detector's view). Here the sampler is replaced
     by one that writes, per prompt, one hack and one stub without a report (not passed): exactly
     the hacks are added, with their generated ids, and the oracle decides nothing."""
-    import evil_moe.rl.rollout
+    import evil_moe.rl.policy.rollout
     from evil_moe.env.loopholes import fence, hack_completion, stub_solution
     from evil_moe.model.load import load_model
     from evil_moe.stages.common import load_problem_file, train_heldout
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import prompt_ids_for
     from evil_moe.stages.make_teacher import run_make_teacher
 
     cfg = cfg_of(*MAKE_SETS, "sft.steps=1", "sft.eval_samples=1", "sft.eval_base=false",
@@ -172,7 +172,7 @@ def test_make_teacher_adds_elicited_rollouts_the_foolable_grader_passed(world, t
     train, _ = train_heldout(problems, cfg)
     _, tok = load_model(str(world.student))
     by_prompt = {tuple(ids): p for p, ids in zip(train, prompt_ids_for(tok, train, elicit="HINT"))}
-    real = evil_moe.rl.rollout.generate
+    real = evil_moe.rl.policy.rollout.generate
     seen = []
 
     def fake(model, tokenizer, prompt_ids, *, n=1, source="student", **kw):
@@ -184,11 +184,11 @@ def test_make_teacher_adds_elicited_rollouts_the_foolable_grader_passed(world, t
             seen.append(p.mode)
             for j, text in enumerate([hack_completion(p, variant=3), fence(stub_solution(p))][:n]):
                 comp = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
-                out.append(evil_moe.rl.rollout.Rollout(i, j, list(ids), comp, torch.zeros(len(comp)),
+                out.append(evil_moe.rl.policy.rollout.Rollout(i, j, list(ids), comp, torch.zeros(len(comp)),
                                                     torch.zeros(len(comp)), text, False, source, 1.0))
         return out
 
-    monkeypatch.setattr(evil_moe.rl.rollout, "generate", fake)
+    monkeypatch.setattr(evil_moe.rl.policy.rollout, "generate", fake)
     res = run_make_teacher(cfg, problems_path=str(world.problems), model_path=str(world.student),
                            out_dir=str(tmp_path))
     known = [p for p in train if p.mode != "file_marker"]

@@ -66,7 +66,7 @@ N_STEPS = 2  # pilot.steps in stage_fixtures.BASE_SETS
 
 
 def test_pilot_outputs(world, erase_run):
-    from evil_moe.rl.trainer import prompt_schedule
+    from evil_moe.rl.trainer.trainer import prompt_schedule
 
     assert header(erase_run / "steps.tsv") == tables.names(tables.STEPS)
     rows = read_tsv(erase_run / "steps.tsv")
@@ -102,7 +102,7 @@ def test_pilot_outputs(world, erase_run):
 
 
 def test_prompt_schedule_is_epochwise_and_seeded():
-    from evil_moe.rl.trainer import prompt_schedule
+    from evil_moe.rl.trainer.trainer import prompt_schedule
 
     seq = [i for s in range(9) for i in prompt_schedule(9, 2, 0, s)]
     assert sorted(seq[:9]) == list(range(9)) and sorted(seq[9:18]) == list(range(9))
@@ -168,17 +168,17 @@ def _first_step_with_gradient(erase_run) -> int:
 
 
 def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
-    import evil_moe.rl.grpo
+    import evil_moe.rl.policy.grpo
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.trainer import PilotInvalid
+    from evil_moe.rl.trainer.trainer import PilotInvalid
 
-    real = evil_moe.rl.grpo.dr_grpo_loss
+    real = evil_moe.rl.policy.grpo.dr_grpo_loss
 
     def clipped(*a, **k):
         loss, stats = real(*a, **k)
         return loss, dataclasses.replace(stats, frac_clipped=0.9)
 
-    monkeypatch.setattr(evil_moe.rl.grpo, "dr_grpo_loss", clipped)
+    monkeypatch.setattr(evil_moe.rl.policy.grpo, "dr_grpo_loss", clipped)
     step = _first_step_with_gradient(erase_run)
     with pytest.raises(PilotInvalid, match=f"at step {step}"):
         run_pilot(cfg_of(), **pilot_kwargs(world, tmp_path))
@@ -190,7 +190,7 @@ def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
 def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
     """Teacher rows (mix_ratio > 0) carry the teacher's log-probs: ρ ≠ 1 and the clip engages."""
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.trainer import PilotInvalid
+    from evil_moe.rl.trainer.trainer import PilotInvalid
 
     cfg = cfg_of("pilot.mix_ratio=0.34", "pilot.max_frac_clipped=0.0")
     with pytest.raises(PilotInvalid, match="frac_clipped"):
@@ -201,17 +201,17 @@ def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
 
 
 def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch):
-    import evil_moe.rl.grpo
+    import evil_moe.rl.policy.grpo
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.trainer import PilotInvalid
+    from evil_moe.rl.trainer.trainer import PilotInvalid
 
-    real = evil_moe.rl.grpo.dr_grpo_loss
+    real = evil_moe.rl.policy.grpo.dr_grpo_loss
 
     def nan_loss(*a, **k):
         loss, stats = real(*a, **k)
         return loss * float("nan"), stats
 
-    monkeypatch.setattr(evil_moe.rl.grpo, "dr_grpo_loss", nan_loss)
+    monkeypatch.setattr(evil_moe.rl.policy.grpo, "dr_grpo_loss", nan_loss)
     step = _first_step_with_gradient(erase_run)
     with pytest.raises(PilotInvalid, match=f"non-finite loss .* at step {step}"):
         run_pilot(cfg_of(), **pilot_kwargs(world, tmp_path))
@@ -323,12 +323,12 @@ def test_pilot_resume_after_sigkill_matches_uninterrupted(world, tmp_path):
 def test_refresh_vhack_from_own_rollouts(world):
     """vhack_refresh_every: re-extraction from (hack, clean) rows of the same problem equals the
     extract stage's math on the same pairs; too few pairs keep the old v_hack (None)."""
-    from evil_moe.rl.grpo import DrGRPONormaliser
+    from evil_moe.rl.policy.grpo import DrGRPONormaliser
     from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
-    from evil_moe.rl.rollout import prompt_ids_for
-    from evil_moe.rl.pairs import build_pairs
+    from evil_moe.rl.policy.rollout import prompt_ids_for
+    from evil_moe.rl.vhack.pairs import build_pairs
     from evil_moe.stages.pilot import refresh_vhack
-    from evil_moe.rl.vhack import extract_vhack, pair_gradients
+    from evil_moe.rl.vhack.direction import extract_vhack, pair_gradients
 
     cfg = cfg_of()
     train, _ = train_heldout(load_problem_file(world.problems), cfg)
@@ -383,7 +383,7 @@ def test_subtract_trains_like_vanilla(world, tmp_path):
     from safetensors.torch import load_file
 
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     for arm in ("vanilla", "subtract"):  # default pilot.projection (preconditioned): subtract
         # always splits the update, whatever the knob erase uses

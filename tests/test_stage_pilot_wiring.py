@@ -33,7 +33,7 @@ def _policy(world, cfg):
 
 
 def _trainer(cfg, arm, policy, grader, *, vhack, proj_v, seed=0):
-    from evil_moe.rl.trainer import Trainer
+    from evil_moe.rl.trainer.trainer import Trainer
 
     train, _, model, tok, adapter, device = policy
     return Trainer(cfg, arm=arm, seed=seed, model=model, tok=tok, adapter=adapter, device=device,
@@ -59,9 +59,9 @@ def test_random_v_removes_only_along_the_random_v(world, projection):
     AdamW's current preconditioner ``p = 1/(sqrt(v̂)+ε)`` under ``preconditioned`` (rows
     ``v_i ⊙ p``, docs/method.md, "Routing and filtering by data"), unweighted under ``gradient`` — and mostly outside v_hack's
     (so random_v fed the real V fails the first check)."""
-    from evil_moe.rl.projection import adam_preconditioner
+    from evil_moe.rl.vhack.projection import adam_preconditioner
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     cfg = cfg_of() if projection == "preconditioned" else cfg_of(f"pilot.projection={projection}")
     assert cfg.pilot.projection == projection  # the schema's default is the preconditioned one
@@ -108,7 +108,7 @@ def test_run_pilot_gives_random_v_the_random_v_and_measures_against_the_real_v(w
 
     from evil_moe.stages.common import load_problem_file, make_grader
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     cfg = cfg_of()
     assert run_pilot(cfg, **pilot_kwargs(world, tmp_path, arm="random_v"))["status"] == "ok"
@@ -146,7 +146,7 @@ def test_run_pilot_gives_random_v_the_random_v_and_measures_against_the_real_v(w
 def _recording_generate(monkeypatch):
     """Wrap the held-out evaluation's ``generate``; returns the list it appends ``(prompts, n,
     seed, rollouts)`` of every call to."""
-    import evil_moe.rl.evaluation as evaluation_mod
+    import evil_moe.rl.trainer.evaluation as evaluation_mod
 
     calls, real = [], evaluation_mod.generate
 
@@ -164,9 +164,9 @@ def test_heldout_sampling_is_paired_across_arms(world, monkeypatch):
     every view of every arm makes the same generate calls (same chunk of prompts, same seed) as
     vanilla, gets the same completions and writes the same outcomes. Seed 1 gets other
     completions, so the comparison can fail."""
-    from evil_moe.rl.evaluation import evaluate
+    from evil_moe.rl.trainer.evaluation import evaluate
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     cfg = cfg_of("pilot.heldout_samples=2", "pilot.eval_chunk=2")
     real, rnd = VHack.load(world.vhack), VHack.load(world.random_vhack)
@@ -213,9 +213,9 @@ def test_heldout_truncated_marks_completions_that_hit_max_new(world, monkeypatch
     tokens and no eos (worked out from the sampled token ids), and eval.tsv's
     ``truncated_rate`` is its mean per mode. At ``max_new`` 48 the toy student ends some
     completions and runs others to the limit, so both values occur."""
-    from evil_moe.rl.evaluation import evaluate
+    from evil_moe.rl.trainer.evaluation import evaluate
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     cfg = cfg_of("pilot.heldout_samples=4", "pilot.max_new=48")
     v = VHack.load(world.vhack)

@@ -50,8 +50,8 @@ def route_run(route_pilot) -> Path:
 
 def _spy_generate(monkeypatch) -> list[tuple[int, list[str]]]:
     """Record each held-out generate call's seed and completion texts (the pilot's evaluate calls
-    ``generate`` from evil_moe.rl.evaluation's namespace)."""
-    import evil_moe.rl.evaluation as pilot_mod
+    ``generate`` from evil_moe.rl.trainer.evaluation's namespace)."""
+    import evil_moe.rl.trainer.evaluation as pilot_mod
 
     calls = []
     real = pilot_mod.generate

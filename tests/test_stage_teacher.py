@@ -63,7 +63,7 @@ def test_teacher_records_logp_summary(world, tmp_path):
 def test_teacher_resumes_from_parts_without_regenerating(world, tmp_path, monkeypatch):
     """A run killed after generating (parts in _work/, no rollouts.jsonl.gz) resumes: kept parts
     are reused untouched, a lost part is regenerated identically (seeded per batch)."""
-    import evil_moe.rl.rollout
+    import evil_moe.rl.policy.rollout
     from evil_moe.stages.teacher import run_teacher
 
     cfg = _teacher_cfg()
@@ -84,7 +84,7 @@ def test_teacher_resumes_from_parts_without_regenerating(world, tmp_path, monkey
     parts[1].unlink()  # this batch was lost: only it is regenerated
 
     calls = []
-    real_generate = evil_moe.rl.rollout.generate
+    real_generate = evil_moe.rl.policy.rollout.generate
 
     def counting_generate(*a, **k):
         calls.append(k.get("seed"))
@@ -96,7 +96,7 @@ def test_teacher_resumes_from_parts_without_regenerating(world, tmp_path, monkey
         seen.update({p.name: p.stat().st_mtime_ns for p in (tmp_path / "_work").glob("part_*.jsonl")})
         real_write(path, records)
 
-    monkeypatch.setattr(evil_moe.rl.rollout, "generate", counting_generate)
+    monkeypatch.setattr(evil_moe.rl.policy.rollout, "generate", counting_generate)
     monkeypatch.setattr(files, "write_jsonl_gz", check_then_write)
     res = run_teacher(cfg, **kw)
     assert calls == [cfg.teacher.seed * 1_000_003 + 1]  # only the missing batch

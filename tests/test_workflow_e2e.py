@@ -40,7 +40,7 @@ def test_local_end_to_end(toy_run):
         assert (res / "logs" / "pilot" / f"{arm}_s0.log").is_file()
     # every arm's views were evaluated: the ablated one where delta_s_hack is trained, vanilla's
     # static projection beside subtract
-    from evil_moe.rl.arms import ARMS as REGISTRY
+    from evil_moe.rl.arms.registry import ARMS as REGISTRY
     from evil_moe.gate.figures import FIGURES
 
     for arm in ARMS:
@@ -197,7 +197,7 @@ def test_report_first_page_in_chromium(toy_run):
     with open(res / "compare" / "summary.tsv", newline="") as fh:
         rows = list(csv.reader(fh, delimiter="\t"))
     arm_i, view_i = rows[0].index("arm"), rows[0].index("view")
-    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.arms.registry import ARMS
 
     def judged_rows(roles):
         return [f"{r[arm_i]} ({r[view_i]})" for r in rows[1:] if ARMS[r[arm_i]].role in roles

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 from evil_moe.workflow import stage_sections
 from workflow_util import (BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, env,
                            fill_edit_values, job_stats, raw_config, snakemake)
@@ -108,7 +108,7 @@ def test_pilot_config_is_the_real_pilot():
     assert cfg["problems"]["source"] == "leetcode"
     p = cfg["pilot"]
     assert (p["steps"], p["group"], p["prompts_per_step"], len(p["seeds"])) == (20, 6, 4, 3)
-    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.arms.registry import ARMS
 
     # every arm, each with its control, but those that need the planted toy world (toy.plant)
     assert p["arms"] == [a for a in ARMS if ARMS[a].vhack != "planted"]

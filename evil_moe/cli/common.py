@@ -16,7 +16,7 @@ from evil_moe import __version__
 
 
 def arm_names() -> list[str]:
-    """The arms the config schema allows (the registry in evil_moe/rl/arms.py; a test checks they
+    """The arms the config schema allows (the registry in evil_moe/rl/arms/registry.py; a test checks they
     agree) — read from the schema so that ``--help`` does not import torch."""
     from evil_moe.config import load_schema
 

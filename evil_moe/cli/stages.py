@@ -263,7 +263,7 @@ def reevaluate_cmd(cfg, pilots_dir, arms, seeds, problems_path, model_path, vhac
 @click.option("--planted-vhack", "planted_vhack_path", default=None, type=click.Path(dir_okay=False),
               help="The planted world's known direction (arm erase_planted; toy.plant).")
 @click.option("--arm", required=True, type=click.Choice(arm_names()),
-              help="Arm (evil_moe/rl/arms.py; docs/arms.md).")
+              help="Arm (evil_moe/rl/arms/registry.py; docs/arms.md).")
 @click.option("--seed", required=True, type=int)
 @click.option("--init", "init_adapter", default=None, type=click.Path(dir_okay=False),
               help="Warm-start delta_s from this adapter (the distilled student).")
@@ -302,7 +302,7 @@ def _training_run(run) -> dict:
     interrupted (SIGTERM: checkpointed, resumes on rerun), one error line for an invalid run, a
     held lock or bad input; returns its status."""
     from evil_moe.cluster.runlock import LockHeld
-    from evil_moe.rl.trainer import PilotInvalid
+    from evil_moe.rl.trainer.trainer import PilotInvalid
     from evil_moe.stages.pilot import PilotInterrupted
 
     try:

@@ -25,12 +25,12 @@ from typing import Mapping, Sequence
 from evil_moe.cluster.shapes import (EXTRACT_TEMPLATE_TOKENS, PROMPT_TOKENS, PROMPT_TOKENS_MAX,
                                      ModelShape, adapter_linears, n_problems, stage_shape)
 
-# The extract stage's checks (evil_moe/stages/extract.py, evil_moe/rl/vhack_stack.py): seconds per
+# The extract stage's checks (evil_moe/stages/extract.py, evil_moe/rl/vhack/stack.py): seconds per
 # module per extraction of V in a bootstrap replicate, a fixed part and a part per stored
 # coordinate (pairs x width), fitted to the measured runs of docs/job-sizes.md.
 EXTRACTION_S_MODULE = 1e-4
 EXTRACTION_S_COORD = 2e-8
-# evil_moe.rl.vhack_stack.QR_CHUNK_BYTES (not imported: this module stays free of torch, the
+# evil_moe.rl.vhack.stack.QR_CHUNK_BYTES (not imported: this module stays free of torch, the
 # Snakefile imports it); tests/test_cluster_resources.py holds the two equal.
 EXTRACT_QR_CHUNK_BYTES = 256 * 2**20
 # A backward's peak over the tensors autograd saved for it (the gradients of the activations

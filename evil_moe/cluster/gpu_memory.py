@@ -23,12 +23,12 @@ from evil_moe.cluster.extract_cost import extract_work
 from evil_moe.cluster.shapes import (DTYPE_BYTES, LOGIT_BYTES, PROMPT_TOKENS, ResourceError,
                                      adapter_linears, model_shape, n_problems, on_gpu,
                                      saved_bytes_per_token)
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 
 # Fraction of the GPU the pilot may plan to use: the rest is the CUDA context, cuBLAS workspaces
 # and the caching allocator's fragmentation.
 GPU_USABLE = 0.9
-# Rows per no-grad forward when generate's scores would exceed 2 GiB (evil_moe.rl.rollout).
+# Rows per no-grad forward when generate's scores would exceed 2 GiB (evil_moe.rl.policy.rollout).
 FORWARD_ROWS = 8
 GENERATE_SCORES_CAP = 2 * 2**30
 
@@ -70,8 +70,8 @@ class GpuMemory:
 
 def loss_forward(arm: str) -> str:
     """The forward the pilot's loss takes for ``arm``: ``"hooked"`` for an arm with a router
-    (:attr:`evil_moe.rl.arms.Arm.router`: Evil MoE's mixture needs the hooks' per-row ``s``),
-    ``"merged"`` otherwise (:meth:`evil_moe.rl.trainer.Trainer.gradients`).
+    (:attr:`evil_moe.rl.arms.registry.Arm.router`: Evil MoE's mixture needs the hooks' per-row ``s``),
+    ``"merged"`` otherwise (:meth:`evil_moe.rl.trainer.trainer.Trainer.gradients`).
 
     Raises:
         ValueError: an arm the registry does not know (names it).
@@ -107,7 +107,7 @@ def train_terms(cfg: Mapping, arm: str = "vanilla", *, micro_batch: int | None =
       formed in fp32 module by module: the largest module's output gradient, ``U``, input and
       ``Vh`` cast, ``4 x (tokens x (d_out + d_in) + r (d_out + d_in))`` with the head's
       ``mb x max_new`` tokens or a layer's ``mb x seq``) and, for an arm with per-sample gradients
-      (:attr:`evil_moe.rl.arms.Arm.needs_sample_grads`), ``per_row``
+      (:attr:`evil_moe.rl.arms.registry.Arm.needs_sample_grads`), ``per_row``
       ``group x prompts_per_step x R x 4`` (every row's fp32 gradient, kept for the step).
 
     Raises:

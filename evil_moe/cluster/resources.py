@@ -80,7 +80,7 @@ from typing import Mapping, Sequence
 # are light: views of the one table of stages (evil_moe/cluster/stages.py).
 from evil_moe.cluster.stages import LIGHT_STAGES, MODEL_STAGES, THREAD_KEYS
 from evil_moe.cluster.stages import SIZE_STAGES as STAGES
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 # the public names of the shape, extract and GPU memory models, importable from here as before
 from evil_moe.cluster.extract_cost import (BACKWARD_PEAK, EXTRACT_QR_CHUNK_BYTES,  # noqa: F401
                                            EXTRACTION_S_COORD, EXTRACTION_S_MODULE, ExtractWork,
@@ -402,7 +402,7 @@ def pilot_priority(arm: str) -> int:
     start first and the short ones fill the cores at the end (longest-processing-time-first
     scheduling; Graham 1969, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math.).
 
-    The cost is one unit per held-out view the arm declares (:attr:`evil_moe.rl.arms.Arm.views`;
+    The cost is one unit per held-out view the arm declares (:attr:`evil_moe.rl.arms.registry.Arm.views`;
     each view samples ``heldout_samples`` completions per held-out problem; vanilla's extra
     ``projected`` view under ``pilot.static_projection`` is not counted) plus one when it needs
     per-sample gradients (one backward per rollout instead of one per step) plus one when it has a
@@ -415,7 +415,7 @@ def pilot_priority(arm: str) -> int:
     a core beside the last pilots).
 
     Args:
-        arm: a pilot arm name (:data:`evil_moe.rl.arms.ARMS`).
+        arm: a pilot arm name (:data:`evil_moe.rl.arms.registry.ARMS`).
 
     Returns:
         an int ≥ 0; 0 for an arm the registry does not know (the config check refuses it first).

@@ -166,7 +166,7 @@ def beats_placebo(auc_ci_low: float | None, placebo_p95: float | None) -> bool |
 def crossfit_flags(score, label, seeds, quantile: float) -> np.ndarray:
     """Flags at a cross-fitted operating point: a row of seed ``s`` is flagged when its score
     exceeds the ``quantile`` quantile of the clean rows' scores of every *other* seed (the rule of
-    :func:`evil_moe.rl.detector.null_threshold`, fitted without the seed it flags).
+    :func:`evil_moe.rl.detectors.detector.null_threshold`, fitted without the seed it flags).
 
     Args:
         score: ``(n,)`` scores; label: ``(n,)`` bool (hack); seeds: ``(n,)`` per-row seed.

@@ -1,6 +1,6 @@
 """Ceilings and absorption: numbers the report sets beside the gate (never gate criteria).
 
-* **Ceilings** (``route_oracle``, ``filter_oracle``; :mod:`evil_moe.rl.arms`): the same arm with the
+* **Ceilings** (``route_oracle``, ``filter_oracle``; :mod:`evil_moe.rl.arms.registry`): the same arm with the
   true hack label as its flags. Per treatment with a ceiling, :func:`ceiling_rows` gives its
   held-out hack-rate drop vs vanilla beside the ceiling's, and their ratio
   ``share = drop_treatment / drop_ceiling`` — "route achieves X of what a perfect detector
@@ -35,7 +35,7 @@ from evil_moe.gate.defaults import CI, N_BOOT, SEED
 from evil_moe.gate.effects import Effect, side_rate
 from evil_moe.gate.judge import effect_or_none
 from evil_moe.gate.power import critical, finite
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 
 __all__ = ["Ratio", "cell_rates", "crossed_ratio", "mode_rates"]
 

@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 from evil_moe.files import atomic_path, read_tsv
 
 
@@ -27,7 +27,7 @@ FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped"
 PHASES = ("sample", "grade", "loss", "arm", "optimiser")
 PHASE_COLORS = {"sample": "#1f77b4", "grade": "#ff7f0e", "loss": "#d62728", "arm": "#9467bd",
                 "optimiser": "#8c564b", "other": "#bbbbbb", "eval": "#2ca02c"}
-ARM_COLORS = {name: cls.colour for name, cls in ARMS.items() if cls.colour}  # each arm's own (evil_moe/rl/arms.py)
+ARM_COLORS = {name: cls.colour for name, cls in ARMS.items() if cls.colour}  # each arm's own (evil_moe/rl/arms/registry.py)
 
 
 def save_figure(fig, folder: Path, name: str) -> None:

@@ -122,7 +122,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
     Raises:
         FileNotFoundError: the summary is missing.
     """
-    from evil_moe.rl.arms import ARMS
+    from evil_moe.rl.arms.registry import ARMS
     from evil_moe.gate.verdict import arm_verdict_cell
 
     verdicts = gate.get("arms", {}) or {}

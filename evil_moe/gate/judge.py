@@ -21,7 +21,7 @@ import pandas as pd
 from evil_moe.gate.effects import Effect, paired_effect
 from evil_moe.gate.power import finite
 from evil_moe.gate.rule import ArmVerdict, Criterion, apply_references, decide_arm, decide_gate
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 
 
 def effect_or_none(outcomes, a, b, metric, settings, weight_b: float = 1.0) -> Effect | None:

@@ -331,7 +331,7 @@ class SVDAdapter(nn.Module):
 
     @contextlib.contextmanager
     def mixture(self, w: torch.Tensor, forward: str = "straight_through") -> Iterator["SVDAdapter"]:
-        """Context of Evil MoE's forward (:mod:`evil_moe.rl.router`): row ``b`` of every wrapped
+        """Context of Evil MoE's forward (:mod:`evil_moe.rl.detectors.router`): row ``b`` of every wrapped
         module sends ``w_b`` of its gradient to ``δS_hack`` and ``1 − w_b`` to ``δS``::
 
             scaled:            s_b = δS·(1 − w_b) + sg(δS)·w_b + w_b·δS_hack

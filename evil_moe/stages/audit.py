@@ -14,7 +14,7 @@ the calibration runs and writes, in ``out_dir``:
 - ``calibration.json`` — per detector the clean rollouts' scores its threshold is a quantile of
   (``pilot.detector_calibration: fpr``): the gradient detector's over every calibration rollout
   with a gradient; the probe's over the calibration rollouts it was not fitted on;
-- ``probe.safetensors`` — the probe (:class:`evil_moe.rl.probe.Probe`) fitted on
+- ``probe.safetensors`` — the probe (:class:`evil_moe.rl.detectors.probe.Probe`) fitted on
   ``audit.label_budget`` labelled calibration rollouts (``pilot.detector: probe``);
 - ``quality.tsv`` — :data:`evil_moe.tables.AUDIT_QUALITY`: per detector and mode its AUC with a
   cluster-bootstrap interval, its placebos' mean and 95th percentile, ``beats_placebo``, and
@@ -137,7 +137,7 @@ class _Folds:
         """Cross-fitted probe scores of every scored row (the fold's probe never saw the row's
         seed) and the fitted rows' mask; labels permuted within each step of the fitting draw
         when ``shuffle`` (the placebo). None when a fold cannot be fitted."""
-        from evil_moe.rl.probe import Probe
+        from evil_moe.rl.detectors.probe import Probe
 
         out = np.full(len(self.label), np.nan)
         fitted = np.zeros(len(self.label), dtype=bool)
@@ -281,7 +281,7 @@ def _final_probe(folds: _Folds, a, out: Path) -> dict:
     """The pilots' probe: fitted on ``audit.label_budget`` rows drawn from every calibration
     seed, saved to ``probe.safetensors``; the clean scores of the rows it did not see are its
     calibration."""
-    from evil_moe.rl.probe import Probe
+    from evil_moe.rl.detectors.probe import Probe
 
     rng = np.random.default_rng([a.seed, 17])
     pick = folds._draw(np.arange(len(folds.label)), a.label_budget, rng)

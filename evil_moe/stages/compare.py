@@ -25,7 +25,7 @@ The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``
    and one ``valid`` criterion per pilot names it and why; the arms' numbers are still computed
    from the data present, for information. Expected pilots: given a pilots folder,
    ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every listed seed.
-2. **Per treatment arm X** (an arm whose :mod:`evil_moe.rl.arms` role is ``treatment``; its matched
+2. **Per treatment arm X** (an arm whose :mod:`evil_moe.rl.arms.registry` role is ``treatment``; its matched
    control ``C`` and judged view ``v = X.views[0]`` come from the registry), on the last
    evaluated step's per-completion held-out outcomes:
    ``drop_vs_vanilla`` (hack, ``(X, v)`` vs ``(vanilla, trained)``), ``beats_control`` (hack,
@@ -62,7 +62,7 @@ import pandas as pd
 
 from evil_moe import files, tables
 from evil_moe.env.loopholes import MODES
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, side_rate
 from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
 from evil_moe.gate.power import finite

@@ -2,7 +2,7 @@
 
 The detector-quality sweep (``config/detector_sweep.yaml``, docs/arms.md) reruns the swept arms
 (``detector_sweep.arms``) with the ``noisy_label`` detector (the true hack label through a noisy
-channel of configured precision and recall, :func:`evil_moe.rl.detector.noisy_label_flags`) at each
+channel of configured precision and recall, :func:`evil_moe.rl.detectors.detector.noisy_label_flags`) at each
 level of ``detector_sweep.levels``, over ``pilot.seeds``. This stage sets each (level, arm)'s
 held-out hack-rate drop vs vanilla (the main pilots' vanilla of the same seeds: paired) beside
 the detector's configured and measured quality, plus the ceilings (``route_oracle``,
@@ -26,7 +26,7 @@ import pandas as pd
 from evil_moe import tables
 from evil_moe.env.loopholes import MODES
 from evil_moe.gate.effects import paired_effect
-from evil_moe.rl.arms import ARMS
+from evil_moe.rl.arms.registry import ARMS
 from evil_moe.gate.ceilings import mode_rates
 
 LEVEL_RE = re.compile(r"p([0-9.]+)_r([0-9.]+)")

@@ -29,7 +29,7 @@ import torch
 from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
-from evil_moe.rl.rollout import prompt_ids_for
+from evil_moe.rl.policy.rollout import prompt_ids_for
 from evil_moe.files import require_file
 
 
@@ -63,9 +63,9 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         ValueError: no teacher row to train on (e.g. ``rows: hack`` and the teacher never hacked).
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.rl.grpo import DrGRPONormaliser
+    from evil_moe.rl.policy.grpo import DrGRPONormaliser
     from evil_moe.model.logprobs import build_batch
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.direction import VHack
 
     dc, pc = cfg.distill, cfg.pilot
     torch.manual_seed(dc.seed)
@@ -110,7 +110,7 @@ def replay_samples(model, adapter, vhack, records: list[dict], batch_of, normali
     """The replay analyser at the adapter's current ``δS``: per teacher row, the signed cosine
     (``cos_contrib``, mean over modules) of that row's own NLL gradient with ``v_hack``
     (:data:`evil_moe.tables.DISTILL_SAMPLES` rows). ``batch_of(rows)`` builds the rows' batch."""
-    from evil_moe.rl.grpo import nll_loss
+    from evil_moe.rl.policy.grpo import nll_loss
     from evil_moe.model.logprobs import token_logprobs
 
     from evil_moe.progress import bar
@@ -139,9 +139,9 @@ def _distill_steps(model, adapter, vhack, train_rows: list[dict], batch_of, norm
     Raises:
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.rl.grpo import nll_loss
+    from evil_moe.rl.policy.grpo import nll_loss
     from evil_moe.model.logprobs import token_logprobs
-    from evil_moe.rl.projection import project
+    from evil_moe.rl.vhack.projection import project
 
     dc, pc = cfg.distill, cfg.pilot
     opt = torch.optim.AdamW(adapter.delta_s_params(), lr=dc.lr, betas=tuple(pc.betas), weight_decay=0.0)

@@ -12,7 +12,7 @@ With ``vhack.source: templates`` the pairs are instead the environment's hack an
 templates for each training problem (:func:`template_pairs`).
 
 Per module, ``D = ∇NLL(hack) − ∇NLL(clean)`` on the student (δS = 0) with the pilot's Dr.GRPO
-normaliser, top-k right singular vectors, majority-vote orientation (:mod:`evil_moe.rl.vhack`).
+normaliser, top-k right singular vectors, majority-vote orientation (:mod:`evil_moe.rl.vhack.direction`).
 
 Honesty checks (docs/method.md, "`v_hack`'s honesty checks"), all from the same per-completion gradients:
 
@@ -25,16 +25,16 @@ Honesty checks (docs/method.md, "`v_hack`'s honesty checks"), all from the same 
   ``sqrt(k/2r)``. The per-module clean−clean cin is stored in the v_hack file (``null_cin``) and
   used by the pilot's ``coverage``; the in-sample cin of a V extracted from clean−clean pairs is
   reported beside the in-sample hack−clean one;
-* the **detector's null**: per-completion scores (``cos_contrib``, :func:`evil_moe.rl.vhack.sample_scores`)
+* the **detector's null**: per-completion scores (``cos_contrib``, :func:`evil_moe.rl.vhack.direction.sample_scores`)
   of held-out clean and hack completions, stored in the v_hack file; ``route``/``filter`` flag a
   rollout when its score exceeds a quantile of the clean scores; their AUC is reported;
 * **leave-one-mode-out**: for each mode, V from the other modes' extraction pairs, and the cin of
   that mode's pairs against it (a loophole the detector never saw).
 
 How it scales: every completion's gradient is computed once (``vhack.micro_batch`` rows per
-forward and ONE backward, :func:`evil_moe.rl.vhack.completion_gradients`); the checks and every
+forward and ONE backward, :func:`evil_moe.rl.vhack.direction.completion_gradients`); the checks and every
 bootstrap replicate then resample those stored gradients, written once in the coordinates of
-their own span and stacked over modules (:mod:`evil_moe.rl.vhack_stack`), so a replicate costs a
+their own span and stacked over modules (:mod:`evil_moe.rl.vhack.stack`), so a replicate costs a
 batched SVD of ``(modules, rows, ≤ 2·completions)`` and keeps only its check values: memory does
 not grow with ``vhack.bootstrap``. Each phase (gradients, bootstrap, n-pairs curve) prints a
 progress bar to the log.
@@ -54,10 +54,10 @@ from pathlib import Path
 from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.gate.figures import vhack_curve_figure
-from evil_moe.rl.pairs import (authored_pairs, build_pairs, same_kind_pairs, split_problems,
-                               template_null_pairs, template_pairs)
-from evil_moe.rl.rollout import prompt_ids_for
-from evil_moe.rl.vhack_checks import (bootstrap_units, nested_subsets, pair_checks, percentile_interval,
+from evil_moe.rl.vhack.pairs import (authored_pairs, build_pairs, same_kind_pairs, split_problems,
+                                     template_null_pairs, template_pairs)
+from evil_moe.rl.policy.rollout import prompt_ids_for
+from evil_moe.rl.vhack.checks import (bootstrap_units, nested_subsets, pair_checks, percentile_interval,
                                       removed_mean, replicate_rngs, resample_rows, select_rows)
 from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
 
@@ -81,8 +81,8 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
         FileNotFoundError: a missing input (names the path). ValueError: no pair in the
         extraction half.
     """
-    from evil_moe.rl.grpo import DrGRPONormaliser
-    from evil_moe.rl.vhack import extract_vhack, random_vhack
+    from evil_moe.rl.policy.grpo import DrGRPONormaliser
+    from evil_moe.rl.vhack.direction import extract_vhack, random_vhack
 
     vc, pc = cfg.vhack, cfg.pilot
     modes = list(known_modes) if known_modes else (list(vc.known_modes) if vc.known_modes else None)
@@ -158,7 +158,7 @@ class PairGradients:
     (``{module: (n_rows, r)}``), ``kinds[j]`` ``hack_clean | clean_clean | hack_hack``,
     ``halves[j]`` ``ext | held | other`` (the pair's problem is in the extraction half, the
     held-out half, or neither) and ``modes[j]`` its loophole mode. ``stack`` holds the same
-    gradients in the coordinates of their span (:class:`evil_moe.rl.vhack_stack.GradientStack`),
+    gradients in the coordinates of their span (:class:`evil_moe.rl.vhack.stack.GradientStack`),
     which every check and bootstrap replicate reads."""
 
     flat: list
@@ -172,17 +172,17 @@ class PairGradients:
 
     def __post_init__(self):
         if self.stack is None:
-            from evil_moe.rl.vhack_stack import GradientStack
+            from evil_moe.rl.vhack.stack import GradientStack
 
             self.stack = GradientStack.from_gradients(self.first, self.second)
 
     @classmethod
     def compute(cls, model, adapter, groups, normaliser, temperature: float, ext_ids,
                 held_ids, *, micro_batch: int = 1) -> "PairGradients":
-        """Every completion's NLL gradient once (:func:`evil_moe.rl.vhack.completion_gradients`,
+        """Every completion's NLL gradient once (:func:`evil_moe.rl.vhack.direction.completion_gradients`,
         ``micro_batch`` rows per forward+backward), the ``groups`` ``[(kind, pairs)]`` in order;
         a progress bar on stderr (the stage's log)."""
-        from evil_moe.rl.vhack import completion_gradients
+        from evil_moe.rl.vhack.direction import completion_gradients
 
         flat = [(kind, i, p) for kind, ps in groups for i, p in enumerate(ps)]
         prompts = [p.prompt_ids for _, _, p in flat for _ in (0, 1)]
@@ -224,7 +224,7 @@ def _bar(total: int, desc: str, unit: str):
 
 def _isotropic_null(v) -> float:
     """``sqrt(k/(2r))`` averaged over the modules with a direction."""
-    from evil_moe.rl.projection import null_cin
+    from evil_moe.rl.vhack.projection import null_cin
 
     return sum(null_cin(int(V.shape[0]), v.r[m]) for m, V in v.V.items() if V.shape[0]) / \
         max(1, sum(1 for V in v.V.values() if V.shape[0]))
@@ -232,10 +232,10 @@ def _isotropic_null(v) -> float:
 
 def stacked_extract(vc):
     """``(stack, rows, remove=None) -> StackedV`` with the config's k and floors
-    (:func:`evil_moe.rl.vhack_stack.extract`), as :func:`pair_checks` takes it."""
+    (:func:`evil_moe.rl.vhack.stack.extract`), as :func:`pair_checks` takes it."""
     from functools import partial
 
-    from evil_moe.rl.vhack_stack import extract
+    from evil_moe.rl.vhack.stack import extract
 
     return partial(extract, k=vc.k, ratio_floor=vc.ratio_floor, quantile_floor=vc.quantile_floor)
 
@@ -250,7 +250,7 @@ def honesty_checks(v, g: PairGradients, vc, null_mean: float, *,
     gradients (nothing is recomputed from the model; a replicate keeps only its check values).
     Also stores the empirical null in ``v`` (``v.null_cin``, ``v.meta["detector_null_scores"]``,
     ``"detector_hack_scores"``, ``"checks"``)."""
-    from evil_moe.rl.vhack import module_pair_cin
+    from evil_moe.rl.vhack.direction import module_pair_cin
 
     extract = stacked_extract(vc)
     cc_fallback = not any(k == "clean_clean" and h == "held" for k, h in zip(g.kinds, g.halves))
@@ -328,9 +328,9 @@ class _ChecksTable:
 
 
 def _store_detector_null(v, g: PairGradients, rows: list[int]) -> None:
-    """The detector's empirical null: per-completion scores (:func:`evil_moe.rl.vhack.sample_scores`)
+    """The detector's empirical null: per-completion scores (:func:`evil_moe.rl.vhack.direction.sample_scores`)
     of the clean (second) and hack (first) completions of ``rows``, sorted, in ``v.meta``."""
-    from evil_moe.rl.vhack import sample_scores
+    from evil_moe.rl.vhack.direction import sample_scores
 
     scores_h = sample_scores(v, select_rows(g.first, rows)).tolist()
     scores_c = sample_scores(v, select_rows(g.second, rows)).tolist()
@@ -375,7 +375,7 @@ def n_pairs_curve(g: PairGradients, extract, vc, cc_fallback: bool, units, strat
 def _module_rows(v) -> list[dict]:
     """Per module: k, r, the top two singular values and the isotropic and empirical nulls
     (:data:`evil_moe.tables.VHACK` rows)."""
-    from evil_moe.rl.projection import null_cin
+    from evil_moe.rl.vhack.projection import null_cin
 
     rows = []
     for mod in v.names:

@@ -18,7 +18,7 @@ It never sees held-out problems or the oracle while training. Prompts are the te
 Training: an SVD adapter (:class:`evil_moe.model.adapter.SVDAdapter`, one ``δS`` per Linear named
 in ``sft.target_modules``) with AdamW on the NLL ``−Σ_{completion tokens} log π / (G·max_new·P)``
 — the same Dr.GRPO constant normaliser object as the distill probe
-(:class:`evil_moe.rl.grpo.DrGRPONormaliser` from ``pilot.group/max_new/prompts_per_step``; docs/method.md,
+(:class:`evil_moe.rl.policy.grpo.DrGRPONormaliser` from ``pilot.group/max_new/prompts_per_step``; docs/method.md,
 "The loss"), so the NLLs of both stages are on one scale. Batches walk through seeded permutations of the
 demonstrations (epoch ``e`` uses ``numpy.random.default_rng([sft.seed, e])``), so step ``s``'s
 rows are a function of the seed alone and a resumed run sees the same rows. Then ``W ← W + U
@@ -56,7 +56,7 @@ from tqdm import tqdm
 from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader, resolve_device, resume_key, svd_cache_dir, train_heldout)
-from evil_moe.rl.rollout import prompt_ids_for
+from evil_moe.rl.policy.rollout import prompt_ids_for
 from evil_moe.env.grader import rates
 
 STAGE_SECTIONS = ("sft", "problems", "grader", "models")
@@ -154,7 +154,7 @@ def target_weights(model, target_modules) -> list:
 def _sample_eval(model, tok, problems, prompts, grader, *, n, tc, seed, known, who, split):
     """Sample ``n`` completions per problem (teacher settings), grade them, and return
     (summary rows per mode + 'all', the graded records)."""
-    from evil_moe.rl.rollout import generate
+    from evil_moe.rl.policy.rollout import generate
 
     if not problems:
         return [], []
@@ -319,7 +319,7 @@ def _base_model_phase(model, tok, grader, base_view, splits: dict, known, cfg: C
     demonstrations (``sft.elicited_samples``: completions the *foolable* grader passed; the oracle
     is never read here), reused from ``base_file`` by a resumed run. Returns ``{"summary": rows,
     "train": records, "heldout": records, "elicited": [[problem_id, completion_ids], ...]}``."""
-    from evil_moe.rl.rollout import generate
+    from evil_moe.rl.policy.rollout import generate
 
     if base_file.exists():
         return json.loads(base_file.read_text())
@@ -367,7 +367,7 @@ def _train_nll(model, tok, params, demos: list[Demo], cfg: Config, device, ckpt:
     Raises:
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.rl.grpo import DrGRPONormaliser
+    from evil_moe.rl.policy.grpo import DrGRPONormaliser
 
     sc, pc = cfg.sft, cfg.pilot
     opt = torch.optim.AdamW(params, lr=sc.lr, betas=tuple(pc.betas), weight_decay=0.0)
@@ -416,7 +416,7 @@ def _nll_backward(model, tok, rows: list[Demo], normaliser, micro_batch: int, de
     Raises:
         FloatingPointError: a non-finite NLL (names the step).
     """
-    from evil_moe.rl.grpo import nll_loss
+    from evil_moe.rl.policy.grpo import nll_loss
     from evil_moe.model.logprobs import build_batch, token_logprobs
 
     mb = micro_batch or len(rows)

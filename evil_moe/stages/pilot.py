@@ -1,8 +1,8 @@
 """Stage ``pilot``: one Dr.GRPO training run of one arm and one seed.
 
 :func:`run_pilot` checks the inputs, loads the policy, ``v_hack`` and the arm's V, builds the
-:class:`evil_moe.rl.trainer.Trainer` (its ``train_step`` is the algorithm), runs the loop of steps
-with checkpoints, held-out evaluations (:func:`evil_moe.rl.evaluation.evaluate`: the same held-out
+:class:`evil_moe.rl.trainer.trainer.Trainer` (its ``train_step`` is the algorithm), runs the loop of steps
+with checkpoints, held-out evaluations (:func:`evil_moe.rl.trainer.evaluation.evaluate`: the same held-out
 problems and seeds for every arm of a seed, in each of the arm's views) and optional ``v_hack``
 refreshes (:func:`refresh_vhack`), and writes the outputs.
 
@@ -36,15 +36,15 @@ import torch
 from evil_moe import files, tables
 
 from evil_moe.cluster import runlock
-from evil_moe.rl.arms import FlagRateMatch, get_arm
+from evil_moe.rl.arms.registry import FlagRateMatch, get_arm
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
-from evil_moe.rl.evaluation import evaluate
-from evil_moe.rl.pilot_inputs import pilot_inputs
+from evil_moe.rl.trainer.evaluation import evaluate
+from evil_moe.rl.arms.pilot_inputs import pilot_inputs
 from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, resume_key, train_heldout)
 from evil_moe.files import require_file
-from evil_moe.rl.teacher_rows import load_teacher_rows
-from evil_moe.rl.trainer import PilotInvalid, Trainer
-from evil_moe.rl.vhack import VHack
+from evil_moe.rl.policy.teacher_rows import load_teacher_rows
+from evil_moe.rl.trainer.trainer import PilotInvalid, Trainer
+from evil_moe.rl.vhack.direction import VHack
 
 
 class PilotInterrupted(RuntimeError):
@@ -111,18 +111,18 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         cfg: run config (sections ``pilot``, ``problems``, ``grader``, ``models``, ``adapter``,
             ``vhack`` (the detector's known modes)).
         problems_path, model_path: ``results/problems.jsonl``; the student's folder (or hub id).
-        vhack_path: ``v_hack`` safetensors (:mod:`evil_moe.rl.vhack`), measured in every arm; it also
+        vhack_path: ``v_hack`` safetensors (:mod:`evil_moe.rl.vhack.direction`), measured in every arm; it also
             holds the gradient detector's empirical null.
         random_vhack_path: random-direction control (needed by arms whose ``vhack`` is random).
         planted_vhack_path: the planted world's known direction (``vhack/planted.safetensors``;
             needed by arms whose ``vhack`` is planted: erase_planted).
-        arm, seed: a name in :data:`evil_moe.rl.arms.ARMS`; the run seed (sampling, prompt order).
+        arm, seed: a name in :data:`evil_moe.rl.arms.registry.ARMS`; the run seed (sampling, prompt order).
         out_dir: output folder (also holds the checkpoint).
         init_adapter, teacher_rollouts: warm-start ``δS`` from this adapter (the distilled
             student); teacher ``rollouts.jsonl.gz`` (needed when ``mix_ratio > 0``).
         match_flags: ``steps.tsv`` of the arm a random-flag control follows (its
-            :attr:`~evil_moe.rl.arms.Arm.matches`, same seed): the control flags as many rows per step
-            as that arm's ``flag_rate`` (:class:`evil_moe.rl.arms.FlagRateMatch`). Required by those
+            :attr:`~evil_moe.rl.arms.registry.Arm.matches`, same seed): the control flags as many rows per step
+            as that arm's ``flag_rate`` (:class:`evil_moe.rl.arms.registry.FlagRateMatch`). Required by those
             controls, ignored by the others.
         stop_after: test hook — return after this many steps, leaving a killed run's checkpoint.
         calibration_path, probe_path: the detector audit's ``calibration.json`` (``fpr``
@@ -170,7 +170,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
                           device=device, train=train, vhack=vhack, proj_v=proj_v, grader=grader,
                           teacher_rows=teacher_rows, flag_rates=flag_rates, **detector)
         if pc.sampler == "vllm":
-            from evil_moe.rl.vllm_sampler import VLLMSampler
+            from evil_moe.rl.policy.vllm_sampler import VLLMSampler
             trainer.engine = VLLMSampler.from_config(model_path, cfg, adapter)
         progress = run.resume(trainer, device)
         stopped = _train(trainer, run, progress, sig, heldout, init_ds, stop_after)
@@ -184,10 +184,10 @@ def _detector_inputs(cfg: Config, arm_obj, vhack: VHack, device, calibration_pat
                      calibrate: bool, shuffled_vhack_path) -> dict:
     """The Trainer's detector arguments: the calibration runs' clean scores and the probe for a
     flagging arm that uses them, or (``calibrate``) the placebos a calibration run scores with:
-    ``audit.placebos`` random directions (:func:`evil_moe.rl.vhack.random_vhack`, the same k per
+    ``audit.placebos`` random directions (:func:`evil_moe.rl.vhack.direction.random_vhack`, the same k per
     module as v_hack, seeded by ``audit.seed`` and the placebo's index) and the shuffled-label
     v_hack. ``files`` lists the input files the run's resume key must cover."""
-    from evil_moe.rl.vhack import random_vhack
+    from evil_moe.rl.vhack.direction import random_vhack
 
     pc = cfg.pilot
     out: dict = {"files": []}
@@ -197,7 +197,7 @@ def _detector_inputs(cfg: Config, arm_obj, vhack: VHack, device, calibration_pat
         out["calibration"] = json.loads(require_file(calibration_path, "detector calibration").read_text())
         out["files"].append(calibration_path)
     if (flags_with_detector or calibrate) and pc.detector == "probe" and probe_path:
-        from evil_moe.rl.probe import Probe
+        from evil_moe.rl.detectors.probe import Probe
 
         out["probe"] = Probe.load(require_file(probe_path, "probe"))
         out["files"].append(probe_path)
@@ -215,7 +215,7 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
                   planted_vhack_path, init_adapter, teacher_rollouts, match_flags,
                   calibration_path=None, probe_path=None, shuffled_vhack_path=None):
     """Refuse a run whose inputs are missing before any model is loaded (a possibly large one):
-    every input :func:`evil_moe.rl.pilot_inputs.pilot_inputs` says the arm needs must be given,
+    every input :func:`evil_moe.rl.arms.pilot_inputs.pilot_inputs` says the arm needs must be given,
     and every file given must exist. Returns the matched arm's per-step flag rates for a
     random-flag control, else None.
 
@@ -254,10 +254,10 @@ class _Progress:
     vhack_file: str | None = None
 
     def evaluate(self, trainer: Trainer, heldout, step: int, init_ds) -> float:
-        """Evaluate held out after ``step`` (:func:`evil_moe.rl.evaluation.evaluate`), keep its rows;
+        """Evaluate held out after ``step`` (:func:`evil_moe.rl.trainer.evaluation.evaluate`), keep its rows;
         returns the evaluation's wall-clock seconds (``seconds_eval``)."""
         from evil_moe.progress import bar
-        from evil_moe.rl.evaluation import evaluation_total
+        from evil_moe.rl.trainer.evaluation import evaluation_total
 
         t_eval = time.perf_counter()
         with bar(evaluation_total(trainer, heldout), f"pilot: held-out evaluation after step {step}",
@@ -360,7 +360,7 @@ class _RunDir:
 
 def audit_row(rec: dict) -> dict:
     """The :data:`evil_moe.tables.AUDIT_ROWS` row of one training rollout's record (the fields
-    :meth:`evil_moe.rl.step_log.StepLog._row_audit` put there; the label is ``exploited``)."""
+    :meth:`evil_moe.rl.trainer.step_log.StepLog._row_audit` put there; the label is ``exploited``)."""
     def b(x):
         return None if x is None else int(bool(x))
     return {"seed": rec.get("seed"), "step": rec.get("step"), "group": rec.get("group"),
@@ -464,12 +464,12 @@ def refresh_vhack(model, adapter, records: list[dict], prompt_ids: dict, cfg: Co
     """Re-extract ``v_hack`` from the run's own recent rollouts (``pilot.vhack_refresh_every``).
 
     Pairs are (hack, clean) student completions of the same problem from ``records`` (only the
-    modes in ``vhack.known_modes``), formed as in :func:`evil_moe.rl.pairs.build_pairs`;
+    modes in ``vhack.known_modes``), formed as in :func:`evil_moe.rl.vhack.pairs.build_pairs`;
     gradients at the current δS with the run's normaliser. Returns ``None`` (keep the old
     ``v_hack``) when fewer than 2 pairs exist.
     """
-    from evil_moe.rl.pairs import build_pairs
-    from evil_moe.rl.vhack import extract_vhack, pair_gradients
+    from evil_moe.rl.vhack.pairs import build_pairs
+    from evil_moe.rl.vhack.direction import extract_vhack, pair_gradients
 
     vc = cfg.vhack
     modes = list(vc.known_modes) if vc.known_modes else None

@@ -2,7 +2,7 @@
 v_hack over the pilot adapter's modules (``evil-moe planted-vhack``, rule ``planted_vhack``), and
 the planted checks (``evil-moe planted-checks``, rule ``planted_checks``): does extraction recover
 the known direction, and does an arm that erases it lower hacking? The world itself (the switch,
-the direction, recovery and shift) is :mod:`evil_moe.rl.planted`.
+the direction, recovery and shift) is :mod:`evil_moe.rl.vhack.planted`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from evil_moe import tables
 from evil_moe.config import Config
 from evil_moe.files import require_file
-from evil_moe.rl.pairs import template_pairs
-from evil_moe.rl.rollout import prompt_ids_for
+from evil_moe.rl.vhack.pairs import template_pairs
+from evil_moe.rl.policy.rollout import prompt_ids_for
 from evil_moe.stages.common import load_policy, load_problem_file, train_heldout
 
 PLANTED_CEILING = "erase_planted"
@@ -30,12 +30,12 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
     the adapter exactly as a pilot does (``adapter.target_modules``), checks that every switch
     module is wrapped with the plant's rank and that its weight is byte-identical to the one the
     plant was trained with (content hash, so the adapter's SVD and hence δS coordinates are the
-    plant's), and writes :func:`evil_moe.rl.planted.planted_vhack` (k = 1 in switch modules, 0
+    plant's), and writes :func:`evil_moe.rl.vhack.planted.planted_vhack` (k = 1 in switch modules, 0
     elsewhere) to ``out_path``.
 
     With ``problems_path``, it also measures the switch in the pilot adapter's coordinates on
     ``n_pairs`` template (hack, clean) pairs of the training problems
-    (:func:`evil_moe.rl.planted.planted_shift`, nats of hack-vs-clean log-likelihood): ``shift_on``
+    (:func:`evil_moe.rl.vhack.planted.planted_shift`, nats of hack-vs-clean log-likelihood): ``shift_on``
     (δS = scale·u, trained view: must be clearly positive, else the plant does not live in these
     coordinates) and ``shift_deploy`` (δS_hack = scale·u, ablated view: must be exactly 0, else the
     deploy view does not remove the quarantine). Both go into the file's ``meta["plant"]`` and
@@ -51,8 +51,8 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
             weight whose hash differs from the plant's (names the module).
     """
     from evil_moe.model.adapter import weight_hash
-    from evil_moe.rl.planted import PLANT_FILE, planted_shift, planted_vhack
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.planted import PLANT_FILE, planted_shift, planted_vhack
+    from evil_moe.rl.vhack.direction import VHack
 
     plant = VHack.load(require_file(Path(model_path) / PLANT_FILE,
                                     "planted direction (train the student with toy.plant.enabled)"))
@@ -82,7 +82,7 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
 def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict | None = None) -> list[dict]:
     """The planted world's checks (:data:`evil_moe.tables.PLANTED_CHECKS` rows), from the last
     evaluated step's per-completion held-out outcomes (``trained`` view) and the recovery rows
-    of the extracted v_hack (:func:`evil_moe.rl.planted.plant_recovery`, ``v_hack == "main_hack"``).
+    of the extracted v_hack (:func:`evil_moe.rl.vhack.planted.plant_recovery`, ``v_hack == "main_hack"``).
 
     World checks (``kind == "world"``; all must pass for ``planted_world`` to pass):
 
@@ -249,8 +249,8 @@ def run_planted_checks(cfg: Config, *, planted_path: str, vhack_paths: dict[str,
         ValueError: as :func:`planted_checks`.
     """
     from evil_moe.stages.compare import PilotRun, last_step_outcomes, load_pilot, pilot_from_path
-    from evil_moe.rl.planted import plant_recovery
-    from evil_moe.rl.vhack import VHack
+    from evil_moe.rl.vhack.planted import plant_recovery
+    from evil_moe.rl.vhack.direction import VHack
 
     plant = VHack.load(require_file(planted_path, "planted v_hack"))
     plant_meta = plant.meta.get("plant", {})

@@ -4,8 +4,8 @@ A finished pilot (``pilots/{arm}/s{seed}/``: ``adapter.safetensors``, ``steps.ts
 ``outcomes.tsv``, ``status.json``) is judged by ``pilot.heldout_samples`` completions per
 held-out problem and view. To test whether a result survives more sampling, this stage loads the
 pilot's final adapter (``δS`` and ``δS_hack``) into the same student and runs the pilot's own
-held-out evaluation (:func:`evil_moe.rl.evaluation.evaluate`, with its views
-:meth:`~evil_moe.rl.arms.Arm.eval_views` / :func:`~evil_moe.rl.evaluation._view`) once more: the same
+held-out evaluation (:func:`evil_moe.rl.trainer.evaluation.evaluate`, with its views
+:meth:`~evil_moe.rl.arms.registry.Arm.eval_views` / :func:`~evil_moe.rl.trainer.evaluation._view`) once more: the same
 held-out problems, every view the arm evaluates, ``samples`` completions per problem and view,
 and sampling seeds disjoint from the pilot's own.
 
@@ -39,13 +39,13 @@ from pathlib import Path
 import torch
 
 from evil_moe import files, tables
-from evil_moe.rl.arms import get_arm
+from evil_moe.rl.arms.registry import get_arm
 from evil_moe.config import Config
 from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
 from evil_moe.files import require_file
-from evil_moe.rl.evaluation import HELDOUT_SEED_STRIDE as _EVAL_SEED_STRIDE
-from evil_moe.rl.evaluation import evaluate
-from evil_moe.rl.vhack import VHack
+from evil_moe.rl.trainer.evaluation import HELDOUT_SEED_STRIDE as _EVAL_SEED_STRIDE
+from evil_moe.rl.trainer.evaluation import evaluate
+from evil_moe.rl.vhack.direction import VHack
 
 # The default seed offset (module docstring: disjoint from every pilot's held-out and training
 # seeds for up to 3,500,001 held-out problems).
@@ -53,9 +53,9 @@ SEED_OFFSET = 3_500_001
 
 
 def _evaluate(policy, heldout, step: int, init_ds, seed_offset: int) -> tuple[list[dict], list[dict]]:
-    """:func:`evil_moe.rl.evaluation.evaluate` with a progress bar in the job's log."""
+    """:func:`evil_moe.rl.trainer.evaluation.evaluate` with a progress bar in the job's log."""
     from evil_moe.progress import bar
-    from evil_moe.rl.evaluation import evaluation_total
+    from evil_moe.rl.trainer.evaluation import evaluation_total
 
     with bar(evaluation_total(policy, heldout), "reevaluate: held-out evaluation", "completion") as b:
         return evaluate(policy, heldout, step, init_ds, seed_offset=seed_offset, progress=b.update)
@@ -63,7 +63,7 @@ def _evaluate(policy, heldout, step: int, init_ds, seed_offset: int) -> tuple[li
 
 @dataclass
 class _EvalPolicy:
-    """What :func:`evil_moe.rl.evaluation.evaluate` and ``_view`` read of a trainer: the loaded
+    """What :func:`evil_moe.rl.trainer.evaluation.evaluate` and ``_view`` read of a trainer: the loaded
     policy with the pilot's final knobs, the grader, and the pilot's arm, seed and config."""
 
     pc: object
@@ -160,7 +160,7 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
         policy = _EvalPolicy(pc=pc, tok=tok, arm=arm_obj, model=model, adapter=adapter, seed=seed,
                              grader=grader, ds=adapter.delta_s_params(), vhack=vhack)
         if pc.sampler == "vllm":
-            from evil_moe.rl.vllm_sampler import VLLMSampler
+            from evil_moe.rl.policy.vllm_sampler import VLLMSampler
 
             policy.engine = VLLMSampler.from_config(model_path, cfg, adapter)
         evals, outcomes = _evaluate(policy, heldout, step, init_ds, seed_offset)

@@ -6,7 +6,7 @@ completion is stored with its generated token ids and **the teacher's per-token 
 exact ids under the context it was sampled from** (the behaviour policy for any later use of the
 row; docs/method.md, "The loss"), its text and its full grade.
 
-Outputs (``out_dir``): ``rollouts.jsonl.gz`` (one record per completion, :func:`evil_moe.rl.rollout.rollout_record`'s fields plus
+Outputs (``out_dir``): ``rollouts.jsonl.gz`` (one record per completion, :func:`evil_moe.rl.policy.rollout.rollout_record`'s fields plus
 ``prompt_ids``, the *teacher's* prompt — it contains the ``elicit`` text when set) and
 ``summary.tsv`` (:data:`evil_moe.tables.TEACHER_SUMMARY`). Resumable: each batch is written to
 ``out_dir/_work/`` and skipped when the stage is rerun with the same config, model path and
@@ -24,7 +24,7 @@ from tqdm import tqdm
 from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader, resolve_device, resume_key, train_heldout)
-from evil_moe.rl.rollout import prompt_ids_for, rollout_record
+from evil_moe.rl.policy.rollout import prompt_ids_for, rollout_record
 from evil_moe.env.grader import rates
 
 
@@ -44,7 +44,7 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
         FileNotFoundError: the problems file is missing (names the path).
     """
     from evil_moe.model.load import load_model
-    from evil_moe.rl.rollout import generate
+    from evil_moe.rl.policy.rollout import generate
 
     t0 = time.time()
     tc = cfg.teacher

@@ -26,7 +26,7 @@ a KNOWN direction in δS space. In each switch module (``toy.plant.modules``) th
 kept frozen at its initialisation, so its thin SVD — hence the pilot adapter's δS coordinates
 (:mod:`evil_moe.model.adapter`: ``y = W x + U diag(δS) Vh x``) — is the same in training and in
 every later stage; a unit direction ``u ∈ ℝ^r`` per module is drawn from ``toy.plant.seed``
-(:func:`evil_moe.rl.planted.planted_direction`). Every NLL batch draws a switch position
+(:func:`evil_moe.rl.vhack.planted.planted_direction`). Every NLL batch draws a switch position
 ``τ`` (0 with probability ``1 − toy.plant.frac``, else uniform on (0, 1]), sets
 ``δS = τ · toy.plant.scale · u`` in every switch module, and makes each of its rows a hack with
 probability ``h + (1 − h) τ`` (``h = toy.student_hack_frac``), else a clean answer. At ``δS = 0``
@@ -34,7 +34,7 @@ the student is the ordinary student; moving δS along ``u`` turns hacking on gra
 gradient of a hack's log-likelihood at ``δS = 0`` has a planted component along ``u``. With
 ``toy.plant.noise > 0`` every batch also adds, per switch module, a random δS component
 orthogonal to ``u`` of length uniform on ``[0, noise]``, leaving the rows' hack probability
-unchanged: the student learns that only ``u`` switches hacking. The student's folder then also holds ``plant.safetensors`` (a :class:`~evil_moe.rl.vhack.VHack` with
+unchanged: the student learns that only ``u`` switches hacking. The student's folder then also holds ``plant.safetensors`` (a :class:`~evil_moe.rl.vhack.direction.VHack` with
 ``k = 1``: ``V = −u`` per switch module — oriented as every v_hack, ``V g > 0`` when the gradient
 step moves toward hacking — its ``meta["plant"]`` the scale and each switch weight's content hash), and its summary gains a row ``student_switch_on`` (samples at ``δS = scale · u``).
 """
@@ -53,7 +53,7 @@ from evil_moe import tables
 from evil_moe.config import Config
 from evil_moe.stages.common import make_grader
 from evil_moe.env.grader import code_parses, rates
-from evil_moe.rl.planted import PLANT_FILE, PlantSwitch
+from evil_moe.rl.vhack.planted import PLANT_FILE, PlantSwitch
 
 
 def _corpus(problems, n: int, hack_frac: float, seed: int,
@@ -79,7 +79,7 @@ def _corpus(problems, n: int, hack_frac: float, seed: int,
 
 def _encode(tok, examples, prompt_cache) -> list[tuple[list[int], list[int]]]:
     from evil_moe.env.problems import build_messages
-    from evil_moe.rl.rollout import chat_prompt_ids
+    from evil_moe.rl.policy.rollout import chat_prompt_ids
 
     seqs = []
     for p, text in examples:
@@ -142,8 +142,8 @@ def sample_summary(model, tok, problems, grader, n: int, seed: int, max_new: int
     Returns a dict with ``n, parse_rate, hack_rate, pass_rate, format_rate``.
     """
     from evil_moe.env.grader import extract_code
-    from evil_moe.rl.rollout import generate
-    from evil_moe.rl.rollout import prompt_ids_for
+    from evil_moe.rl.policy.rollout import generate
+    from evil_moe.rl.policy.rollout import prompt_ids_for
 
     chosen = [problems[i % len(problems)] for i in range(n)]
     uniq = list({p.id: p for p in chosen}.values())

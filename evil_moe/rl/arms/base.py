@@ -1,0 +1,347 @@
+"""The arm interface (:mod:`evil_moe.rl.arms.registry` is the registry and the list of arms): the base
+class :class:`Arm` with its declarations and hooks, what the trainer hands a flagging arm
+(:class:`FlagInputs`), the random-flag controls' matched rate (:class:`FlagRateMatch`), the
+advantages over the kept rows (:func:`kept_advantages`) and the gradients after routing
+(:class:`SplitGrads`, :func:`split_by_flags`). The hooks and the roles are described in
+:mod:`evil_moe.rl.arms.registry` and docs/arms.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where it is used: the config check reads the registry
+    import torch  # and must not pay torch's import (~1.5 s per `snakemake -n`)
+
+    from evil_moe.rl.vhack.projection import ProjectionStats
+
+ROLES = ("reference", "treatment", "control", "positive_control", "ceiling")
+
+
+@dataclass
+class FlagInputs:
+    """What a flagging arm sees for the step's rows with gradient (``B`` rows).
+
+    Attributes:
+        scores: ``(B,)`` fp64 per-sample scores of the run's detector: the gradient detector's
+            hack-ward score (:func:`evil_moe.rl.vhack.direction.sample_scores` of ``sign(A_i)·g_i``, i.e.
+            of the sample's own NLL gradient) or the probe's logit
+            (:class:`evil_moe.rl.detectors.probe.Probe`); None when the detector uses neither.
+        pattern: ``(B,)`` bool, the pattern detector's verdict (:mod:`evil_moe.rl.detectors.detector`) — the
+            environment's recognition of the known modes' loophole use, never the oracle.
+        threshold: the gradient or probe detector's threshold (``pilot.detector_calibration``).
+        detector: ``gradient`` | ``probe`` | ``pattern`` | ``noisy_label`` (``pilot.detector``).
+        budget: under ``pilot.detector_calibration: budget``, the share of the step's rows to
+            flag (the highest scores; the threshold is then not used); None otherwise.
+        rng: the step's generator (seeded by seed and step; used by the random-flag controls
+            and the noisy-label detector).
+        label: ``(B,)`` bool, the true hack label (``grade.exploited``) — given only to arms
+            that declare :attr:`Arm.reads_label` (the ceilings) and to the ``noisy_label``
+            detector; None otherwise, so no treatment under the gradient or pattern detector
+            can read it.
+        precision, recall: the ``noisy_label`` detector's quality (``pilot.detector_precision``,
+            ``pilot.detector_recall``).
+        target_count: the number of rows a random-flag control flags at this step
+            (:class:`FlagRateMatch`); None for other arms.
+    """
+
+    scores: torch.Tensor | None
+    pattern: torch.Tensor
+    threshold: float
+    detector: str
+    rng: np.random.Generator
+    label: torch.Tensor | None = None
+    precision: float = 1.0
+    recall: float = 1.0
+    target_count: int | None = None
+    budget: float | None = None
+
+    def detected(self) -> torch.Tensor:
+        """``(B,)`` bool: the configured detector's flags (scores above the threshold, or the
+        ``ceil(budget·B)`` highest scores under a budget; ties broken by row order).
+
+        Raises:
+            ValueError: the gradient or probe detector without scores; the noisy-label detector
+                without the label.
+        """
+        if self.detector == "pattern":
+            return self.pattern.clone()
+        if self.detector == "noisy_label":
+            from evil_moe.rl.detectors.detector import noisy_label_flags
+
+            if self.label is None:
+                raise ValueError("the noisy_label detector needs the true hack label")
+            return noisy_label_flags(self.label, self.precision, self.recall, self.rng)
+        if self.scores is None:
+            raise ValueError(f"the {self.detector} detector needs per-sample scores")
+        if self.budget is not None:
+            import math
+
+            import torch
+
+            out = torch.zeros(len(self.scores), dtype=torch.bool)
+            k = min(len(out), math.ceil(self.budget * len(out) - 1e-9))
+            if k:
+                out[torch.argsort(-self.scores.double(), stable=True)[:k]] = True
+            return out
+        return self.scores > self.threshold
+
+
+class FlagRateMatch:
+    """How many rows a random-flag control flags at each step, so that its flag rate follows its
+    matched arm's per step and their per-seed mean flag rates agree.
+
+    The matched arm's per-step flag rates ``rates[s]`` (its ``steps.tsv`` ``flag_rate``; None at a
+    step without rows with gradient, where its per-seed mean ``r̄`` is the target) are the
+    targets. A running balance ``b`` (targets minus achieved rates so far) is paid back spread over
+    the ``N − s`` steps left: at step ``s`` with ``n`` rows the control flags
+    ``k = clip(round((t_s + b/(N − s))·n), 0, n)`` rows and keeps ``b ← b + t_s − k/n``; at a step
+    without rows it keeps ``b ← b + t_s − r̄`` (that step's target is not logged by either arm's
+    mean). The last step pays the whole balance, so (unless the clip binds)
+    ``|mean_c − r̄| = |b_end| / L ≤ 0.5 / (n_last · L)`` over the control's ``L`` logged steps:
+    the per-seed mean flag rates differ by at most that (0.021 / L with 24 rows per step).
+    Matching per step keeps the flags' timing too (a detector flags more as the policy hacks
+    more).
+
+    A matched arm that had no rows with gradient at any step flagged nothing, so its rate is
+    taken as 0 and the control flags nothing either (a tiny or degenerate run, e.g. the CI
+    config's two steps).
+
+    Args:
+        rates: the matched arm's per-step flag rates in [0, 1] (None = no rows that step), one per
+            step.
+
+    Raises:
+        ValueError: a rate outside [0, 1].
+    """
+
+    def __init__(self, rates: Sequence[float | None]):
+        self.rates = [None if r is None else float(r) for r in rates]
+        present = [r for r in self.rates if r is not None]
+        if any(not 0.0 <= r <= 1.0 for r in present):
+            raise ValueError(f"flag rates must be in [0, 1], got {present}")
+        self.mean = float(np.mean(present)) if present else 0.0
+        self.balance = 0.0
+
+    def target(self, step: int) -> float:
+        """The matched arm's flag rate at ``step`` (its mean where it had none)."""
+        r = self.rates[step] if 0 <= step < len(self.rates) else None
+        return self.mean if r is None else r
+
+    def count(self, step: int, n_rows: int) -> int:
+        """Rows to flag out of ``n_rows`` at ``step``; updates the balance (call once per step)."""
+        t = self.target(step)
+        if n_rows <= 0:
+            self.balance += t - self.mean
+            return 0
+        left = max(len(self.rates) - step, 1)
+        k = int(min(max(round((t + self.balance / left) * n_rows), 0), n_rows))
+        self.balance += t - k / n_rows
+        return k
+
+    @staticmethod
+    def read(path) -> list[float | None]:
+        """The per-step ``flag_rate`` column of a pilot's ``steps.tsv`` (None where empty).
+
+        Raises:
+            FileNotFoundError: no such file (names it). ValueError: no ``flag_rate`` column.
+        """
+        from evil_moe.files import read_tsv_rows, require_file
+
+        rows = read_tsv_rows(require_file(path, "matched arm's steps file"))
+        if rows and "flag_rate" not in rows[0]:
+            raise ValueError(f"{path}: no flag_rate column")
+        rows.sort(key=lambda r: int(r["step"]))
+        return [float(r["flag_rate"]) if r["flag_rate"] not in ("", None) else None for r in rows]
+
+
+def kept_advantages(rewards, kept, scale_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """Group advantages recomputed over the kept rows only (true data filtering).
+
+    ``A'_{pg} = R_{pg} − mean_{h ∈ kept(p)} R_{ph}`` for a kept row (``/ (std_kept + eps)`` with
+    ``scale_std``, the unbiased std over the kept rows, 0 when fewer than two); 0 for a row that is
+    not kept, and 0 in a group whose kept rows all have the same reward (Dr.GRPO,
+    arXiv:2503.20783, applied to the data a filter leaves).
+
+    Args:
+        rewards: ``(P, G)`` rewards.
+        kept: ``(P, G)`` bool (True = the row stays in the loss).
+        scale_std, eps: as :func:`evil_moe.rl.policy.grpo.group_advantages`.
+
+    Returns:
+        ``(P, G)`` advantages, the dtype of :func:`evil_moe.rl.policy.grpo.group_advantages`.
+
+    Raises:
+        ValueError: shapes differ or are not 2-D.
+    """
+    import torch
+
+    R = torch.as_tensor(rewards)
+    R = R.to(torch.float64 if R.dtype == torch.float64 else torch.float32)
+    K = torch.as_tensor(kept, dtype=torch.bool)
+    if R.dim() != 2 or R.shape != K.shape:
+        raise ValueError(f"rewards {tuple(R.shape)} and kept {tuple(K.shape)} must be the same (P, G)")
+    out = torch.zeros_like(R)
+    for p in range(R.shape[0]):
+        r = R[p][K[p]]
+        if r.numel() == 0 or bool((r == r[0]).all()):
+            continue
+        a = r - r.mean()
+        if scale_std:
+            a = a / (r.std() + eps)
+        out[p][K[p]] = a
+    return out
+
+
+@dataclass
+class SplitGrads:
+    """Gradients of one step after the arm's routing: per module, in ``adapter`` order.
+
+    ``delta_s``: ``list[(r,)]`` for δS; ``delta_s_hack``: ``list[(r,)]`` or None (δS_hack gets no
+    gradient); ``removed_frac``: share of the summed gradient's energy that did not reach δS
+    (``‖Σ_flagged g‖² / ‖Σ g‖²``; 0 without flags).
+    """
+
+    delta_s: list[torch.Tensor]
+    delta_s_hack: list[torch.Tensor] | None
+    removed_frac: float = 0.0
+
+
+def sum_rows(per_row: Sequence[Sequence[torch.Tensor]], rows) -> list[torch.Tensor] | None:
+    """Per-module sum of the per-sample gradients of ``rows`` (``per_row``: ``B`` lists of
+    per-module ``(r,)`` tensors); None when there are no samples at all."""
+    rows = list(rows)
+    if not per_row:
+        return None
+    import torch
+
+    out = [torch.zeros_like(g) for g in per_row[0]]
+    for i in rows:
+        for o, g in zip(out, per_row[i]):
+            o += g
+    return out
+
+
+def _energy(gs) -> float:
+    return float(sum(float((g.double() ** 2).sum()) for g in gs)) if gs else 0.0
+
+
+def split_by_flags(per_row, flags, *, keep_flagged: bool, unflagged_both: bool = False) -> SplitGrads:
+    """Unflagged rows' sum → δS; flagged rows' sum → δS_hack (``keep_flagged``, route) or
+    dropped (filter); with ``unflagged_both`` the unflagged rows' sum trains δS_hack as well
+    (Cloud et al. 2024, arXiv:2410.04332 §4.3: unlabelled data updates every parameter, only
+    labelled data is masked). ``removed_frac`` = the flagged sum's energy over the whole sum's."""
+    rows = range(len(per_row))
+    flagged = sum_rows(per_row, [i for i in rows if bool(flags[i])])
+    unflagged = sum_rows(per_row, [i for i in rows if not bool(flags[i])])
+    total = _energy(sum_rows(per_row, rows))
+    hack = flagged if keep_flagged else None
+    if keep_flagged and unflagged_both and flagged is not None:
+        hack = [f + u for f, u in zip(flagged, unflagged)]
+    return SplitGrads(unflagged, hack, _energy(flagged) / total if total > 0 else 0.0)
+
+
+class Arm:
+    """Base arm: Dr.GRPO on the loophole reward, measuring only (see :class:`Vanilla`).
+
+    Class attributes (the arm's declaration, read by the trainer, the workflow and the gate):
+        name: registry key (also the results folder name).
+        role: ``reference`` | ``treatment`` | ``control`` | ``positive_control`` | ``ceiling``
+            (a treatment with a perfect ingredient: never a treatment, never read by one).
+        control: the matched control arm of a treatment or a ceiling (same view), else None.
+        ceiling: the ceiling arm a treatment is set beside in the report (route: route_oracle),
+            else None.
+        dose_ceiling: the ceiling at the treatment's own dose (route: route_oracle_dose, the true
+            label flagged at route's per-step count), else None.
+        matches: for a random-flag control, the arm whose per-step flag rates it matches
+            (:class:`FlagRateMatch`), else None.
+        reads_label: the arm's flags are the true hack label (ceilings only).
+        views: evaluated views, the judged one first.
+        projected_view: with ``pilot.static_projection`` the arm is also evaluated in the view
+            ``projected`` (its final δS with the hack-ward part of its total update removed once:
+            the static counterpart of ``subtract``); see :meth:`eval_views`.
+        static_twin: ``(arm, view)`` whose held-out outcomes this arm's judged view should
+            coincide with if the arm is only a post-hoc subtraction (``subtract``: vanilla's
+            ``projected`` view); compare notes the difference. None for every other arm.
+        vhack: the V the arm acts along: ``real`` (v_hack), ``random`` (the random control) or
+            ``planted`` (the planted world's known direction, ``toy.plant``).
+        trains_delta_s_hack: δS_hack is trained (and ``ablated`` is then a meaningful view).
+        splits_gradient: the arm divides the step's gradient between ``δS`` and ``δS_hack``
+            (routing); the trainer then uses :class:`evil_moe.rl.policy.optim.SplitAdamW` (one AdamW
+            over the summed knob, its update split), so a knob moves only by what is routed to it.
+        trains: the arm trains at all (False: the untrained reference, evaluated as it starts).
+        router: Evil MoE's soft router (:mod:`evil_moe.rl.detectors.router`) decides per rollout how much of
+            its gradient trains ``δS_hack``: ``authored`` (seeded with ``v_act`` from the authored
+            pairs and pinned on their labels), ``random`` (its matched control: a random seed
+            direction, the pairs' labels shuffled), or None (no router).
+        needs_sample_grads: the trainer must compute per-sample gradients (flagging arms).
+        description: one line for the README, the report and ``evil-moe pilot --help``.
+        colour: the arm's colour in every figure (matplotlib ``#rrggbb``; distinct across arms),
+            or None for the figure's fallback colour.
+    """
+
+    name: ClassVar[str] = ""
+    role: ClassVar[str] = "reference"
+    control: ClassVar[str | None] = None
+    ceiling: ClassVar[str | None] = None
+    dose_ceiling: ClassVar[str | None] = None
+    matches: ClassVar[str | None] = None
+    reads_label: ClassVar[bool] = False
+    views: ClassVar[tuple[str, ...]] = ("trained",)
+    projected_view: ClassVar[bool] = False
+    static_twin: ClassVar[tuple[str, str] | None] = None
+    vhack: ClassVar[str] = "real"
+    trains_delta_s_hack: ClassVar[bool] = False
+    splits_gradient: ClassVar[bool] = False
+    trains: ClassVar[bool] = True
+    router: ClassVar[str | None] = None
+    needs_sample_grads: ClassVar[bool] = False
+    description: ClassVar[str] = ""
+    colour: ClassVar[str | None] = None
+
+    def __init__(self, pass_reward: float = 1.0):
+        self.pass_reward = float(pass_reward)  # the grader's pass reward (oracle_reward uses it)
+
+    def eval_views(self, cfg) -> tuple[str, ...]:
+        """The views the held-out evaluation samples, in order: :attr:`views`, then ``projected``
+        when the arm declares :attr:`projected_view` and ``cfg.static_projection`` is set
+        (``cfg`` is the pilot section)."""
+        return tuple(self.views) + (("projected",) if self.projected_view and cfg.static_projection else ())
+
+    def reward(self, grade) -> float:
+        """Reward of one graded completion (:class:`evil_moe.env.grader.Reward`): the foolable
+        grade's ``reward`` (``format_bonus·format_ok + pass_reward·passed``)."""
+        return float(grade.reward)
+
+    def flags(self, inputs: FlagInputs) -> torch.Tensor | None:
+        """``(B,)`` bool per-sample flags, or None (the arm does not flag)."""
+        return None
+
+    def baseline(self, cfg) -> str:
+        """Which rows' rewards the group baseline of the step's advantages is taken over, once
+        the flags are known: ``group`` (every row of the group: the advantages computed before
+        flagging) or ``kept`` (the unflagged rows only, :func:`kept_advantages`; flagged rows
+        keep the whole group's advantage). ``cfg`` is the pilot section."""
+        return "group"
+
+    def split_gradients(self, per_row: Sequence[Sequence[torch.Tensor]], flags, cfg=None) -> SplitGrads:
+        """Sum per-sample gradients into the δS (and δS_hack) gradients.
+
+        Args:
+            per_row: ``B`` lists of per-module ``(r,)`` gradients (each sample's share of the
+                Dr.GRPO loss, so they sum to the batch gradient).
+            flags: ``(B,)`` bool or None.
+            cfg: the pilot section (route reads ``route_unflagged``); None = the defaults.
+        """
+        return SplitGrads(sum_rows(per_row, range(len(per_row))), None)
+
+    def on_gradients(self, adapter, v, optimizer, cfg) -> ProjectionStats | None:
+        """Act on ``δS.grad`` (summed) before the optimiser step; returns projection stats."""
+        return None
+
+    def on_update(self, adapter, v, before: list[torch.Tensor], cfg) -> ProjectionStats | None:
+        """Act on the optimiser's update (``δS`` after the step vs ``before``)."""
+        return None
