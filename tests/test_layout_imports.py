@@ -93,11 +93,19 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("evil_moe", "evil_moe.files", "evil_moe.config", "evil_moe.progress"),
     ("evil_moe.tables",),
     ("evil_moe.env", "evil_moe.model"),
-    ("evil_moe.rl",),
+    # rl's wings, in the order the method reads: each imports only the wings below it
+    ("evil_moe.rl", "evil_moe.rl.policy"),
+    ("evil_moe.rl.vhack",),
+    ("evil_moe.rl.detectors",),
+    ("evil_moe.rl.arms",),
+    ("evil_moe.rl.trainer",),
     ("evil_moe.gate", "evil_moe.cluster", "evil_moe.checks"),
     ("evil_moe.stages", "evil_moe.workflow"),
     ("evil_moe.cli",),
 )
+# the wings of rl: every module of rl is in one (a module directly under rl/ would get the
+# package's floor without a wing's place in the method)
+RL_WINGS = ("policy", "vhack", "detectors", "arms", "trainer")
 
 
 def floor_of(module: str) -> int:
@@ -131,6 +139,13 @@ def test_every_import_runs_down_the_floors():
     assert imports_up(graph) == []
 
 
+def test_every_rl_module_is_in_a_wing():
+    graph = import_graph(PACKAGE)
+    loose = [m for m in graph if m.startswith("evil_moe.rl.") and m.split(".")[2] not in RL_WINGS]
+    assert loose == [], f"rl modules outside the wings {RL_WINGS}: {loose}"
+    assert {m.split(".")[2] for m in graph if m.startswith("evil_moe.rl.")} == set(RL_WINGS)
+
+
 def test_the_ground_floor_imports_nothing_of_the_package():
     graph = import_graph(PACKAGE)
     for m in ("evil_moe.files", "evil_moe.config"):
@@ -139,13 +154,20 @@ def test_the_ground_floor_imports_nothing_of_the_package():
 
 
 def test_floor_check_sees_an_import_that_runs_up():
-    """Hand-built graphs: an rl module importing a stage (the shape of main before issue 32) and
-    the table module importing the arm registry are each reported; a stage importing rl is not;
-    a module on no floor is an error."""
-    graph = {"evil_moe.rl.trainer.trainer": {"evil_moe.stages.common", "evil_moe.rl.policy.grpo"},
+    """Hand-built graphs: an rl module importing a stage (the shape of main before issue 32),
+    the table module importing the arm registry, and a wing importing a higher wing (v_hack
+    reading the trainer's step records, a detector the arm registry) are each reported; a stage
+    importing rl, and the trainer importing lower wings, are not; a module on no floor is an
+    error."""
+    graph = {"evil_moe.rl.trainer.trainer": {"evil_moe.stages.common", "evil_moe.rl.policy.grpo",
+                                             "evil_moe.rl.arms.registry"},
              "evil_moe.tables": {"evil_moe.rl.arms.registry", "evil_moe.files"},
+             "evil_moe.rl.vhack.direction": {"evil_moe.rl.trainer.step", "evil_moe.rl.policy.grpo"},
+             "evil_moe.rl.detectors.detector": {"evil_moe.rl.arms.registry"},
              "evil_moe.stages.pilot": {"evil_moe.rl.trainer.trainer"}}
-    assert imports_up(graph) == ["evil_moe.rl.trainer.trainer -> evil_moe.stages.common",
+    assert imports_up(graph) == ["evil_moe.rl.detectors.detector -> evil_moe.rl.arms.registry",
+                                 "evil_moe.rl.trainer.trainer -> evil_moe.stages.common",
+                                 "evil_moe.rl.vhack.direction -> evil_moe.rl.trainer.step",
                                  "evil_moe.tables -> evil_moe.rl.arms.registry"]
     with pytest.raises(LookupError, match="evil_moe.newpkg.x is on no floor"):
         floor_of("evil_moe.newpkg.x")
