@@ -254,7 +254,7 @@ def pilot_yaml_micro_batch() -> int:
 
 
 def memory_model_gib(args, micro_rows: int) -> dict | str:
-    """The memory model (:func:`evil_moe.cluster.resources.pilot_gpu_memory`, in GiB like the
+    """The memory model (:func:`evil_moe.cluster.gpu_memory.pilot_gpu_memory`, in GiB like the
     measured peak) of *this benchmark's* setup: config/pilot.yaml's model and dtype with the
     benchmark's rows (``--group`` × ``--prompts``), ``--max-new``, loss micro-batch, sampler share,
     adapter targets (DEFAULT_TARGETS: no lm_head knob) and toy prompts (128 tokens), the HF
@@ -262,7 +262,7 @@ def memory_model_gib(args, micro_rows: int) -> dict | str:
     the adapter's hooks), so the peak and the model describe the same run. Returns the config check's refusal text when the setup
     does not fit ``models.gpu_mem_gb``."""
     from evil_moe.config import ConfigError, load_config
-    from evil_moe.cluster.resources import pilot_gpu_memory
+    from evil_moe.cluster.gpu_memory import pilot_gpu_memory
     from evil_moe.model.adapter import DEFAULT_TARGETS
 
     repo = Path(__file__).resolve().parent.parent

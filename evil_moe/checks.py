@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from evil_moe.cluster.resources import ResourceError, check_gpu_fit
+from evil_moe.cluster.shapes import ResourceError
+from evil_moe.cluster.gpu_memory import check_gpu_fit
 from evil_moe.config import Config, ConfigError, merge_sources, validate
 from evil_moe.rl.arms.registry import check_arm_set
 
@@ -56,7 +57,7 @@ def load_run_config(files: Iterable[str | Path] = (), overrides: Iterable[str] =
 
 def _check_gpu_memory(data: dict) -> None:
     """On a cuda config, the pilot's memory model must fit ``models.gpu_mem_gb``
-    (:func:`evil_moe.cluster.resources.check_gpu_fit`): one ConfigError naming the key to change."""
+    (:func:`evil_moe.cluster.gpu_memory.check_gpu_fit`): one ConfigError naming the key to change."""
     if not all(isinstance(data.get(k), dict) for k in ("models", "pilot", "problems", "adapter")):
         return
     if not str(data["models"].get("device", "")).startswith("cuda"):

@@ -21,8 +21,9 @@ from snakemake.exceptions import WorkflowError
 
 from evil_moe import files
 from evil_moe.checks import check_run_config
-from evil_moe.cluster.resources import (JobSize, ResourceError, check_gpu_fit, gpu_for_auto,
-                                        job_size, resolve_auto_device)
+from evil_moe.cluster.resources import JobSize, gpu_for_auto, job_size, resolve_auto_device
+from evil_moe.cluster.shapes import ResourceError
+from evil_moe.cluster.gpu_memory import check_gpu_fit
 from evil_moe.cluster.stages import MODEL_STAGES, STAGE_SECTIONS
 from evil_moe.config import PILOT_RUN_INDEPENDENT, ConfigError
 from evil_moe.env.problems import check_problem_file

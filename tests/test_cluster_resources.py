@@ -10,8 +10,8 @@ import torch
 
 from evil_moe.checks import load_run_config as load_config
 from evil_moe.config import ConfigError
-from evil_moe.cluster.resources import (SMOLLM2, ResourceError, guessed_shape, job_size, model_shape,
-                                        pilot_priority, toy_shape)
+from evil_moe.cluster.shapes import SMOLLM2, ResourceError, guessed_shape, model_shape, toy_shape
+from evil_moe.cluster.resources import job_size, pilot_priority
 from evil_moe.stages.common import use_threads
 from workflow_util import REPO, raw_config
 
@@ -230,7 +230,7 @@ def test_saved_activations_per_token_match_autograd(dtype, shape, forward):
     keeps, on shapes other than those the coefficients were fitted on (q wider than hidden, one
     KV head): the marginal bytes of two more rows. The merged forward keeps more per token than
     the hooked one (the capture's inputs and outputs against the knobs' Vh x)."""
-    from evil_moe.cluster.resources import LOGIT_BYTES, ModelShape, saved_bytes_per_token
+    from evil_moe.cluster.shapes import LOGIT_BYTES, ModelShape, saved_bytes_per_token
 
     prompt, completion = 16, 40
     dt = getattr(torch, dtype)
@@ -265,7 +265,7 @@ def test_train_terms_per_arm_by_hand_on_a_small_shape(tmp_path):
     """Each arm's training terms worked out by hand on a small made-up shape (fp32, w = 4 B;
     knobs on q_proj (64x64) and down_proj (64x192) in 2 layers and the tied lm_head (100x64),
     ranks 64 each: R = 320; micro-batch 2 rows of 128 toy prompt + 10 completion tokens)."""
-    from evil_moe.cluster.resources import pilot_gpu_memory, train_terms
+    from evil_moe.cluster.gpu_memory import pilot_gpu_memory, train_terms
 
     cfg = _small_student(tmp_path)
     logits = 2 * 10 * 100 * (4 + 4 + 4)
@@ -310,7 +310,7 @@ def test_moe_against_vanilla_by_the_forwards_terms_on_the_4b():
     outweigh the knobs' Vh x). Vanilla needs 5.15 GB more than moe at one row, 11.25 GB at two:
     moe's hooked forward is the cheaper in memory (the CPU analogue agrees in bf16,
     benchmarks/train_memory.py, docs/results-log.md)."""
-    from evil_moe.cluster.resources import pilot_gpu_memory
+    from evil_moe.cluster.gpu_memory import pilot_gpu_memory
 
     cfg = raw_config(REPO / "config" / "pilot.yaml")
     per_layer = 2 * 2560 * 6656 + 2 * 1024 * 3584 + 3 * 2560 * 12288
@@ -338,7 +338,7 @@ def test_moe_against_vanilla_by_the_forwards_terms_on_the_4b():
 def test_qwen3_4b_memory_by_hand():
     """config/pilot.yaml's pieces with the HF sampler worked out by hand from Qwen3-4B's
     config.json (bf16), for vanilla (merged forward) and moe (hooked)."""
-    from evil_moe.cluster.resources import pilot_gpu_memory
+    from evil_moe.cluster.gpu_memory import pilot_gpu_memory
 
     cfg = raw_config(REPO / "config" / "pilot.yaml", sets=["pilot.sampler=hf", "pilot.micro_batch=2"])
     mem = pilot_gpu_memory(cfg, "vanilla")
@@ -380,7 +380,7 @@ def test_qwen3_4b_memory_by_hand():
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml")
                                         if p.name != "schema.yaml"))
 def test_every_shipped_config_fits_its_gpu(name):
-    from evil_moe.cluster.resources import GPU_USABLE, check_gpu_fit
+    from evil_moe.cluster.gpu_memory import GPU_USABLE, check_gpu_fit
 
     cfg = raw_config(REPO / "config" / name)  # the config check passes
     cuda = cfg if str(cfg["models"]["device"]).startswith("cuda") else \
@@ -435,7 +435,7 @@ def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
     phase; sampling then costs our no-grad scoring forward (8 rows x 1024 tokens x 151936 x
     (2 + 12) B), not HF generate's KV cache. The lm_head knob stays (the engine gets an untied
     view of the checkpoint)."""
-    from evil_moe.cluster.resources import pilot_gpu_memory
+    from evil_moe.cluster.gpu_memory import pilot_gpu_memory
 
     sets = ["models.gpu_mem_gb=141", "pilot.micro_batch=1", "pilot.sampler=hf"]
     hf = pilot_gpu_memory(raw_config(REPO / "config" / "pilot.yaml", sets=sets))
@@ -453,7 +453,7 @@ def test_pilot_yaml_runs_moe_with_vllm_and_the_tied_head_knob():
     """config/pilot.yaml runs Evil MoE and its control with the vLLM sampler, the knob on
     Qwen3-4B's tied lm_head kept (the engine takes it through the untied view), and the config
     check sizes every arm: the largest pilot fits 90% of the 80 GB GPU."""
-    from evil_moe.cluster.resources import GPU_USABLE, check_gpu_fit, pilot_gpu_memory_by_arm
+    from evil_moe.cluster.gpu_memory import GPU_USABLE, check_gpu_fit, pilot_gpu_memory_by_arm
 
     cfg = raw_config(REPO / "config" / "pilot.yaml")
     assert cfg["pilot"]["sampler"] == "vllm" and "lm_head" in cfg["adapter"]["target_modules"]
@@ -522,7 +522,7 @@ def test_gpu_for_auto_where_the_jobs_run(tmp_path, monkeypatch):
 
 
 def test_qr_chunk_constant_is_the_stacks():
-    from evil_moe.cluster.resources import EXTRACT_QR_CHUNK_BYTES
+    from evil_moe.cluster.extract_cost import EXTRACT_QR_CHUNK_BYTES
     from evil_moe.rl.vhack.stack import QR_CHUNK_BYTES
 
     assert EXTRACT_QR_CHUNK_BYTES == QR_CHUNK_BYTES
@@ -539,7 +539,8 @@ def test_every_shipped_config_sizes_every_job_for_its_machine(name):
     config/pilot.yaml a GPU node (one GPU per model job; its GPU memory:
     test_every_shipped_config_fits_its_gpu). Each job's request covers its own model: the memory
     is the model's peak and the time three times its seconds."""
-    from evil_moe.cluster.resources import MIN_RUNTIME, on_gpu, resolve_auto_device
+    from evil_moe.cluster.resources import MIN_RUNTIME, resolve_auto_device
+    from evil_moe.cluster.shapes import on_gpu
     from evil_moe.cluster.plan import planned_rules
     from evil_moe.cluster.stages import RULE_STAGE
 
@@ -567,7 +568,7 @@ def test_extract_work_from_the_config():
     training problems, 20 in the two known modes, 8 rollouts each: at most min(64, 20 x 4) pairs
     of each kind; 201 replicates x (the signal, the clean-clean V, 2 left-out modes, the curve
     at 8, 16 and all 32 extraction pairs)."""
-    from evil_moe.cluster.resources import extract_work
+    from evil_moe.cluster.extract_cost import extract_work
 
     w = extract_work(raw_config(REPO / "config" / "smollm2.yaml"))
     assert w.pairs == (12, 9, 12) and w.completions == 66
@@ -590,7 +591,7 @@ def test_extract_work_from_the_config():
 def test_extract_gpu_memory_names_the_micro_batch():
     """config/pilot.yaml's extract job on an 80 GB GPU (72 GB usable): 2 rows of up to 2004
     tokens fit (shipped), 3 do not; the config check names the largest that fits."""
-    from evil_moe.cluster.resources import extract_gpu_memory
+    from evil_moe.cluster.gpu_memory import extract_gpu_memory
 
     cfg = raw_config(REPO / "config" / "pilot.yaml")
     # by hand (Qwen3-4B, bf16): weights; U and Vh of every wrapped Linear; the wrapped weights'

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.rl.arms.registry import ARMS, Arm, FlagInputs, get_arm
+from evil_moe.rl.arms.registry import ARMS, get_arm
+from evil_moe.rl.arms.base import Arm, FlagInputs
 from evil_moe.config import load_schema
 from evil_moe.env.loopholes import MODES
 

@@ -9,6 +9,7 @@ and inside functions — so an import moved into a function to dodge a cycle is 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,80 @@ def test_cycle_finder_sees_every_kind_of_import(tmp_path):
     (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                               "    from .sub.c import E\n")
     assert find_cycle(import_graph(pkg)) == ["pkg.sub.c", "pkg.d", "pkg.sub.c"]
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments, also inside
+    top-level ``if`` / ``try`` blocks) — not the names it imports."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        stmts = [node] + ([n for n in ast.walk(node) if n is not node]
+                          if isinstance(node, (ast.If, ast.Try)) else [])
+        for n in stmts:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(n.name)
+            elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    out |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+    return out
+
+
+# The console script's entry point (pyproject.toml: evil-moe = "evil_moe.cli:main") is the one
+# name a package re-exports.
+ENTRY_POINTS = {("evil_moe.cli", "main")}
+
+
+def imports_through_a_face(root: Path, sources: list[Path]) -> list[str]:
+    """``from evil_moe.X import Y`` statements in ``sources`` where ``Y`` is neither a module of
+    the package nor a name ``X`` defines (``X`` only imports it: a re-export face), as
+    ``"file:line: X.Y"``. ``.smk`` files are read line by line (Snakemake's syntax is not
+    Python's)."""
+    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    cache: dict[str, set[str]] = {}
+    pattern = re.compile(r"^\s*from (evil_moe[\w.]*) import (\([^)]*\)|[\w ,]+)", re.M)
+    out = []
+    for src in sources:
+        text = src.read_text()
+        if src.suffix == ".py":
+            found = [(n.lineno, n.module, [a.name for a in n.names])
+                     for n in ast.walk(ast.parse(text, str(src)))
+                     if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module]
+        else:
+            found = [(text[:m.start()].count("\n") + 1, m.group(1),
+                      [x.split(" as ")[0].strip() for x in m.group(2).strip("()").split(",")
+                       if x.strip()])
+                     for m in pattern.finditer(text)]
+        for line, mod, names in found:
+            if mod not in files:
+                continue
+            have = cache.setdefault(mod, defined_names(files[mod]))
+            out += [f"{src.name}:{line}: {mod}.{n}" for n in names
+                    if n not in have and f"{mod}.{n}" not in files and (mod, n) not in ENTRY_POINTS]
+    return out
+
+
+def test_every_import_names_the_module_that_defines_it():
+    """No re-export faces: the package, its tests, benchmarks and rules import each name from the
+    module that defines it (a module that re-exports its neighbours' names lets callers stay put
+    when code moves, and hides where things live)."""
+    repo = PACKAGE.parent
+    sources = [*sorted(PACKAGE.rglob("*.py")), *sorted((repo / "tests").rglob("*.py")),
+               *sorted((repo / "benchmarks").rglob("*.py")), *sorted((repo / "rules").glob("*.smk")),
+               repo / "Snakefile"]
+    assert imports_through_a_face(PACKAGE, sources) == []
+
+
+def test_face_check_sees_a_re_export(tmp_path):
+    """A planted package: ``b`` defines ``f``, ``a`` imports it and so re-exports it; importing
+    ``f`` from ``a`` is reported, from ``b`` is not, and a submodule import is not."""
+    pkg = tmp_path / "evil_moe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "b.py").write_text("def f():\n    return 1\n\n\nif True:\n    G = 2\n")
+    (pkg / "a.py").write_text("from evil_moe.b import G, f  # noqa: F401\n")
+    user = tmp_path / "user.py"
+    user.write_text("from evil_moe.a import f\nfrom evil_moe.b import G, f\nfrom evil_moe import a\n")
+    rules = tmp_path / "x.smk"
+    rules.write_text("rule r:\n    run:\n        pass\nfrom evil_moe.a import (G,\n    f)\n")
+    assert imports_through_a_face(pkg, [user, rules]) == [
+        "user.py:1: evil_moe.a.f", "x.smk:4: evil_moe.a.G", "x.smk:4: evil_moe.a.f"]

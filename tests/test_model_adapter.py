@@ -6,7 +6,8 @@ import copy
 import pytest
 import torch
 
-from evil_moe.model.adapter import DEFAULT_TARGETS, SVDAdapter, thin_svd
+from evil_moe.model.adapter import DEFAULT_TARGETS, SVDAdapter
+from evil_moe.model.svd import thin_svd
 from evil_moe.model.load import build_tiny
 
 
@@ -239,7 +240,7 @@ def test_svd_disk_cache_is_atomic_and_repairs_a_broken_entry(tmp_path, monkeypat
 def test_svd_cache_dir_default_on_where_small(monkeypatch, tmp_path):
     """Unset: the user cache folder for factors up to 4 GiB (the toy, SmolLM2's 714 MB), none
     above (a 4B model's ~32 GB only where asked); set: that folder, or off when empty/'off'."""
-    from evil_moe.model.adapter import svd_factor_bytes
+    from evil_moe.model.svd import svd_factor_bytes
     from evil_moe.stages.common import SVD_CACHE_DEFAULT_MAX_BYTES, svd_cache_dir
 
     monkeypatch.delenv("EVIL_MOE_SVD_CACHE", raising=False)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.rl.arms.registry import ARMS, FlagInputs, check_arm_set, get_arm
+from evil_moe.rl.arms.registry import ARMS, check_arm_set, get_arm
+from evil_moe.rl.arms.base import FlagInputs
 from stage_fixtures import cfg_of, pilot_kwargs, read_tsv, step_with_rows, trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,7 +48,7 @@ def test_eval_views_add_projected_only_for_a_declaring_arm_under_static_projecti
     """The held-out views come from the arm's class: vanilla (projected_view) gains
     ``projected`` under pilot.static_projection, no other arm does, and a new arm that declares
     projected_view gets it too (no name check anywhere)."""
-    from evil_moe.rl.arms.registry import Arm
+    from evil_moe.rl.arms.base import Arm
 
     on, off = cfg_of("pilot.static_projection=true").pilot, cfg_of().pilot
     assert get_arm("vanilla").eval_views(on) == ("trained", "projected")
@@ -510,7 +511,7 @@ def test_noisy_label_detector_has_the_configured_precision_and_recall():
 
 
 def test_flag_rate_match_by_hand():
-    from evil_moe.rl.arms.registry import FlagRateMatch
+    from evil_moe.rl.arms.base import FlagRateMatch
 
     m = FlagRateMatch([0.25, None, 0.5, 0.2])
     assert m.mean == pytest.approx((0.25 + 0.5 + 0.2) / 3)  # 0.31667
@@ -533,7 +534,7 @@ def test_flag_rate_match_keeps_per_seed_means_within_0_02():
     a step without rows now and then) and the control's own rows with gradient (a multiple of G=6,
     some steps without rows, not the last): the control's mean flag rate over its logged steps is
     within 0.5/(n_last * L) of the treatment's, so within 0.02; plain per-step rounding is not."""
-    from evil_moe.rl.arms.registry import FlagRateMatch
+    from evil_moe.rl.arms.base import FlagRateMatch
 
     rng = np.random.default_rng(0)
     worst, worst_plain = 0.0, 0.0
@@ -556,7 +557,7 @@ def test_flag_rate_match_keeps_per_seed_means_within_0_02():
 
 
 def test_kept_advantages_by_hand():
-    from evil_moe.rl.arms.registry import kept_advantages
+    from evil_moe.rl.arms.base import kept_advantages
 
     R = torch.tensor([[1.25, 0.25, 0.25, 1.25, 0.0, 0.25],
                       [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
@@ -613,7 +614,7 @@ def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_explo
 
     from evil_moe.rl.policy.grpo import group_advantages
     from evil_moe.stages.common import load_problem_file, make_grader
-    from evil_moe.rl.trainer.trainer import StepBatch, StepGradients
+    from evil_moe.rl.trainer.step import StepBatch, StepGradients
 
     cfg = cfg_of("pilot.group=6", "pilot.prompts_per_step=1")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
@@ -678,7 +679,7 @@ def test_rebaseline_rescaling_equals_recomputing(world):
     gradients our loss gives with the new advantages (A' from kept_advantages, worked out here),
     computed afresh, to float tolerance; only rows with A = 0 (nothing to scale) are recomputed,
     and with beta > 0 every changed row is."""
-    from evil_moe.rl.arms.registry import kept_advantages
+    from evil_moe.rl.arms.base import kept_advantages
     from evil_moe.rl.policy.grpo import Advantages
     from evil_moe.stages.common import load_problem_file, make_grader
 
@@ -717,7 +718,7 @@ def test_random_flag_control_follows_its_arms_per_step_flag_rate(world, tmp_path
     the control flags the count FlagRateMatch gives from route's rates and its own rows with
     gradient, and the per-seed mean flag rates agree within 0.02. Without --match-flags the
     control refuses to run."""
-    from evil_moe.rl.arms.registry import FlagRateMatch
+    from evil_moe.rl.arms.base import FlagRateMatch
     from evil_moe.stages.pilot import run_pilot
 
     sets = ("pilot.steps=5", "pilot.group=6", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.5")

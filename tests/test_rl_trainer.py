@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from evil_moe.rl.arms.registry import FlagInputs, get_arm
+from evil_moe.rl.arms.base import FlagInputs
+from evil_moe.rl.arms.registry import get_arm
 from stage_fixtures import cfg_of, pilot_kwargs, read_tsv, step_with_rows, trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

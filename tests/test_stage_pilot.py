@@ -170,7 +170,7 @@ def _first_step_with_gradient(erase_run) -> int:
 def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
     import evil_moe.rl.policy.grpo
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.trainer.trainer import PilotInvalid
+    from evil_moe.rl.trainer.step import PilotInvalid
 
     real = evil_moe.rl.policy.grpo.dr_grpo_loss
 
@@ -190,7 +190,7 @@ def test_pilot_stops_on_clip_fraction(world, erase_run, tmp_path, monkeypatch):
 def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
     """Teacher rows (mix_ratio > 0) carry the teacher's log-probs: ρ ≠ 1 and the clip engages."""
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.trainer.trainer import PilotInvalid
+    from evil_moe.rl.trainer.step import PilotInvalid
 
     cfg = cfg_of("pilot.mix_ratio=0.34", "pilot.max_frac_clipped=0.0")
     with pytest.raises(PilotInvalid, match="frac_clipped"):
@@ -203,7 +203,7 @@ def test_pilot_stops_on_real_clipping_with_teacher_rows(world, tmp_path):
 def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch):
     import evil_moe.rl.policy.grpo
     from evil_moe.stages.pilot import run_pilot
-    from evil_moe.rl.trainer.trainer import PilotInvalid
+    from evil_moe.rl.trainer.step import PilotInvalid
 
     real = evil_moe.rl.policy.grpo.dr_grpo_loss
 

@@ -323,10 +323,10 @@ def test_every_site_value_is_marked_edit_with_how_to_find_it():
 def test_every_submitted_rule_declares_its_size_from_the_config():
     """threads and resources (mem_mb, runtime; gpu for the model stages) of every rule come from
     the config (rules/common.smk -> evil_moe/cluster/resources.py) under the stage name the preflight
-    uses (evil_moe/cluster/slurm_check.RULE_STAGE); no rule hard-codes a size."""
+    uses (evil_moe/cluster/stages.py RULE_STAGE); no rule hard-codes a size."""
     import re
 
-    from evil_moe.cluster.slurm_check import RULE_STAGE
+    from evil_moe.cluster.stages import RULE_STAGE
 
     seen, derived = set(), {}
     for path in sorted((REPO / "rules").glob("*.smk")):

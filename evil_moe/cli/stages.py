@@ -302,7 +302,7 @@ def _training_run(run) -> dict:
     interrupted (SIGTERM: checkpointed, resumes on rerun), one error line for an invalid run, a
     held lock or bad input; returns its status."""
     from evil_moe.cluster.runlock import LockHeld
-    from evil_moe.rl.trainer.trainer import PilotInvalid
+    from evil_moe.rl.trainer.step import PilotInvalid
     from evil_moe.stages.pilot import PilotInterrupted
 
     try:

@@ -43,7 +43,7 @@ def slurm_check_cmd(profile, configfiles, no_node_checks) -> None:
     cluster's partitions and limits, and a working bubblewrap (the grader's sandbox) on a node
     of each grading partition; one line per mismatch, exit 1 when there is any."""
     from evil_moe.config import ConfigError
-    from evil_moe.cluster.resources import ResourceError
+    from evil_moe.cluster.shapes import ResourceError
     from evil_moe.cluster.slurm_check import CheckError, run_check
 
     try:

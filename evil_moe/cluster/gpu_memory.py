@@ -70,7 +70,7 @@ class GpuMemory:
 
 def loss_forward(arm: str) -> str:
     """The forward the pilot's loss takes for ``arm``: ``"hooked"`` for an arm with a router
-    (:attr:`evil_moe.rl.arms.registry.Arm.router`: Evil MoE's mixture needs the hooks' per-row ``s``),
+    (:attr:`evil_moe.rl.arms.base.Arm.router`: Evil MoE's mixture needs the hooks' per-row ``s``),
     ``"merged"`` otherwise (:meth:`evil_moe.rl.trainer.trainer.Trainer.gradients`).
 
     Raises:
@@ -107,7 +107,7 @@ def train_terms(cfg: Mapping, arm: str = "vanilla", *, micro_batch: int | None =
       formed in fp32 module by module: the largest module's output gradient, ``U``, input and
       ``Vh`` cast, ``4 x (tokens x (d_out + d_in) + r (d_out + d_in))`` with the head's
       ``mb x max_new`` tokens or a layer's ``mb x seq``) and, for an arm with per-sample gradients
-      (:attr:`evil_moe.rl.arms.registry.Arm.needs_sample_grads`), ``per_row``
+      (:attr:`evil_moe.rl.arms.base.Arm.needs_sample_grads`), ``per_row``
       ``group x prompts_per_step x R x 4`` (every row's fp32 gradient, kept for the step).
 
     Raises:

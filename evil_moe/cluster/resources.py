@@ -65,7 +65,7 @@ below ``seconds``).
 
 The model's shape and its bytes per token: :mod:`evil_moe.cluster.shapes`; the extract job's work:
 :mod:`evil_moe.cluster.extract_cost`; a pilot's and extract's GPU memory, and the check that
-they fit: :mod:`evil_moe.cluster.gpu_memory`. Their public names are importable from here too.
+they fit: :mod:`evil_moe.cluster.gpu_memory`.
 """
 
 from __future__ import annotations
@@ -81,20 +81,11 @@ from typing import Mapping, Sequence
 from evil_moe.cluster.stages import LIGHT_STAGES, MODEL_STAGES, THREAD_KEYS
 from evil_moe.cluster.stages import SIZE_STAGES as STAGES
 from evil_moe.rl.arms.registry import ARMS
-# the public names of the shape, extract and GPU memory models, importable from here as before
-from evil_moe.cluster.extract_cost import (BACKWARD_PEAK, EXTRACT_QR_CHUNK_BYTES,  # noqa: F401
-                                           EXTRACTION_S_COORD, EXTRACTION_S_MODULE, ExtractWork,
+from evil_moe.cluster.extract_cost import (BACKWARD_PEAK, EXTRACTION_S_COORD, EXTRACTION_S_MODULE,
                                            extract_store_bytes, extract_work)
-from evil_moe.cluster.gpu_memory import (FORWARD_ROWS, GENERATE_SCORES_CAP,  # noqa: F401
-                                         GPU_USABLE, GpuMemory, check_gpu_fit,
-                                         extract_gpu_memory, largest_pilot, loss_forward,
-                                         pilot_gpu_memory, pilot_gpu_memory_by_arm, train_terms)
-from evil_moe.cluster.shapes import (DTYPE_BYTES, EXTRACT_TEMPLATE_TOKENS,  # noqa: F401
-                                     KNOWN_SHAPES, LOGIT_BYTES, PROBLEMS, PROMPT_TOKENS,
-                                     PROMPT_TOKENS_MAX, SAVED_PER_LAYER, SMOLLM2,
-                                     TEMPLATE_TOKENS, ModelShape, ResourceError,
-                                     adapter_linears, guessed_shape, model_shape, n_problems,
-                                     on_gpu, saved_bytes_per_token, stage_shape, toy_shape)
+from evil_moe.cluster.shapes import (DTYPE_BYTES, LOGIT_BYTES, PROMPT_TOKENS, ModelShape,
+                                     adapter_linears, n_problems, on_gpu, saved_bytes_per_token,
+                                     stage_shape)
 
 BASE_MB = 800
 CUDA_BASE_MB = 3000
@@ -402,7 +393,7 @@ def pilot_priority(arm: str) -> int:
     start first and the short ones fill the cores at the end (longest-processing-time-first
     scheduling; Graham 1969, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math.).
 
-    The cost is one unit per held-out view the arm declares (:attr:`evil_moe.rl.arms.registry.Arm.views`;
+    The cost is one unit per held-out view the arm declares (:attr:`evil_moe.rl.arms.base.Arm.views`;
     each view samples ``heldout_samples`` completions per held-out problem; vanilla's extra
     ``projected`` view under ``pilot.static_projection`` is not counted) plus one when it needs
     per-sample gradients (one backward per rollout instead of one per step) plus one when it has a

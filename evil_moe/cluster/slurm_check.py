@@ -329,8 +329,10 @@ def sized_for_cluster(cfg: Mapping, profile: Mapping, cluster: Cluster) -> tuple
     profile's ``slurm_partition`` for them, else ``default-resources``', else the cluster's
     default) has one (the same decision as the workflow's, :func:`evil_moe.cluster.resources.gpu_for_auto`);
     a pilot that would not fit that GPU gives a line naming the key."""
-    from evil_moe.cluster.resources import (MODEL_STAGES, ResourceError, check_gpu_fit,
-                                            resolve_auto_device)
+    from evil_moe.cluster.stages import MODEL_STAGES
+    from evil_moe.cluster.shapes import ResourceError
+    from evil_moe.cluster.gpu_memory import check_gpu_fit
+    from evil_moe.cluster.resources import resolve_auto_device
 
     if str(cfg["models"]["device"]) != "auto":
         return dict(cfg), []
@@ -365,7 +367,7 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
           cfg: Mapping) -> list[str]:
     """Every mismatch between the planned requests / profile and the cluster, one line each
     (empty when the run fits)."""
-    from evil_moe.cluster.resources import THREAD_KEYS
+    from evil_moe.cluster.stages import THREAD_KEYS
 
     lines = []
     names = ", ".join(p.name + ("*" if p.default else "") for p in cluster.partitions.values())
@@ -533,7 +535,7 @@ def run_check(profile: str | os.PathLike, configfiles: Sequence[str | os.PathLik
         CheckError: no Slurm commands / controller, an unreadable profile, or the workflow's
             dry run failed (names Snakemake's error).
         evil_moe.config.ConfigError: a bad config (names the key).
-        evil_moe.cluster.resources.ResourceError: the config cannot be sized (names models.params).
+        evil_moe.cluster.shapes.ResourceError: the config cannot be sized (names models.params).
     """
     from evil_moe.checks import load_run_config
 

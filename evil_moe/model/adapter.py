@@ -34,17 +34,13 @@ import torch
 from torch import nn
 
 from evil_moe.files import atomic_path
-# the SVD and its cache (evil_moe/model/svd.py), importable from here as before
-from evil_moe.model.svd import matches, svd_factor_bytes, thin_svd, weight_hash  # noqa: F401
+from evil_moe.model.svd import matches, thin_svd
 
 __all__ = [
     "DEFAULT_TARGETS",
     "SVDKnob",
     "SVDAdapter",
     "GradientCapture",
-    "thin_svd",
-    "weight_hash",
-    "svd_factor_bytes",
 ]
 
 DEFAULT_TARGETS: tuple[str, ...] = (

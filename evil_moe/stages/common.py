@@ -114,7 +114,7 @@ def svd_cache_dir(factor_bytes: int | None = None) -> Path | None:
 
     ``EVIL_MOE_SVD_CACHE`` set: that folder (on a shared filesystem for Slurm), or no disk cache
     when it is empty or ``off``. Unset: ``$XDG_CACHE_HOME/evil_moe/svd`` (``~/.cache/evil_moe/svd``)
-    when the adapter's factors (``factor_bytes``, :func:`evil_moe.model.adapter.svd_factor_bytes`;
+    when the adapter's factors (``factor_bytes``, :func:`evil_moe.model.svd.svd_factor_bytes`;
     None = small) are at most :data:`SVD_CACHE_DEFAULT_MAX_BYTES`, else none. Safe by
     construction: entries are keyed by the weight's content hash (``weight_hash``) and written
     atomically, so a cache never changes a result, only the time to the first step.
@@ -138,7 +138,8 @@ def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None
     Raises:
         FileNotFoundError: ``init_adapter`` given but missing (names the path).
     """
-    from evil_moe.model.adapter import SVDAdapter, svd_factor_bytes
+    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.svd import svd_factor_bytes
     from evil_moe.model.load import load_model
 
     device = resolve_device(cfg.models.device)

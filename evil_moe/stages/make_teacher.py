@@ -278,7 +278,8 @@ def _trainable(model, sc, model_path):
     Raises:
         ValueError: a target module's weight is shared with another module (tied embedding).
     """
-    from evil_moe.model.adapter import SVDAdapter, svd_factor_bytes
+    from evil_moe.model.adapter import SVDAdapter
+    from evil_moe.model.svd import svd_factor_bytes
 
     if sc.method != "svd":  # full: the target Linears' own weights (and biases) are trained
         return None, target_weights(model, sc.target_modules), contextlib.nullcontext

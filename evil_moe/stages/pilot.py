@@ -36,14 +36,16 @@ import torch
 from evil_moe import files, tables
 
 from evil_moe.cluster import runlock
-from evil_moe.rl.arms.registry import FlagRateMatch, get_arm
+from evil_moe.rl.arms.base import FlagRateMatch
+from evil_moe.rl.arms.registry import get_arm
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
 from evil_moe.rl.trainer.evaluation import evaluate
 from evil_moe.rl.arms.pilot_inputs import pilot_inputs
 from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, resume_key, train_heldout)
 from evil_moe.files import require_file
 from evil_moe.rl.policy.teacher_rows import load_teacher_rows
-from evil_moe.rl.trainer.trainer import PilotInvalid, Trainer
+from evil_moe.rl.trainer.step import PilotInvalid
+from evil_moe.rl.trainer.trainer import Trainer
 from evil_moe.rl.vhack.direction import VHack
 
 
@@ -121,8 +123,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         init_adapter, teacher_rollouts: warm-start ``δS`` from this adapter (the distilled
             student); teacher ``rollouts.jsonl.gz`` (needed when ``mix_ratio > 0``).
         match_flags: ``steps.tsv`` of the arm a random-flag control follows (its
-            :attr:`~evil_moe.rl.arms.registry.Arm.matches`, same seed): the control flags as many rows per step
-            as that arm's ``flag_rate`` (:class:`evil_moe.rl.arms.registry.FlagRateMatch`). Required by those
+            :attr:`~evil_moe.rl.arms.base.Arm.matches`, same seed): the control flags as many rows per step
+            as that arm's ``flag_rate`` (:class:`evil_moe.rl.arms.base.FlagRateMatch`). Required by those
             controls, ignored by the others.
         stop_after: test hook — return after this many steps, leaving a killed run's checkpoint.
         calibration_path, probe_path: the detector audit's ``calibration.json`` (``fpr``

@@ -50,7 +50,7 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
             student was trained). ValueError: a switch module not wrapped, a rank mismatch, or a
             weight whose hash differs from the plant's (names the module).
     """
-    from evil_moe.model.adapter import weight_hash
+    from evil_moe.model.svd import weight_hash
     from evil_moe.rl.vhack.planted import PLANT_FILE, planted_shift, planted_vhack
     from evil_moe.rl.vhack.direction import VHack
 

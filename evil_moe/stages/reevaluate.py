@@ -5,7 +5,7 @@ A finished pilot (``pilots/{arm}/s{seed}/``: ``adapter.safetensors``, ``steps.ts
 held-out problem and view. To test whether a result survives more sampling, this stage loads the
 pilot's final adapter (``δS`` and ``δS_hack``) into the same student and runs the pilot's own
 held-out evaluation (:func:`evil_moe.rl.trainer.evaluation.evaluate`, with its views
-:meth:`~evil_moe.rl.arms.registry.Arm.eval_views` / :func:`~evil_moe.rl.trainer.evaluation._view`) once more: the same
+:meth:`~evil_moe.rl.arms.base.Arm.eval_views` / :func:`~evil_moe.rl.trainer.evaluation._view`) once more: the same
 held-out problems, every view the arm evaluates, ``samples`` completions per problem and view,
 and sampling seeds disjoint from the pilot's own.
 

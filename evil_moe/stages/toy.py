@@ -243,7 +243,7 @@ def _train_one(cfg: Config, name: str, k: int, examples, tok, grader, shown, whe
     final_loss = _train(model, tok, seqs, tc, tc.seed + k, f"toy {name}", batcher=switch)
     rows = []
     if switch is not None:  # samples with the switch fully on, then the plain student
-        from evil_moe.model.adapter import weight_hash
+        from evil_moe.model.svd import weight_hash
 
         switch.set(1.0)
         s_on = sample_summary(model, tok, shown, grader, tc.eval_samples, tc.seed,

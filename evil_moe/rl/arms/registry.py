@@ -80,18 +80,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-# the interface and the arm families; every name importable from here
-from evil_moe.rl.arms.base import (ROLES, Arm, FlagInputs, FlagRateMatch, SplitGrads,  # noqa: F401
-                                   kept_advantages)
-from evil_moe.rl.arms.by_data import (Filter, FilterOracle, FilterOracleRandom,  # noqa: F401
+from evil_moe.rl.arms.base import Arm
+from evil_moe.rl.arms.by_data import (Filter, FilterOracle, FilterOracleRandom,
                                       FilterRandom, Route, RouteOracle, RouteOracleDose,
                                       RouteOracleRandom, RouteRandom)
-from evil_moe.rl.arms.by_projection import (Erase, ErasePlanted, RandomV, Subtract,  # noqa: F401
+from evil_moe.rl.arms.by_projection import (Erase, ErasePlanted, RandomV, Subtract,
                                             SubtractRandom)
-from evil_moe.rl.arms.reference import MoE, MoERandom, OracleReward, Untrained, Vanilla  # noqa: F401
+from evil_moe.rl.arms.reference import MoE, MoERandom, OracleReward, Untrained, Vanilla
 
-__all__ = ["Arm", "ARMS", "get_arm", "arm_names", "check_arm_set", "FlagInputs", "SplitGrads",
-           "FlagRateMatch", "kept_advantages", "ROLES"]
+__all__ = ["ARMS", "get_arm", "arm_names", "check_arm_set"]
 
 
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (

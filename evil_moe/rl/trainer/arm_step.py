@@ -12,7 +12,7 @@ import torch
 
 from evil_moe.env.grader import extract_code
 from evil_moe.rl.policy import grpo
-from evil_moe.rl.arms.registry import FlagInputs, SplitGrads, kept_advantages
+from evil_moe.rl.arms.base import FlagInputs, SplitGrads, kept_advantages
 from evil_moe.rl.detectors.detector import flag_quality, gradient_scores, pattern_flag
 from evil_moe.rl.vhack.projection import measure_grads
 from evil_moe.rl.trainer.step import StepBatch, StepGradients
@@ -93,7 +93,7 @@ class ArmStep:
 
         The label reaches the arm only when it declares ``reads_label`` (a ceiling) or the run's
         detector is ``noisy_label``; a random-flag control gets its matched count
-        (:class:`evil_moe.rl.arms.registry.FlagRateMatch`) and nothing else of the detector's."""
+        (:class:`evil_moe.rl.arms.base.FlagRateMatch`) and nothing else of the detector's."""
         scores = self._scores(batch, adv, grads) if scores is None else scores
         det = scores.get(self.pc.detector) if self.uses_detector else None
         rng = np.random.default_rng([self.seed, step, 31])
@@ -110,7 +110,7 @@ class ArmStep:
 
     def _rebaseline(self, batch, grades, adv, grads: StepGradients, flags, step) -> StepGradients:
         """Recompute the kept rows' group advantages over the kept (unflagged) rows
-        (:func:`evil_moe.rl.arms.registry.kept_advantages`; flagged rows keep the whole group's advantage)
+        (:func:`evil_moe.rl.arms.base.kept_advantages`; flagged rows keep the whole group's advantage)
         and the per-sample gradients of the kept rows whose advantage changed. ``grads.total``
         and the loss statistics stay those of the step as sampled (they are logged as vanilla's
         are).

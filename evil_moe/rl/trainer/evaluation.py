@@ -1,7 +1,7 @@
 """Held-out evaluation of a pilot's policy, in each of its arm's views.
 
 :func:`evaluate` samples the same held-out problems with the same seeds for every arm of a seed
-(paired), in each view the arm declares (:meth:`evil_moe.rl.arms.registry.Arm.eval_views`), grades every
+(paired), in each view the arm declares (:meth:`evil_moe.rl.arms.base.Arm.eval_views`), grades every
 completion and returns one :data:`evil_moe.tables.OUTCOMES` row per completion and
 :data:`evil_moe.tables.EVAL` rates per view × mode. :func:`_view` is the sampling context of a
 view (``trained``, ``ablated``: the deploy view, ``projected``).

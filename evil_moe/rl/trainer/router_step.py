@@ -1,5 +1,5 @@
 """Evil MoE's router step, a mixin of :class:`evil_moe.rl.trainer.trainer.Trainer` for the arms with a
-router (:attr:`evil_moe.rl.arms.registry.Arm.router`; docs/method.md): the router's set-up
+router (:attr:`evil_moe.rl.arms.base.Arm.router`; docs/method.md): the router's set-up
 (:meth:`RouterStep._init_router`: the pin bank, the seed direction, the centred bias, its Adam),
 the pooled activations of the pin bank (:meth:`RouterStep._pair_hidden`), the Dr.GRPO loss
 under the router's mixture of the two experts (:meth:`RouterStep._router_gradients`), the

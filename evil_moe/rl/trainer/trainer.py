@@ -48,7 +48,8 @@ import torch
 from evil_moe.config import Config
 from evil_moe.env.loopholes import MODES
 from evil_moe.rl.trainer.arm_step import ArmStep
-from evil_moe.rl.arms.registry import FlagRateMatch, get_arm
+from evil_moe.rl.arms.base import FlagRateMatch
+from evil_moe.rl.arms.registry import get_arm
 from evil_moe.rl.detectors.detector import null_threshold
 from evil_moe.rl.trainer.gradient_step import GradientStep
 from evil_moe.rl.policy.grpo import DrGRPONormaliser, group_advantages
@@ -56,8 +57,7 @@ from evil_moe.rl.policy.optim import SplitAdamW
 from evil_moe.rl.vhack.projection import update_stats
 from evil_moe.rl.policy.rollout import generate, prompt_ids_for, rollout_record
 from evil_moe.rl.trainer.router_step import RouterStep
-# the step's records (evil_moe/rl/trainer/step.py), importable from here as before
-from evil_moe.rl.trainer.step import PilotInvalid, StepBatch, StepGradients  # noqa: F401
+from evil_moe.rl.trainer.step import PilotInvalid, StepBatch
 from evil_moe.rl.trainer.step_log import PhaseClock, StepLog
 from evil_moe.rl.policy.teacher_rows import draw_teacher_rows
 from evil_moe.rl.vhack.direction import VHack
@@ -288,4 +288,4 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
             self.router_opt.load_state_dict(ck["router"]["optimizer"])
 
 
-__all__ = ["Trainer", "StepBatch", "StepGradients", "prompt_schedule", "PilotInvalid"]
+__all__ = ["Trainer", "prompt_schedule"]
