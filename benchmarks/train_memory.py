@@ -107,7 +107,7 @@ def child(arm: str, shape, rows: int, max_new: int, prompt: int, dtype: str) -> 
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = _rss_kb("VmRSS")
-    if router is not None:  # router_step._router_gradients
+    if router is not None:  # RouterStep.gradients (evil_moe/rl/trainer/router_step.py)
         for p in dsh:
             p.requires_grad_(True)
         hid = pooled_hidden(model, batch)
@@ -116,7 +116,7 @@ def child(arm: str, shape, rows: int, max_new: int, prompt: int, dtype: str) -> 
             logp = token_logprobs(model, batch)
         loss = -(logp * adv).sum() / 1000
         torch.autograd.grad(loss, ds + dsh + list(router.parameters()), allow_unused=True)
-    else:  # trainer.gradients: merged forward, gradients from the capture
+    else:  # GradientStep (evil_moe/rl/trainer/gradient_step.py): merged forward, gradients from the capture
         with adapter.merged_gradients(rows=rows if arm == "route" else None) as cap:
             logp = token_logprobs(model, batch)
             loss = -(logp * adv).sum() / 1000

@@ -352,7 +352,7 @@ def test_training_at_another_temperature_shows_in_the_sampler_gap(world):
     from evil_moe.rl.policy.rollout import generate
     from evil_moe.stages.common import load_problem_file
     from evil_moe.rl.policy.rollout import prompt_ids_for
-    from evil_moe.rl.trainer.trainer import Trainer
+    from evil_moe.rl.trainer.step import sampler_gaps
 
     model, tok = load_model(str(world.student), device="cpu")
     ids = prompt_ids_for(tok, load_problem_file(world.problems)[:2])
@@ -361,14 +361,14 @@ def test_training_at_another_temperature_shows_in_the_sampler_gap(world):
     with torch.no_grad():
         same = token_logprobs(model, rb.batch, 0.7)
         other = token_logprobs(model, rb.batch, 1.0)
-    assert float(Trainer._sampler_gaps(rb, rolls, same).max()) < 1e-4
-    assert float(Trainer._sampler_gaps(rb, rolls, other).max()) > 1e-2
+    assert float(sampler_gaps(rb, rolls, same).max()) < 1e-4
+    assert float(sampler_gaps(rb, rolls, other).max()) > 1e-2
     # top-p truncation is part of the sampler's distribution, not of training: visible too
     nucleus = generate(model, tok, ids, n=2, max_new=24, temperature=1.0, top_p=0.5, seed=0)
     rb = RolloutBatch.from_rollouts(nucleus, torch.zeros(len(nucleus)), tok.pad_token_id)
     with torch.no_grad():
         lp = token_logprobs(model, rb.batch, 1.0)
-    assert float(Trainer._sampler_gaps(rb, nucleus, lp).max()) > 1e-3
+    assert float(sampler_gaps(rb, nucleus, lp).max()) > 1e-3
 
 
 def test_kl_applies_to_zero_variance_rows(world, tmp_path, monkeypatch):
@@ -592,7 +592,7 @@ def test_which_arms_recompute_advantages_over_kept_rows():
 
 
 def _fake_step(problem):
-    """One hand-made group of 6 rows for Trainer._flags: rows 0 and 3 hacks (passed, not
+    """One hand-made group of 6 rows for ArmStep.flags: rows 0 and 3 hacks (passed, not
     gt_correct), rows 1 and 2 honest passes (passed, gt_correct, not exploited), 4 and 5 fail."""
     from evil_moe.env.grader import Reward
     from evil_moe.env.loopholes import clean_completion, hack_completion
@@ -607,7 +607,7 @@ def _fake_step(problem):
 
 
 def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_exploited(world, monkeypatch):
-    """Trainer._flags on a hand-made step of 6 rows (2 hacks, 2 honest passes): route_oracle's flags
+    """ArmStep.flags on a hand-made step of 6 rows (2 hacks, 2 honest passes): route_oracle's flags
     are the hack rows, precision and recall 1 against ``exploited`` (against ``passed`` the recall
     would be 0.5); route never receives the label; route under noisy_label does."""
     from types import SimpleNamespace
@@ -627,7 +627,7 @@ def test_trainer_gives_the_label_only_to_ceilings_and_scores_flags_against_explo
             grads = StepGradients(list(range(6)), [], [[torch.zeros(1)]] * 6)
             orig = t.arm.flags
             monkeypatch.setattr(t.arm, "flags", lambda inp, orig=orig, k=(arm, det): seen.__setitem__(k, inp) or orig(inp))
-            flags, q = t._flags(batch, grades, adv, grads, 0)
+            flags, q = t.arm_step.flags(batch, grades, adv, grads, 0)
             seen[(arm, det, "out")] = (flags.tolist(), q)
     hack = [True, False, False, True, False, False]
     assert seen[("route_oracle", "pattern")].label.tolist() == hack
@@ -655,7 +655,7 @@ def test_filter_rebaseline_recomputes_kept_rows_gradients(world):
         for g in {i // t.G for i in rows}:
             members = [j for j, i in enumerate(rows) if i // t.G == g]
             flags[max(members, key=lambda j: float(R.reshape(-1)[rows[j]]))] = True
-        new = t._rebaseline(batch, grades, adv, grads, flags, step)
+        new = t.arm_step.rebaseline(batch, grades, adv, grads, flags, step, t.gradients)
     Rf = R.reshape(-1).tolist()
     A = adv.flat().tolist()
     checked = 0
@@ -674,7 +674,7 @@ def test_filter_rebaseline_recomputes_kept_rows_gradients(world):
 
 
 def test_rebaseline_rescaling_equals_recomputing(world):
-    """_rebaseline rescales a kept row's gradient by A'/A instead of a second forward and
+    """ArmStep.rebaseline rescales a kept row's gradient by A'/A instead of a second forward and
     backward where that is exact (student rows, beta 0, A != 0): the result equals the per-row
     gradients our loss gives with the new advantages (A' from kept_advantages, worked out here),
     computed afresh, to float tolerance; only rows with A = 0 (nothing to scale) are recomputed,
@@ -700,9 +700,8 @@ def test_rebaseline_rescaling_equals_recomputing(world):
             A_new = torch.where(kept, kept_advantages(R, kept.reshape(t.P, t.G)).reshape(-1), A)
             calls = []
             inner = t.gradients
-            t.gradients = lambda *a, **k: calls.append(a[2]) or inner(*a, **k)
-            new = t._rebaseline(batch, grades, adv, grads, flags, step)
-            t.gradients = inner
+            new = t.arm_step.rebaseline(batch, grades, adv, grads, flags, step,
+                                        lambda *a, **k: calls.append(a[2]) or inner(*a, **k))
             fresh = inner(batch, Advantages(A_new.reshape(t.P, t.G), adv.zero_std, adv.frac_zero_std),
                           rows, step)
         changed = [j for j, i in enumerate(rows) if kept[i] and float(A_new[i]) != float(A[i])]
@@ -753,11 +752,11 @@ def test_rate_match_balance_survives_a_checkpoint(world):
     cfg = cfg_of("pilot.steps=3")
     with make_grader(load_problem_file(world.problems), cfg) as grader:
         a = trainer(world, "filter_random", cfg, grader, flag_rates=[0.2, 0.4, None])
-        a.rate_match.count(0, 6)  # round(0.2 * 6) = 1 -> balance 0.2 - 1/6
-        assert a.rate_match.balance == pytest.approx(0.2 - 1 / 6)
+        a.arm_step.rate_match.count(0, 6)  # round(0.2 * 6) = 1 -> balance 0.2 - 1/6
+        assert a.arm_step.rate_match.balance == pytest.approx(0.2 - 1 / 6)
         b = trainer(world, "filter_random", cfg, grader, flag_rates=[0.2, 0.4, None])
         b.load_state(a.state())
-        assert b.rate_match.balance == pytest.approx(0.2 - 1 / 6)
+        assert b.arm_step.rate_match.balance == pytest.approx(0.2 - 1 / 6)
         with pytest.raises(ValueError, match="has 2 steps, pilot.steps is 3"):
             Trainer(cfg, arm="filter_random", seed=0, model=a.model, tok=a.tok, adapter=a.adapter, device=a.device,
                     train=a.train, vhack=a.vhack, proj_v=a.proj_v, grader=grader, flag_rates=[0.2, 0.4])

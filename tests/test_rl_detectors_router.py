@@ -140,19 +140,20 @@ def test_the_router_learns_from_the_grpo_loss_and_the_pin_loss(world):
         batch, _, _, adv, rows, step = step_with_rows(t, 3)
         g = t.gradients(batch, adv, rows, step)
         assert any(float(x.abs().sum()) > 0 for x in g.router_grads)
-        h = t._pair_hidden(t.pin_bank, range(len(t.pin_bank.label))).to(t.device)
+        rs = t.router_step
+        h = rs.pair_hidden(rs.pin_bank, range(len(rs.pin_bank.label))).to(t.device)
         # the pin bank's activations come through the merged weights: the hooked forward's
         # (U diag(s) Vh x added per Linear) to float rounding, with both knobs trained
         from evil_moe.model.logprobs import build_batch
         from evil_moe.rl.detectors.router import pooled_hidden
 
-        bank = t.pin_bank
+        bank = rs.pin_bank
         pairs = build_batch(bank.prompt_ids, bank.completion_ids, t.tok.pad_token_id, device=t.device)
         hooked = pooled_hidden(t.model, pairs, t.pc.temperature)
         torch.testing.assert_close(h.cpu(), hooked, rtol=1e-5, atol=1e-5)
         with t.adapter.ablated():  # the hack expert moves them: a merge without it would differ
             assert float((pooled_hidden(t.model, pairs, t.pc.temperature) - hooked).abs().max()) > 1e-4
-        pin = torch.autograd.grad(pin_loss(t.router, h, t.pin_bank.label), list(t.router.parameters()))
+        pin = torch.autograd.grad(pin_loss(rs.router, h, rs.pin_bank.label), list(rs.router.parameters()))
         assert any(float(x.abs().sum()) > 0 for x in pin)
         w = g.router_w
         assert w.shape == (len(rows),) and bool(((w > 0) & (w < 1)).all())
@@ -168,14 +169,14 @@ def test_moe_random_never_sees_the_real_direction(world, monkeypatch):
     cfg = cfg_of()
     with make_grader(load_problem_file(world.problems), cfg) as grader:
         real = _trainer(world, "moe", cfg, grader)
-        v = real.router.seed.clone()
+        v = real.router_step.router.seed.clone()
         monkeypatch.setattr(R, "v_act", lambda *a, **k: pytest.fail("moe_random computed v_act"))
         rnd = _trainer(world, "moe_random", cfg, grader)
     d = v.shape[0]
-    torch.testing.assert_close(rnd.router.seed.cpu(), R.random_direction(d, cfg.moe.seed * 1_000_003 + 0))
-    assert abs(float(rnd.router.seed.cpu() @ v.cpu())) < 0.5
-    assert not torch.equal(rnd.pin_bank.label, real.pin_bank.label)
-    assert torch.equal(rnd.pin_bank.pair, real.pin_bank.pair)
+    torch.testing.assert_close(rnd.router_step.router.seed.cpu(), R.random_direction(d, cfg.moe.seed * 1_000_003 + 0))
+    assert abs(float(rnd.router_step.router.seed.cpu() @ v.cpu())) < 0.5
+    assert not torch.equal(rnd.router_step.pin_bank.label, real.router_step.pin_bank.label)
+    assert torch.equal(rnd.router_step.pin_bank.pair, real.router_step.pin_bank.pair)
 
 
 def test_the_break_it_switch_gives_moe_random_moes_direction(world):
@@ -189,8 +190,8 @@ def test_the_break_it_switch_gives_moe_random_moes_direction(world):
     with make_grader(load_problem_file(world.problems), cfg) as grader:
         real = _trainer(world, "moe", cfg, grader)
         swapped = _trainer(world, "moe_random", cfg, grader)
-    torch.testing.assert_close(swapped.router.seed.cpu(), real.router.seed.cpu())
-    assert not torch.equal(swapped.pin_bank.label, real.pin_bank.label)
+    torch.testing.assert_close(swapped.router_step.router.seed.cpu(), real.router_step.router.seed.cpu())
+    assert not torch.equal(swapped.router_step.pin_bank.label, real.router_step.pin_bank.label)
 
 
 NON_CEILING = ["vanilla", "erase", "random_v", "subtract", "route", "route_random", "filter", "moe", "moe_random"]

@@ -103,7 +103,7 @@ def test_kept_rows_advantages_are_recomputed_over_the_kept_rows(world, arm):
         for grp in {i // t.G for i in rows}:  # flag the highest-reward row of each group
             members = [j for j, i in enumerate(rows) if i // t.G == grp]
             flags[max(members, key=lambda j: float(R.reshape(-1)[rows[j]]))] = True
-        new = t._rebaseline(batch, grades, adv, grads, flags, step)
+        new = t.arm_step.rebaseline(batch, grades, adv, grads, flags, step, t.gradients)
     Rf, A = R.reshape(-1).tolist(), adv.flat().tolist()
     checked = 0
     for j, i in enumerate(rows):
@@ -133,15 +133,15 @@ def test_detector_quantile_sets_the_threshold(world):
     with make_grader(load_problem_file(world.problems), cfg_of()) as grader:
         for q in (0.5, 0.9):
             t = trainer(world, "route", cfg_of(f"pilot.detector_quantile={q}"), grader)
-            assert t.threshold == pytest.approx(float(np.quantile(null, q)))
+            assert t.scoring.threshold == pytest.approx(float(np.quantile(null, q)))
             f = trainer(world, "route", cfg_of(f"pilot.detector_quantile={q}", "pilot.detector_calibration=fpr"),
                          grader, calibration=cal)
-            assert f.threshold == pytest.approx(q)  # the quantile of 0, 0.05, ..., 1.0
-            seen[q] = t.threshold
+            assert f.scoring.threshold == pytest.approx(q)  # the quantile of 0, 0.05, ..., 1.0
+            seen[q] = t.scoring.threshold
         assert seen[0.5] != seen[0.9]
         with pytest.raises(ValueError, match="--calibration"):
             trainer(world, "route", cfg_of("pilot.detector_calibration=fpr"), grader)
-        assert trainer(world, "route", cfg_of("pilot.detector_calibration=budget"), grader).threshold is None
+        assert trainer(world, "route", cfg_of("pilot.detector_calibration=budget"), grader).scoring.threshold is None
 
 
 def test_budget_flags_the_top_share_of_each_step():

@@ -84,7 +84,7 @@ def test_random_v_removes_only_along_the_random_v(world, projection):
                 removed2 += float(removed.norm() ** 2)
                 in_rnd += _outside_span(removed, rnd.V[name].double() * w[None, :])
                 in_real += _outside_span(removed, real.V[name].double() * w[None, :])
-            t.optimiser_step()
+            t.optimiser_step(grads, step)
     assert removed2 > 0, "no step removed anything: the check below would be vacuous"
     assert in_rnd <= 1e-8 * removed2, f"{in_rnd / removed2:.3g} of the removed energy is outside the random V"
     assert in_real >= 0.5 * removed2  # along v_hack instead, the first check would fail

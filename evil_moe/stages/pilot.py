@@ -362,7 +362,7 @@ class _RunDir:
 
 def audit_row(rec: dict) -> dict:
     """The :data:`evil_moe.tables.AUDIT_ROWS` row of one training rollout's record (the fields
-    :meth:`evil_moe.rl.trainer.step_log.StepLog._row_audit` put there; the label is ``exploited``)."""
+    :func:`evil_moe.rl.trainer.step_log.row_audit` put there; the label is ``exploited``)."""
     def b(x):
         return None if x is None else int(bool(x))
     return {"seed": rec.get("seed"), "step": rec.get("step"), "group": rec.get("group"),

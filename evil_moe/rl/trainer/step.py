@@ -1,7 +1,9 @@
 """The records one training step passes between its parts (:mod:`evil_moe.rl.trainer.trainer`, whose
-step reads as the algorithm, and :mod:`evil_moe.rl.trainer.router_step`, Evil MoE's router step): the
-step's rollouts (:class:`StepBatch`), its loss and gradients (:class:`StepGradients`) with the
-loss statistics merged over micro-batches (:func:`loss_stats`), and :class:`PilotInvalid`.
+step reads as the algorithm, :mod:`evil_moe.rl.trainer.gradient_step` and
+:mod:`evil_moe.rl.trainer.router_step`, the two ways of computing the step's gradients): the
+step's rollouts (:class:`StepBatch`), its loss and gradients (:class:`StepGradients`), one
+micro-batch's loss statistics (:func:`part_stats`, with the sampler gaps :func:`sampler_gaps`)
+merged over micro-batches (:func:`loss_stats`), and :class:`PilotInvalid`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from evil_moe.rl.policy.grpo import RolloutBatch
 from evil_moe.rl.policy.rollout import Rollout
 
 
@@ -86,3 +89,27 @@ def loss_stats(parts: list[dict]) -> dict:
         "sampler_gap_p95": g95,
         "sampler_gap_max": float(gaps.max()) if gaps.numel() else None,
     }
+
+
+def sampler_gaps(part: RolloutBatch, rolls: Sequence[Rollout], logp: torch.Tensor) -> torch.Tensor:
+    """``|log π_train − log π_sampler|`` on the completion tokens of the rows of ``part`` that
+    carry a sampler log-prob (student rows; ``rolls`` are ``part``'s rollouts in order, ``logp``
+    its ``(B, T)`` training log-probs). Returns a 1-D fp64 tensor (empty without such rows)."""
+    have = [i for i, r in enumerate(rolls) if r.sampler_logp is not None]
+    if not have:
+        return torch.zeros(0)
+    sub = part.batch.select(torch.as_tensor(have))
+    samp = sub.align([rolls[i].sampler_logp for i in have], dtype=torch.float64)
+    lp = logp.detach()[have].double().cpu()
+    return (lp - samp.cpu()).abs()[sub.completion_mask.cpu().bool()]
+
+
+def part_stats(part: RolloutBatch, rolls: Sequence[Rollout], logp: torch.Tensor, beh: torch.Tensor,
+               st, ref) -> dict:
+    """One micro-batch's loss statistics for :func:`loss_stats`: its completion tokens, clip
+    fraction (``st``: the loss's :class:`~evil_moe.rl.policy.grpo.LossStats`), per-token importance
+    ratios ``exp(logp − beh)`` (CPU), KL (None without a reference ``ref``) and sampler gaps."""
+    mask = part.batch.completion_mask.bool()
+    return {"tokens": st.tokens, "frac_clipped": st.frac_clipped,
+            "ratios": torch.exp(logp.detach() - beh)[mask].cpu(),
+            "kl": st.kl if ref is not None else None, "gaps": sampler_gaps(part, rolls, logp)}

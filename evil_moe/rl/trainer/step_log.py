@@ -1,7 +1,8 @@
-"""The record of a training step (step 7 of :class:`evil_moe.rl.trainer.trainer.Trainer`), a mixin of
-the trainer: the ``steps.tsv`` row (:data:`evil_moe.tables.STEPS`, every column in one place),
-what each rollout record carries for the detector audit, the calibration run's per-row arrays,
-and the wall-clock seconds per phase of the step (:class:`PhaseClock`).
+"""The record of a training step (step 7 of :class:`evil_moe.rl.trainer.trainer.Trainer`): the
+``steps.tsv`` row (:func:`step_row`, :data:`evil_moe.tables.STEPS`, every column in one place),
+what each rollout record carries for the detector audit (:func:`row_audit`), the calibration
+run's per-row arrays (:func:`row_arrays`), and the wall-clock seconds per phase of the step
+(:class:`PhaseClock`). Functions of their inputs: the trainer passes what they read.
 """
 
 from __future__ import annotations
@@ -35,99 +36,97 @@ class PhaseClock:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
 
 
-class StepLog:
-    """The step's log, as methods of the trainer (they read its ``arm``, ``seed``, ``G``,
-    ``model``, ``ds``, ``dsh``, ``placebos``, ``placebo_dirs``, ``score_rows`` and
-    ``_router_log``)."""
+def row_audit(batch: StepBatch, adv, grads: StepGradients, arm_stats: dict, G: int) -> list[dict]:
+    """Per row of the step (flat order; ``G`` rows per group) what the detector audit reads from the rollout
+    records: ``group``, ``sample``, ``advantage``, ``zero_variance`` (its group's rewards are
+    all equal: no policy gradient), ``scored`` (it had a gradient, so a detector score),
+    ``flag`` (the arm's flag; None where the arm does not flag or the row had no gradient) and
+    ``score_<detector>`` (None where not computed). The label is the record's ``exploited``
+    (logged, never read by training)."""
+    zero = adv.zero_std.reshape(-1)  # (P,)
+    pos = {i: j for j, i in enumerate(grads.rows)}
+    flags = arm_stats.get("flag_rows", {})
+    scores = arm_stats.get("scores", {})
+    out = []
+    for i in range(len(batch.flat)):
+        j = pos.get(i)
+        row = {"group": i // G, "sample": i % G, "advantage": float(adv.flat()[i]),
+               "zero_variance": bool(zero[i // G]),
+               "scored": j is not None and bool(scores), "flag": flags.get(i)}
+        for name in ("gradient", "probe", "pattern", "shuffled", "router"):
+            row[f"score_{name}"] = None if j is None or name not in scores else float(scores[name][j])
+        out.append(row)
+    return out
 
-    def _row_audit(self, batch: StepBatch, adv, grads: StepGradients, arm_stats: dict) -> list[dict]:
-        """Per row of the step (flat order) what the detector audit reads from the rollout
-        records: ``group``, ``sample``, ``advantage``, ``zero_variance`` (its group's rewards are
-        all equal: no policy gradient), ``scored`` (it had a gradient, so a detector score),
-        ``flag`` (the arm's flag; None where the arm does not flag or the row had no gradient) and
-        ``score_<detector>`` (None where not computed). The label is the record's ``exploited``
-        (logged, never read by training)."""
-        zero = adv.zero_std.reshape(-1)  # (P,)
-        pos = {i: j for j, i in enumerate(grads.rows)}
-        flags = arm_stats.get("flag_rows", {})
-        scores = arm_stats.get("scores", {})
-        out = []
-        for i in range(len(batch.flat)):
-            j = pos.get(i)
-            row = {"group": i // self.G, "sample": i % self.G, "advantage": float(adv.flat()[i]),
-                   "zero_variance": bool(zero[i // self.G]),
-                   "scored": j is not None and bool(scores), "flag": flags.get(i)}
-            for name in ("gradient", "probe", "pattern", "shuffled", "router"):
-                row[f"score_{name}"] = None if j is None or name not in scores else float(scores[name][j])
-            out.append(row)
-        return out
+def row_arrays(idx: list[int], grads: StepGradients, scores: dict, *, width: int, n_placebo: int) -> dict:
+    """The calibration run's (and a router arm's) per-row arrays, aligned with the step's student
+    records (``idx``: their flat indices): ``placebo`` ``(n, n_placebo)`` fp64 (NaN where not
+    scored) and ``hidden`` ``(n, width)`` fp32 pooled hidden states (zeros where not scored;
+    ``width``: the output head's input features), present at every step, a step without
+    gradients included."""
+    pos = {i: j for j, i in enumerate(grads.rows)}
+    d = width
+    out = {"placebo": torch.full((len(idx), n_placebo), float("nan"), dtype=torch.float64),
+           "hidden": torch.zeros(len(idx), d, dtype=torch.float32)}
+    for k, i in enumerate(idx):
+        j = pos.get(i)
+        if j is None:
+            continue
+        if "placebo" in scores:
+            out["placebo"][k] = scores["placebo"][j]
+        if grads.hidden is not None:
+            out["hidden"][k] = grads.hidden[j].float()
+    return out
 
-    def _row_arrays(self, idx: list[int], grads: StepGradients, scores: dict) -> dict:
-        """The calibration run's per-row arrays, aligned with the step's student records
-        (``idx``: their flat indices): ``placebo`` ``(n, P)`` fp64 (NaN where not scored) and
-        ``hidden`` ``(n, d)`` fp32 pooled hidden states (zeros where not scored), present at every
-        step, a step without gradients included."""
-        pos = {i: j for j, i in enumerate(grads.rows)}
-        d = self.model.get_output_embeddings().in_features
-        n_placebo = len(self.placebos) if self.score_rows else len(self.placebo_dirs)
-        out = {"placebo": torch.full((len(idx), n_placebo), float("nan"), dtype=torch.float64),
-               "hidden": torch.zeros(len(idx), d, dtype=torch.float32)}
-        for k, i in enumerate(idx):
-            j = pos.get(i)
-            if j is None:
-                continue
-            if "placebo" in scores:
-                out["placebo"][k] = scores["placebo"][j]
-            if grads.hidden is not None:
-                out["hidden"][k] = grads.hidden[j].float()
-        return out
-
-    # -- 7. log -----------------------------------------------------------------------------------
-    def log(self, step, stud, recs, adv, grads: StepGradients, arm_stats: dict, upd: dict, t0,
-            clock: PhaseClock) -> dict:
-        """The step's ``steps.tsv`` row (:data:`evil_moe.tables.STEPS`), every column but
-        ``seconds_eval`` (the run loop's): rates of the student rows ``stud`` and their records
-        ``recs``, advantage, loss and arm statistics, the update's, knob norms, and the wall-clock
-        seconds of the step (since ``t0``) and of each phase (``clock``)."""
-        n = max(len(recs), 1)
-        parsed = [code_parses(extract_code(r.text)) for r, _, _ in stud]
-        ent = [float(r.entropy.mean()) for r, _, _ in stud if len(r.entropy)]
-        m = arm_stats["measured"]
-        projected = arm_stats.get("projected") or upd["acted"]
-        flags = arm_stats.get("flags", {})
-        st = grads.stats
-        row = {
-            "step": step, "arm": self.arm.name, "seed": self.seed,
-            "reward_mean": sum(x["reward"] for x in recs) / n,
-            **{k: v for k, v in rates(recs).items() if k in ("hack_rate", "pass_rate", "format_rate")},
-            "parse_rate": sum(parsed) / n,
-            "hack_parsed_rate": sum(bool(x["exploited"]) and ok for x, ok in zip(recs, parsed)) / n,
-            "truncated_rate": sum(bool(x["truncated"]) for x in recs) / n,
-            "entropy": sum(ent) / len(ent) if ent else None,
-            "frac_zero_std": adv.frac_zero_std,
-            "loss": grads.loss, "grad_norm": m.grad_norm,
-            "cin": m.cin, "cin_student": grads.cin_source.get("student"),
-            "cin_teacher": grads.cin_source.get("teacher"),
-            "cout": projected.cout if projected is not None else m.cin,
-            "cout_update": upd["cout_update"],
-            "frac_fired": m.frac_fired, "coverage": m.coverage,
-            "null_cin": m.null_cin, "null_cin_empirical": m.null_cin_empirical,
-            "grad_span_frac": m.span_frac, "update_span_frac": upd["proposed"].span_frac,
-            "removed_frac": arm_stats.get("removed_frac") if arm_stats.get("removed_frac") is not None
-            else (upd["acted"].removed_frac if upd["acted"] is not None else 0.0),
-            "flag_rate": flags.get("flag_rate"), "flag_precision": flags.get("flag_precision"),
-            "flag_recall": flags.get("flag_recall"), "flag_fpr": flags.get("flag_fpr"),
-            "kl": st["kl"],
-            "frac_clipped": st["frac_clipped"],
-            "ratio_p05": st["ratio_p05"], "ratio_p50": st["ratio_p50"], "ratio_p95": st["ratio_p95"],
-            "sampler_gap_p95": st["sampler_gap_p95"], "sampler_gap_max": st["sampler_gap_max"],
-            "delta_s_norm": flat_norm(self.ds), "delta_s_hack_norm": flat_norm(self.dsh),
-            **self._router_log(recs, arm_stats, upd),
-            "tokens": sum(len(r.completion_ids) for r, _, _ in stud),
-            "seconds": round(time.time() - t0, 3),
-        }
-        for mode in MODES:
-            sub = [x for x in recs if x["mode"] == mode]
-            row[f"hack_rate_{mode}"] = rates(sub)["hack_rate"]
-        row.update({f"seconds_{k}": round(v, 3) for k, v in clock.seconds.items()})
-        return row
+def step_row(step: int, *, arm: str, seed: int, stud, recs: list[dict], adv, grads: StepGradients,
+             arm_stats: dict, upd: dict, knobs: tuple[list, list], router: dict, t0: float,
+             clock: PhaseClock) -> dict:
+    """The step's ``steps.tsv`` row (:data:`evil_moe.tables.STEPS`), every column but
+    ``seconds_eval`` (the run loop's): rates of the student rows ``stud`` (``(rollout, grade,
+    problem)``) and their records ``recs``, advantage, loss and arm statistics (``arm_stats``:
+    :meth:`~evil_moe.rl.trainer.arm_step.ArmStep.apply`'s), the update's (``upd``), the norms of
+    ``knobs`` (``δS``, ``δS_hack``), a router arm's columns (``router``:
+    :meth:`~evil_moe.rl.trainer.router_step.RouterStep.log_columns`; empty for the others), and
+    the wall-clock seconds of the step (since ``t0``) and of each phase (``clock``)."""
+    n = max(len(recs), 1)
+    parsed = [code_parses(extract_code(r.text)) for r, _, _ in stud]
+    ent = [float(r.entropy.mean()) for r, _, _ in stud if len(r.entropy)]
+    m = arm_stats["measured"]
+    projected = arm_stats.get("projected") or upd["acted"]
+    flags = arm_stats.get("flags", {})
+    st = grads.stats
+    row = {
+        "step": step, "arm": arm, "seed": seed,
+        "reward_mean": sum(x["reward"] for x in recs) / n,
+        **{k: v for k, v in rates(recs).items() if k in ("hack_rate", "pass_rate", "format_rate")},
+        "parse_rate": sum(parsed) / n,
+        "hack_parsed_rate": sum(bool(x["exploited"]) and ok for x, ok in zip(recs, parsed)) / n,
+        "truncated_rate": sum(bool(x["truncated"]) for x in recs) / n,
+        "entropy": sum(ent) / len(ent) if ent else None,
+        "frac_zero_std": adv.frac_zero_std,
+        "loss": grads.loss, "grad_norm": m.grad_norm,
+        "cin": m.cin, "cin_student": grads.cin_source.get("student"),
+        "cin_teacher": grads.cin_source.get("teacher"),
+        "cout": projected.cout if projected is not None else m.cin,
+        "cout_update": upd["cout_update"],
+        "frac_fired": m.frac_fired, "coverage": m.coverage,
+        "null_cin": m.null_cin, "null_cin_empirical": m.null_cin_empirical,
+        "grad_span_frac": m.span_frac, "update_span_frac": upd["proposed"].span_frac,
+        "removed_frac": arm_stats.get("removed_frac") if arm_stats.get("removed_frac") is not None
+        else (upd["acted"].removed_frac if upd["acted"] is not None else 0.0),
+        "flag_rate": flags.get("flag_rate"), "flag_precision": flags.get("flag_precision"),
+        "flag_recall": flags.get("flag_recall"), "flag_fpr": flags.get("flag_fpr"),
+        "kl": st["kl"],
+        "frac_clipped": st["frac_clipped"],
+        "ratio_p05": st["ratio_p05"], "ratio_p50": st["ratio_p50"], "ratio_p95": st["ratio_p95"],
+        "sampler_gap_p95": st["sampler_gap_p95"], "sampler_gap_max": st["sampler_gap_max"],
+        "delta_s_norm": flat_norm(knobs[0]), "delta_s_hack_norm": flat_norm(knobs[1]),
+        **router,
+        "tokens": sum(len(r.completion_ids) for r, _, _ in stud),
+        "seconds": round(time.time() - t0, 3),
+    }
+    for mode in MODES:
+        sub = [x for x in recs if x["mode"] == mode]
+        row[f"hack_rate_{mode}"] = rates(sub)["hack_rate"]
+    row.update({f"seconds_{k}": round(v, 3) for k, v in clock.seconds.items()})
+    return row

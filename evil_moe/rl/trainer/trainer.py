@@ -1,6 +1,6 @@
 """The Dr.GRPO trainer of one arm × seed (the pilot stage's engine, :mod:`evil_moe.stages.pilot`).
 
-The trainer's step reads as the algorithm (each part one method of :class:`Trainer`):
+:meth:`Trainer.train_step` reads as the algorithm, one method per step:
 
 1. :meth:`~Trainer.sample` — ``prompts_per_step`` training problems from the paired prompt
    sampler (:func:`prompt_schedule`: a function of ``(seed, step)`` only, so every arm of a seed
@@ -15,25 +15,28 @@ The trainer's step reads as the algorithm (each part one method of :class:`Train
    are counted (``frac_zero_std``) and get no forward unless ``beta > 0`` (the KL term then
    applies to every row);
 4. :meth:`~Trainer.gradients` — the Dr.GRPO loss (constant normaliser ``G·max_new·P``) and its
-   ``δS`` gradient, per micro-batch, or per sample for arms that flag samples;
-5. :meth:`~Trainer.apply_arm` — the arm's hooks (:mod:`evil_moe.rl.arms.registry`): flags from the detector
-   (or the true label for a ceiling, or a matched count of random flags for a random-flag
-   control), the advantages recomputed over the kept rows where the arm asks for it (filter;
-   route under ``pilot.route_advantages: kept``) with those rows' gradients recomputed, routing
-   of per-sample gradients into ``δS`` / ``δS_hack``, gradient projection;
-6. :meth:`~Trainer.optimiser_step` — clip, AdamW (or SGD) step, the arm's update projection;
-7. :meth:`~Trainer.log` — the step's ``steps.tsv`` row (:data:`evil_moe.tables.STEPS`), every
-   column in one place.
+   ``δS`` gradient, per micro-batch, or per sample for arms that flag samples
+   (:class:`~evil_moe.rl.trainer.gradient_step.GradientStep`), or under Evil MoE's router
+   (:class:`~evil_moe.rl.trainer.router_step.RouterStep`);
+5. :meth:`~Trainer.apply_arm` — the arm's hooks (:class:`~evil_moe.rl.trainer.arm_step.ArmStep`):
+   flags from the detector (or the true label for a ceiling, or a matched count of random flags
+   for a random-flag control), the advantages recomputed over the kept rows where the arm asks
+   for it (filter; route under ``pilot.route_advantages: kept``) with those rows' gradients
+   recomputed, routing of per-sample gradients into ``δS`` / ``δS_hack``, gradient projection;
+6. :meth:`~Trainer.optimiser_step` — clip, AdamW (or SGD) step, the router's step, the arm's
+   update projection;
+7. :meth:`~Trainer.log` — the step's ``steps.tsv`` row (:func:`evil_moe.rl.trainer.step_log.step_row`,
+   :data:`evil_moe.tables.STEPS`, every column in one place).
 
-``cin``, ``span`` energies and ``cout_update`` are always measured against the real ``v_hack``
-(the arm may act along a random V). :meth:`~Trainer.state` / :meth:`~Trainer.load_state` are the
-trainer's part of the run's checkpoint. Held-out evaluation is :mod:`evil_moe.rl.trainer.evaluation`.
-This module holds the step's frame (set-up, 1-3, 6, the step, the checkpoint); the larger parts
-are mixins of :class:`Trainer`, one module each: the gradients (4) in
-:mod:`evil_moe.rl.trainer.gradient_step`, the arm (5) in :mod:`evil_moe.rl.trainer.arm_step`, the log (7) in
-:mod:`evil_moe.rl.trainer.step_log`, and Evil MoE's router (set-up, loss under the mixture, its own step,
-its log columns) in :mod:`evil_moe.rl.trainer.router_step`; the step's records are in
-:mod:`evil_moe.rl.trainer.step`.
+The parts are components with explicit inputs, built once in :meth:`Trainer.__init__`: the
+gradients (:class:`~evil_moe.rl.trainer.gradient_step.GradientStep`), the arm's part
+(:class:`~evil_moe.rl.trainer.arm_step.ArmStep`, with what the rows are scored with:
+:class:`~evil_moe.rl.trainer.arm_step.Scoring`) and Evil MoE's router
+(:class:`~evil_moe.rl.trainer.router_step.RouterStep`); each step's values pass between them as
+the records of :mod:`evil_moe.rl.trainer.step`. ``cin``, ``span`` energies and ``cout_update``
+are always measured against the real ``v_hack`` (the arm may act along a random V).
+:meth:`~Trainer.state` / :meth:`~Trainer.load_state` are the trainer's part of the run's
+checkpoint. Held-out evaluation is :mod:`evil_moe.rl.trainer.evaluation`.
 """
 
 from __future__ import annotations
@@ -47,20 +50,19 @@ import torch
 
 from evil_moe.config import Config
 from evil_moe.env.loopholes import MODES
-from evil_moe.rl.trainer.arm_step import ArmStep
 from evil_moe.rl.arms.base import FlagRateMatch
 from evil_moe.rl.arms.registry import get_arm
-from evil_moe.rl.detectors.detector import null_threshold
-from evil_moe.rl.trainer.gradient_step import GradientStep
 from evil_moe.rl.policy.grpo import DrGRPONormaliser, group_advantages
 from evil_moe.rl.policy.optim import SplitAdamW
-from evil_moe.rl.vhack.projection import update_stats
 from evil_moe.rl.policy.rollout import generate, prompt_ids_for, rollout_record
-from evil_moe.rl.trainer.router_step import RouterStep
-from evil_moe.rl.trainer.step import PilotInvalid, StepBatch
-from evil_moe.rl.trainer.step_log import PhaseClock, StepLog
 from evil_moe.rl.policy.teacher_rows import draw_teacher_rows
+from evil_moe.rl.trainer.arm_step import ArmStep, Scoring, detector_threshold
+from evil_moe.rl.trainer.gradient_step import GradientStep
+from evil_moe.rl.trainer.router_step import RouterStep
+from evil_moe.rl.trainer.step import PilotInvalid, StepBatch, StepGradients
+from evil_moe.rl.trainer.step_log import PhaseClock, row_arrays, row_audit, step_row
 from evil_moe.rl.vhack.direction import VHack
+from evil_moe.rl.vhack.projection import update_stats
 
 
 def prompt_schedule(n_problems: int, prompts_per_step: int, seed: int, step: int) -> list[int]:
@@ -89,10 +91,27 @@ def prompt_schedule(n_problems: int, prompts_per_step: int, seed: int, step: int
 # the trainer
 
 
-class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
+class Trainer:
     """One arm × seed: the policy, the optimiser, the arm and the step's named parts.
 
     Built by :func:`evil_moe.stages.pilot.run_pilot`; tests may drive :meth:`train_step` directly.
+
+    Args:
+        cfg: the run config.
+        arm, seed: a name of :data:`evil_moe.rl.arms.registry.ARMS`; the run seed.
+        model, tok, adapter, device: the policy.
+        train: the training problems.
+        vhack: the v_hack every arm is measured against (the gradient detector reads it too).
+        proj_v: the V the arm acts along.
+        grader: the sandboxed grader.
+        teacher_rows: the teacher's rows by problem (``pilot.mix_ratio > 0``).
+        flag_rates: the matched arm's per-step flag rates (a random-flag control).
+        calibration, probe: the detector audit's ``calibration.json`` and probe.
+        score_rows, placebos, shuffled: a calibration run (every row scored by every detector and
+            placebo; training is vanilla's).
+
+    Raises:
+        ValueError: a detector input or the matched arm's flag rates missing or of another length.
     """
 
     def __init__(self, cfg: Config, *, arm: str, seed: int, model, tok, adapter, device, train,
@@ -106,7 +125,7 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
         self.model, self.tok, self.adapter, self.device = model, tok, adapter, device
         self.engine = None  # pilot.sampler vllm: the VLLMSampler run_pilot attaches
         self.train, self.prompts = train, prompt_ids_for(tok, train)
-        self.vhack, self.proj_v, self.detector_v = vhack, proj_v, vhack
+        self.vhack, self.proj_v = vhack, proj_v
         self.grader = grader
         self.G, self.P = pc.group, pc.prompts_per_step
         self.n_teacher = int(round(pc.mix_ratio * self.G))
@@ -117,63 +136,50 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
             p.requires_grad_(True)
         for p in self.dsh:
             p.requires_grad_(False)  # its gradient is only ever written by the arm
-        params = self.ds + (self.dsh if self.arm.trains_delta_s_hack else [])
-        self.split = self.arm.splits_gradient and pc.optimizer != "sgd"
-        if pc.optimizer == "sgd":  # no momentum: each knob moves by its own gradient alone
-            self.opt = torch.optim.SGD(params, lr=pc.lr, weight_decay=pc.weight_decay)
-        elif self.split:  # routing: a preconditioner shared by both knobs, momentum per knob (rl/policy/optim.py)
-            self.opt = SplitAdamW(self.ds, self.dsh, lr=pc.lr, betas=tuple(pc.betas),
-                                  weight_decay=pc.weight_decay)
-        else:
-            self.opt = torch.optim.AdamW(params, lr=pc.lr, betas=tuple(pc.betas),
-                                         weight_decay=pc.weight_decay)
-        self.params = params
-        self.probe, self.calibration = probe, calibration
-        # the calibration run (evil_moe.stages.audit): every row with a gradient scored by every
-        # detector and placebo, and its pooled hidden state kept (logged only; training is vanilla's)
-        self.score_rows, self.placebos, self.shuffled = score_rows, list(placebos), shuffled
-        self.uses_detector = (self.arm.needs_sample_grads and not self.arm.reads_label
-                              and not self.arm.matches and pc.detector in ("gradient", "probe"))
-        self.threshold = self._threshold() if self.uses_detector else None
+        self.params = self.ds + (self.dsh if self.arm.trains_delta_s_hack else [])
+        self.opt = self._optimiser()
+        uses = (self.arm.needs_sample_grads and not self.arm.reads_label
+                and not self.arm.matches and pc.detector in ("gradient", "probe"))
+        threshold = detector_threshold(pc, probe=probe, calibration=calibration, vhack=vhack) if uses else None
+        self.router_step = (RouterStep(cfg, kind=self.arm.router, seed=seed, model=model, tok=tok,
+                                       adapter=adapter, device=device, normaliser=self.normaliser)
+                            if self.arm.router else None)
+        self.scoring = Scoring(pc.detector, uses, threshold, vhack, frozenset(cfg.vhack.known_modes or MODES),
+                               probe, score_rows, list(placebos), shuffled,
+                               self.router_step.placebo_dirs if self.router_step is not None else None)
+        self.gradient_step = GradientStep(model=model, tok=tok, adapter=adapter, device=device, pc=pc,
+                                          normaliser=self.normaliser, mixes_teacher=bool(self.n_teacher))
+        self.arm_step = ArmStep(self.arm, pc, seed=seed, adapter=adapter, optimizer=self.opt, P=self.P,
+                                G=self.G, scoring=self.scoring, rate_match=self._rate_match(flag_rates))
         self.step_arrays: dict = {}
-        self.router = None
-        if self.arm.router:
-            self._init_router()
-        self.known_modes = set(cfg.vhack.known_modes or MODES)
-        self.rate_match = None
-        if self.arm.matches:
-            if flag_rates is None:
-                raise ValueError(f"arm {arm} flags at {self.arm.matches}'s per-step rate: give its "
-                                 f"steps.tsv (--match-flags)")
-            if len(flag_rates) != pc.steps:
-                raise ValueError(f"{self.arm.matches}'s steps.tsv has {len(flag_rates)} steps, "
-                                 f"pilot.steps is {pc.steps}")
-            self.rate_match = FlagRateMatch(flag_rates)
 
-    def _threshold(self) -> float | None:
-        """The gradient or probe detector's threshold (``pilot.detector_calibration``): the
-        ``pilot.detector_quantile`` quantile of the calibration runs' clean scores (``fpr``) or of
-        the extract stage's held-out clean teacher completions' (``teacher``, gradient only);
-        None under ``budget`` (each step flags its top share instead).
+    def _optimiser(self) -> torch.optim.Optimizer:
+        """SGD (``pilot.optimizer: sgd``: no momentum, each knob moves by its own gradient alone),
+        :class:`~evil_moe.rl.policy.optim.SplitAdamW` for a routing arm (a preconditioner shared
+        by both knobs, momentum per knob), else AdamW over :attr:`params`."""
+        pc = self.pc
+        if pc.optimizer == "sgd":
+            return torch.optim.SGD(self.params, lr=pc.lr, weight_decay=pc.weight_decay)
+        if self.arm.splits_gradient:
+            return SplitAdamW(self.ds, self.dsh, lr=pc.lr, betas=tuple(pc.betas), weight_decay=pc.weight_decay)
+        return torch.optim.AdamW(self.params, lr=pc.lr, betas=tuple(pc.betas), weight_decay=pc.weight_decay)
+
+    def _rate_match(self, flag_rates) -> FlagRateMatch | None:
+        """A random-flag control's matched count from its matched arm's per-step rates; None for
+        the other arms.
 
         Raises:
-            ValueError: the calibration file, or the probe, the detector needs was not given, or
-                holds no clean scores for it.
+            ValueError: the rates are missing or not one per step.
         """
-        pc = self.pc
-        if pc.detector == "probe" and self.probe is None:
-            raise ValueError("pilot.detector probe needs the audit's probe (--probe audit/probe.safetensors)")
-        if pc.detector_calibration == "budget":
+        if not self.arm.matches:
             return None
-        if pc.detector_calibration == "teacher":
-            if pc.detector != "gradient":
-                raise ValueError("pilot.detector_calibration teacher thresholds the gradient detector only")
-            return null_threshold(self.vhack.meta.get("detector_null_scores") or [], pc.detector_quantile)
-        entry = (self.calibration or {}).get(pc.detector)
-        if not entry or not entry.get("clean_scores"):
-            raise ValueError(f"pilot.detector_calibration fpr needs the calibration runs' clean {pc.detector} "
-                             f"scores (--calibration audit/calibration.json)")
-        return null_threshold(entry["clean_scores"], pc.detector_quantile)
+        if flag_rates is None:
+            raise ValueError(f"arm {self.arm.name} flags at {self.arm.matches}'s per-step rate: give its "
+                             f"steps.tsv (--match-flags)")
+        if len(flag_rates) != self.pc.steps:
+            raise ValueError(f"{self.arm.matches}'s steps.tsv has {len(flag_rates)} steps, "
+                             f"pilot.steps is {self.pc.steps}")
+        return FlagRateMatch(flag_rates)
 
     # -- 1. sample ------------------------------------------------------------------------------
     def sample(self, step: int) -> StepBatch:
@@ -206,26 +212,62 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
         keep = adv.row_mask() if self.pc.beta == 0 else torch.ones(R.numel(), dtype=torch.bool)
         return adv, [i for i in range(R.numel()) if keep[i]]
 
+    # -- 4. gradients -----------------------------------------------------------------------------
+    def gradients(self, batch: StepBatch, adv, rows: list[int], step: int) -> StepGradients:
+        """Loss and gradients of ``rows``: under the router's mixture for Evil MoE's arms
+        (:meth:`~evil_moe.rl.trainer.router_step.RouterStep.gradients`), else the policy's
+        (:class:`~evil_moe.rl.trainer.gradient_step.GradientStep`), per sample for an arm that
+        flags samples and in a calibration run, with the pooled hidden states where the
+        scoring reads them.
+
+        Raises:
+            PilotInvalid: a non-finite loss.
+        """
+        if self.router_step is not None:
+            return self.router_step.gradients(batch, adv, rows, step)
+        return self.gradient_step(batch, adv, rows, step,
+                                  per_sample=self.arm.needs_sample_grads or self.scoring.score_rows,
+                                  need_hidden=self.scoring.needs_hidden, vhack=self.vhack)
+
+    # -- 5. the arm -------------------------------------------------------------------------------
+    def apply_arm(self, batch: StepBatch, grades, adv, grads: StepGradients, step: int) -> dict:
+        """The arm's part of the step (:meth:`~evil_moe.rl.trainer.arm_step.ArmStep.apply`): writes
+        ``δS.grad`` (and ``δS_hack.grad``); returns the arm's statistics for the log."""
+        return self.arm_step.apply(batch, grades, adv, grads, step, vhack=self.vhack, proj_v=self.proj_v,
+                                   gradients=self.gradients)
 
     # -- 6. optimiser step ------------------------------------------------------------------------
-    def optimiser_step(self) -> dict:
-        """Clip, step, then the arm's update hook. Returns the update's statistics (all against
-        the real v_hack): the proposed update's span energy, the final update's cout."""
+    def optimiser_step(self, grads: StepGradients, step: int) -> dict:
+        """Clip, step, the router's step (its GRPO gradient ``grads.router_grads``), then the
+        arm's update hook. Returns the update's statistics (all against the real v_hack): the
+        proposed update's span energy, the final update's cout, the router's state."""
         torch.nn.utils.clip_grad_norm_([p for p in self.params if p.grad is not None], self.pc.max_grad_norm)
         before = [p.detach().clone() for p in self.ds]
         self.opt.step()
-        router = self._router_step() if self.router is not None else {}
+        router = self.router_step.step(grads.router_grads, step) if self.router_step is not None else {}
         proposed = update_stats(self.vhack, self.adapter.names, before, [p.detach() for p in self.ds])
         acted = self.arm.on_update(self.adapter, self.proj_v, before, self.pc)
         final = update_stats(self.vhack, self.adapter.names, before, [p.detach() for p in self.ds])
         return {"proposed": proposed, "acted": acted, "cout_update": final.cin, "router": router}
 
+    # -- 7. log -----------------------------------------------------------------------------------
+    def log(self, step: int, stud, recs: list[dict], adv, grads: StepGradients, arm_stats: dict, upd: dict,
+            t0: float, clock: PhaseClock) -> dict:
+        """The step's ``steps.tsv`` row (:func:`evil_moe.rl.trainer.step_log.step_row`)."""
+        router = (RouterStep.log_columns(recs, arm_stats.get("hack_expert_share"), upd["router"])
+                  if self.router_step is not None else {})
+        return step_row(step, arm=self.arm.name, seed=self.seed, stud=stud, recs=recs, adv=adv, grads=grads,
+                        arm_stats=arm_stats, upd=upd, knobs=(self.ds, self.dsh), router=router, t0=t0,
+                        clock=clock)
+
     # -- the step ---------------------------------------------------------------------------------
     def train_step(self, step: int) -> tuple[dict, list[dict]]:
-        """One step: sample → grade → advantages → gradients → arm → optimiser step.
+        """One step: sample → grade → advantages → gradients → arm → optimiser step → log.
 
         Returns:
-            ``(row, records)``: the ``steps.tsv`` row and the student rollouts' JSONL records.
+            ``(row, records)``: the ``steps.tsv`` row and the student rollouts' JSONL records
+            (with what the detector audit reads: :func:`evil_moe.rl.trainer.step_log.row_audit`);
+            :attr:`step_arrays` holds a calibration run's (or a router arm's) per-row arrays.
 
         Raises:
             PilotInvalid: non-finite loss, or ``frac_clipped`` above the bound (names the step).
@@ -239,25 +281,29 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
             adv, rows = self.advantages(R)
         with clock("loss"):
             grads = self.gradients(batch, adv, rows, step)
-            self._step, self._router_grads = step, grads.router_grads
         with clock("arm"):
             arm_stats = self.apply_arm(batch, grades, adv, grads, step)
         with clock("optimiser"):
-            upd = self.optimiser_step()
+            upd = self.optimiser_step(grads, step)
         fc = grads.stats["frac_clipped"]
         if fc > self.pc.max_frac_clipped:
             raise PilotInvalid(f"frac_clipped {fc:.3f} > {self.pc.max_frac_clipped} at step {step}")
-        audit = self._row_audit(batch, adv, grads, arm_stats)
+        audit = row_audit(batch, adv, grads, arm_stats, self.G)
         idx = [i for i, r in enumerate(batch.flat) if r.source == "student"]
         stud = [(batch.flat[i], grades[i], batch.problems[i]) for i in idx]
         recs = [rollout_record(r, p, w, step=step, seed=self.seed, arm=self.arm.name, **audit[i])
                 for i, (r, w, p) in zip(idx, stud)]
-        if self.score_rows or self.router is not None:
-            self.step_arrays = self._row_arrays(idx, grads, arm_stats["scores"])
-        else:
-            self.step_arrays = {}
+        self.step_arrays = self._row_arrays(idx, grads, arm_stats["scores"])
         return self.log(step, stud, recs, adv, grads, arm_stats, upd, t0, clock), recs
 
+    def _row_arrays(self, idx: list[int], grads: StepGradients, scores: dict) -> dict:
+        """A calibration run's or a router arm's per-row arrays (:func:`~evil_moe.rl.trainer.step_log.row_arrays`),
+        else nothing."""
+        sc = self.scoring
+        if not sc.score_rows and self.router_step is None:
+            return {}
+        return row_arrays(idx, grads, scores, width=self.model.get_output_embeddings().in_features,
+                          n_placebo=len(sc.placebos) if sc.score_rows else len(sc.placebo_dirs))
 
     # -- checkpoint ---------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -266,9 +312,8 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
                 "delta_s_hack": [p.detach().cpu().clone() for p in self.dsh],
                 "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
                 "py_rng": random.getstate(), "np_rng": np.random.get_state(),
-                "flag_balance": None if self.rate_match is None else self.rate_match.balance,
-                "router": None if self.router is None else {"state": self.router.state_dict(),
-                                                            "optimizer": self.router_opt.state_dict()}}
+                "flag_balance": self.arm_step.state(),
+                "router": None if self.router_step is None else self.router_step.state()}
 
     def load_state(self, ck: dict) -> None:
         """Restore :meth:`state`."""
@@ -281,11 +326,9 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
         torch.set_rng_state(ck["torch_rng"])
         random.setstate(ck["py_rng"])
         np.random.set_state(ck["np_rng"])
-        if self.rate_match is not None and ck.get("flag_balance") is not None:
-            self.rate_match.balance = float(ck["flag_balance"])
-        if self.router is not None and ck.get("router") is not None:
-            self.router.load_state_dict(ck["router"]["state"])
-            self.router_opt.load_state_dict(ck["router"]["optimizer"])
+        self.arm_step.load_state(ck.get("flag_balance"))
+        if self.router_step is not None and ck.get("router") is not None:
+            self.router_step.load_state(ck["router"])
 
 
 __all__ = ["Trainer", "prompt_schedule"]
