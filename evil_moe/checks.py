@@ -1,6 +1,7 @@
 """The run config's cross-key checks against the rest of the package: the arm set against the
-arm registry (matched controls, the positive control, the test switches), the pilot's GPU memory
-model against the resource model.
+arm registry (matched controls, the positive control, the test switches), the detector's
+calibration against the detector registry, the pilot's GPU memory model against the resource
+model.
 
 :mod:`evil_moe.config` is a leaf (schema, defaults, per-key errors) and cannot import the arm
 registry or the resource model; these checks sit one floor up, and both entry points call them:
@@ -18,6 +19,7 @@ from evil_moe.cluster.shapes import ResourceError
 from evil_moe.cluster.gpu_memory import check_gpu_fit
 from evil_moe.config import Config, ConfigError, merge_sources, validate
 from evil_moe.rl.arms.registry import check_arm_set
+from evil_moe.rl.detectors.registry import DETECTORS
 
 __all__ = ["check_run_config", "load_run_config"]
 
@@ -32,13 +34,16 @@ def check_run_config(data: dict) -> dict:
     Raises:
         ConfigError: what :func:`evil_moe.config.validate` raises; an arm set without vanilla,
             a listed arm's matched control or the positive control, or a test switch naming an
-            arm that does not run (names what is missing); on a cuda config, a pilot whose GPU
+            arm that does not run (names what is missing); a thresholded detector with a
+            calibration it does not take (``teacher`` for the probe); on a cuda config, a pilot whose GPU
             memory model exceeds ``models.gpu_mem_gb`` (names the key to lower, e.g.
             ``pilot.micro_batch``) or that cannot be sized (names ``models.params``).
     """
     data = validate(data)
     if isinstance(data.get("pilot"), dict) and isinstance(data.get("compare"), dict):
         _check_arms(data)
+    if isinstance(data.get("pilot"), dict):
+        _check_detector_calibration(data["pilot"])
     _check_gpu_memory(data)
     return data
 
@@ -66,6 +71,18 @@ def _check_gpu_memory(data: dict) -> None:
         check_gpu_fit(data)
     except ResourceError as err:
         raise ConfigError(str(err)) from None
+
+
+def _check_detector_calibration(pilot: dict) -> None:
+    """A thresholded detector's ``pilot.detector_calibration`` must be one it declares
+    (:attr:`evil_moe.rl.detectors.registry.Detector.calibrations`: ``teacher`` thresholds the
+    gradient detector only, the teacher completions having no probe scores). One ConfigError
+    naming the key."""
+    det = DETECTORS.get(pilot.get("detector"))
+    cal = pilot.get("detector_calibration")
+    if det is not None and det.thresholded() and cal not in det.calibrations:
+        raise ConfigError(f"config key 'pilot.detector_calibration': {cal} does not threshold the "
+                          f"{det.name} detector; use {' or '.join(det.calibrations)} with pilot.detector {det.name}")
 
 
 def _check_arms(data: dict) -> None:

@@ -133,10 +133,10 @@ def validate(data: dict, schema: dict | None = None) -> dict:
         ConfigError: a non-finite number (``nan``, ``.inf``; YAML and JSON schema both accept
             them) or the first schema violation, naming the key (unknown key, wrong type, value
             out of range, unknown enum value such as an arm name); calibration seeds shared
-            with the pilots or a teacher calibration of the probe detector (names the key).
+            with the pilots (names the key).
 
-    The checks against the arm registry and the resource model (the arm set, GPU memory, the
-    vLLM sampler's tied head) are in :func:`evil_moe.checks.check_run_config`, which the CLI and
+    The checks against the arm and detector registries and the resource model (the arm set, the
+    detector's calibration, GPU memory, the vLLM sampler's tied head) are in :func:`evil_moe.checks.check_run_config`, which the CLI and
     the Snakefile call after this one: this module imports nothing of the package.
     """
     schema = schema or load_schema()
@@ -153,10 +153,10 @@ def validate(data: dict, schema: dict | None = None) -> dict:
 
 
 def _check_detector(data: dict) -> None:
-    """Cross-key checks of the detector and its audit: ``audit.seeds`` disjoint from
-    ``pilot.seeds`` and ``sweep.seeds`` (a threshold is never judged on the rollouts it was fitted
-    on); ``pilot.detector_calibration: teacher`` only for the gradient detector (the teacher
-    completions have no probe scores). One ConfigError naming the key."""
+    """Cross-key check of the detector's audit: ``audit.seeds`` disjoint from ``pilot.seeds`` and
+    ``sweep.seeds`` (a threshold is never judged on the rollouts it was fitted on). One
+    ConfigError naming the key. (Which calibrations a detector takes is the detector registry's:
+    :func:`evil_moe.checks.check_run_config`.)"""
     pilot, audit, sweep = data.get("pilot"), data.get("audit"), data.get("sweep")
     if not all(isinstance(x, dict) for x in (pilot, audit, sweep)):
         return
@@ -164,9 +164,6 @@ def _check_detector(data: dict) -> None:
     if shared:
         raise ConfigError(f"config key 'audit.seeds': {shared} also in pilot.seeds or sweep.seeds; the "
                           "calibration runs need seeds of their own")
-    if pilot.get("detector_calibration") == "teacher" and pilot.get("detector") == "probe":
-        raise ConfigError("config key 'pilot.detector_calibration': teacher thresholds the gradient "
-                          "detector only; use fpr or budget with pilot.detector probe")
 
 
 def _deep_merge(base: dict, new: Mapping) -> dict:

@@ -5,7 +5,7 @@ test checks they agree. Writers use :func:`write_tsv` (atomic through :mod:`evil
 partial file never looks complete). Like :mod:`evil_moe.files` it imports nothing of the package:
 a family of columns with one column per name of a domain's vocabulary (``hack_rate_{mode}``, one per
 loophole mode) is expanded from the names that domain registers (:func:`register_names`;
-:mod:`evil_moe.env.loopholes` registers ``mode``).
+:mod:`evil_moe.env.loopholes` registers ``mode``, :mod:`evil_moe.rl.detectors.registry` ``detector``).
 
 Rates are fractions in [0, 1]; cosines are unitless ratios; ``seconds`` are wall-clock seconds.
 """
@@ -39,7 +39,7 @@ class Column:
 # The vocabularies families expand over, registered by the modules that own them.
 _VOCABULARIES: dict[str, tuple[str, ...]] = {}
 # Who registers each vocabulary (for the error when it is missing).
-_OWNERS = {"mode": "evil_moe.env.loopholes"}
+_OWNERS = {"mode": "evil_moe.env.loopholes", "detector": "evil_moe.rl.detectors.registry"}
 
 
 def register_names(kind: str, values: Sequence[str]) -> None:
@@ -164,9 +164,7 @@ AUDIT_ROWS = _cols([
     ("zero_variance", "0/1", "its group's rewards were all equal: no policy gradient, so no gradient-based score (the audit counts these rows and leaves them out of every rate)"),
     ("scored", "0/1", "the rollout had a gradient and was scored (the population of every detector rate)"),
     ("flag", "0/1", "the arm's flag (flagging arms; empty elsewhere and for rows without a gradient)"),
-    ("score_gradient", "cosine", "the gradient detector's score: cos_contrib of sign(A) times the row's loss gradient with v_hack (empty where not computed)"),
-    ("score_probe", "logit", "the probe's logit (pilot.detector probe; empty where not computed)"),
-    ("score_pattern", "0/1", "the pattern detector's verdict on the known modes"),
+    ("score_{detector}", "see detector", "the {detector} detector's score of the rollout (its unit and meaning: docs/detectors.md; empty where not computed); one column per detector with a score (evil_moe.rl.detectors.registry.DETECTORS)", "detector"),
     ("score_shuffled", "cosine", "the gradient score against the shuffled-label v_hack (calibration runs: a placebo)"),
     ("score_router", "probability", "moe's router weight w (the share of the row's gradient that trains delta_s_hack)"),
 ])
@@ -174,7 +172,7 @@ AUDIT_ROWS = _cols([
 # results/audit/quality.tsv — the detector audit: one row per (detector, mode) over the calibration
 # runs' rollouts with a gradient.
 AUDIT_QUALITY = _cols([
-    ("detector", "str", "gradient | probe | pattern (evil_moe/rl/detectors/detector.py, evil_moe/rl/detectors/probe.py)"),
+    ("detector", "str", "an audited detector (evil_moe.rl.detectors.registry.DETECTORS; docs/detectors.md)"),
     ("mode", "str", "loophole mode, or 'all' (pooled)"),
     ("population", "str", "what every rate is over: the calibration runs' rollouts with a gradient (groups with reward variance), on audit.seeds"),
     ("n_seeds", "count", "calibration seeds with scored rows (the operating point is cross-fitted over seeds: with one, precision, recall and fpr are empty)"),

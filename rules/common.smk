@@ -276,7 +276,7 @@ AUDIT_SEEDS = list(config["audit"]["seeds"])
 # The audit runs whenever an arm flags with a detector (its quality table is then part of the
 # comparison); such an arm waits for it when its threshold or probe comes from it
 # (evil_moe.rl.arms.pilot_inputs).
-AUDIT = any(uses_detector(a, config["pilot"]) for a in ARMS)
+AUDIT = any(uses_detector(a, config["pilot"]["detector"]) for a in ARMS)
 
 
 def _pilot_inputs(vhack_name, arm=None, tree="pilots", seed="{seed}"):

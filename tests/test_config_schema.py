@@ -18,6 +18,7 @@ from evil_moe.rl.arms.registry import ARMS, get_arm
 from evil_moe.rl.arms.base import Arm, FlagInputs
 from evil_moe.config import load_schema
 from evil_moe.env.loopholes import MODES
+from evil_moe.rl.detectors.registry import DETECTORS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,10 +74,14 @@ def test_arm_enums_follow_the_registry():
     assert _prop("detector_sweep", "arms")["items"]["enum"] == swept
 
 
-def test_detector_enum_is_the_detector_list():
-    from evil_moe.rl.detectors.detector import DETECTORS
+def test_detector_enum_is_the_detector_registry():
+    """pilot.detector allows every registered detector, in registry order; the calibrations the
+    schema allows are every one a detector may declare."""
+    from evil_moe.rl.detectors.registry import CALIBRATIONS, DETECTORS
 
     assert _prop("pilot", "detector")["enum"] == list(DETECTORS)
+    assert set(_prop("pilot", "detector_calibration")["enum"]) == set(CALIBRATIONS)
+    assert all(set(cls.calibrations) <= set(CALIBRATIONS) for cls in DETECTORS.values())
 
 
 def test_grader_defaults_are_the_schemas():
@@ -112,6 +117,7 @@ def _code_files():
 @pytest.mark.parametrize("names, home", [
     (MODES, ["evil_moe/env/loopholes.py"]),
     (tuple(ARMS), []),  # the registry is a dict of classes: no list of names anywhere
+    (tuple(DETECTORS), []),  # likewise
 ])
 def test_the_lists_are_spelled_only_in_their_home(names, home):
     """No other module or rule file writes out the list (its first four names in a row, quoted

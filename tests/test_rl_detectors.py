@@ -1,7 +1,8 @@
-"""The hack detectors (evil_moe/rl/detectors/detector.py): the pattern detector's rules against every hack
+"""The hack detectors (evil_moe/rl/detectors/): the pattern detector's rules against every hack
 template and clean completion, the gradient detector's scores and threshold, flag quality against
-the true hack label, and the detector list the schema allows. The noisy-label detector is tested
-through the arms that read it (tests/test_rl_arms.py).
+the true hack label, and the registry (what a step scores, the calibrations a detector takes, a
+new detector as one declaration). The noisy-label detector is tested through the arms that read
+it (tests/test_rl_arms.py).
 """
 
 from __future__ import annotations
@@ -89,3 +90,87 @@ def test_flag_quality_is_against_the_hack_label():
     q = flag_quality(torch.tensor([True, True, True, False]), torch.tensor([True, False, False, False]))
     assert q["flag_fpr"] == pytest.approx(2 / 3) and q["flag_recall"] == 1.0
     assert flag_quality(torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))["flag_precision"] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# the registry (evil_moe/rl/detectors/registry.py)
+
+
+def test_the_step_scores_what_the_old_rules_scored():
+    """Which detectors score a step's rows, as the trainer decided before the registry: the
+    pattern detector always; the gradient or probe detector only when the arm flags with it; a
+    calibration run every audited one; the noisy-label detector has no score to log."""
+    from evil_moe.rl.detectors.registry import scored
+
+    def names(det, flags, calib):
+        return [d.name for d in scored(det, flags_with_detector=flags, score_rows=calib)]
+
+    assert names("gradient", False, False) == ["pattern"]  # vanilla, a ceiling, a random control
+    assert names("gradient", True, False) == ["gradient", "pattern"]  # route under the gradient detector
+    assert names("probe", True, False) == ["probe", "pattern"]
+    assert names("gradient", False, True) == ["gradient", "probe", "pattern"]  # a calibration run
+    assert names("noisy_label", True, False) == ["pattern", "noisy_label"]
+
+
+def test_a_detector_takes_only_the_calibrations_it_declares():
+    """pilot.detector_calibration teacher thresholds the gradient detector only (the teacher
+    completions have no probe scores): the config check refuses it for the probe, naming the key;
+    a detector that flags on its own (pattern) takes any, and the trainer's threshold refuses it
+    too."""
+    from types import SimpleNamespace
+
+    from evil_moe.checks import check_run_config
+    from evil_moe.config import ConfigError
+    from evil_moe.rl.detectors.registry import get_detector
+
+    with pytest.raises(ConfigError, match="'pilot.detector_calibration': teacher does not threshold the probe"):
+        check_run_config({"pilot": {"detector": "probe", "detector_calibration": "teacher"}})
+    for det in ("gradient", "pattern", "noisy_label"):
+        check_run_config({"pilot": {"detector": det, "detector_calibration": "teacher"}})
+    pc = SimpleNamespace(detector="probe", detector_calibration="teacher", detector_quantile=0.9)
+    with pytest.raises(ValueError, match="teacher does not threshold the probe detector"):
+        get_detector("probe").threshold(pc, calibration=None, vhack=None)
+
+
+def test_a_new_detector_is_one_declaration(monkeypatch):
+    """The worked example of docs/internals.md ("Adding a detector"): a planted ``length``
+    detector (the completion's length, thresholded on the calibration runs' clean scores) added
+    to the registry alone is scored by the step, thresholded, flags through an arm, makes the arm
+    wait for the audit and the gate read it — no other module names it."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from evil_moe.rl.arms.base import FlagInputs
+    from evil_moe.rl.arms.pilot_inputs import pilot_inputs, uses_detector
+    from evil_moe.rl.arms.registry import get_arm
+    from evil_moe.rl.detectors import registry
+    from evil_moe.rl.trainer.arm_step import Scoring
+
+    class Length(registry.Detector):
+        name = "length"
+        needs = frozenset({"code"})
+        calibrations = ("fpr", "budget")
+        unit = "characters"
+
+        def score(self, rows):
+            return torch.tensor([float(len(t)) for t in rows.texts], dtype=torch.float64)
+
+    monkeypatch.setitem(registry.DETECTORS, "length", Length)
+    pc = SimpleNamespace(detector="length", detector_calibration="fpr", detector_quantile=0.5)
+    sc = Scoring.of(pc, arm=get_arm("route"), vhack=None, known_modes=MODES,
+                    calibration={"length": {"clean_scores": [10.0, 20.0, 30.0]}})
+    assert sc.threshold == pytest.approx(20.0) and [d.name for d in sc.detectors] == ["pattern", "length"]
+    rows = registry.StepRows(["x" * 5, "x" * 25], [None, None], torch.zeros(2), [], None, None, None)
+    scores = sc.detector.score(rows)
+    inputs = FlagInputs(scores, torch.zeros(2, dtype=torch.bool), sc.threshold, "length", np.random.default_rng(0))
+    assert get_arm("route").flags(inputs).tolist() == [False, True]
+    assert uses_detector("route", "length") and not uses_detector("route_oracle", "length")
+    cfg = {"pilot": {"init": "base", "mix_ratio": 0.0, "detector": "length", "detector_calibration": "fpr"}}
+    assert pilot_inputs("route", cfg)["calibration"].needed
+    import pandas as pd
+
+    from evil_moe.gate.judge import references
+
+    uninformative, _ = references(pd.DataFrame(), ["vanilla", "route", "route_random"], None, None, "length")
+    assert list(uninformative) == ["route"] and "no detector audit says the length detector" in uninformative["route"]

@@ -7,6 +7,7 @@ import pytest
 
 from evil_moe import files, tables
 from evil_moe.env.loopholes import MODES
+from evil_moe.rl.detectors import registry  # noqa: F401  (registers the score_{detector} columns)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -16,6 +17,19 @@ def test_docs_columns_match_tables():
     section = text.split(tables.START, 1)[1].split(tables.END, 1)[0]
     assert section.strip() == tables.readme_section().strip(), \
         "docs/outputs.md columns are stale: run python -m evil_moe.tables --update docs/outputs.md"
+
+
+def test_audit_rows_have_one_score_column_per_detector_with_a_score():
+    """rows.tsv's score columns: the registered detectors that have a score, in registry order,
+    then the calibration run's shuffled-label v_hack and the router (the rollout records carry
+    exactly these: evil_moe.rl.trainer.step_log.SCORE_COLUMNS)."""
+    from evil_moe.rl.detectors.registry import DETECTORS
+    from evil_moe.rl.trainer.step_log import SCORE_COLUMNS
+
+    scores = [n for n in tables.names(tables.AUDIT_ROWS) if n.startswith("score_")]
+    assert scores == ["score_gradient", "score_probe", "score_pattern", "score_shuffled", "score_router"]
+    assert [n for n, cls in DETECTORS.items() if cls.unit is not None] == ["gradient", "probe", "pattern"]
+    assert SCORE_COLUMNS == tuple(s.removeprefix("score_") for s in scores)
 
 
 def test_column_names_are_unique_snake_case():

@@ -21,6 +21,7 @@ import pandas as pd
 from evil_moe.gate.effects import Effect, paired_effect
 from evil_moe.gate.power import finite
 from evil_moe.gate.rule import ArmVerdict, Criterion, apply_references, decide_arm, decide_gate
+from evil_moe.rl.arms.pilot_inputs import uses_detector
 from evil_moe.rl.arms.registry import ARMS
 
 
@@ -139,15 +140,15 @@ def judge(outcomes: pd.DataFrame, arms: Sequence[str], settings, validity: list[
 def references(outcomes: pd.DataFrame, arms: Sequence[str], settings, audit: dict | None,
                detector: str) -> tuple[dict, dict]:
     """The arms the gate sets beside its references: ``(uninformative, untrained)``, each arm →
-    the sentence saying why. A treatment that flags with the run's detector is uninformative when
-    the audit does not show the detector beating its placebo; an arm whose judged view differs
+    the sentence saying why. A treatment that flags with the run's thresholded detector
+    (:func:`evil_moe.rl.arms.pilot_inputs.uses_detector`) is uninformative when the audit does not
+    show the detector beating its placebo; an arm whose judged view differs
     from the untrained student's (``untrained``, ``trained`` view) neither in hack rate nor in pass
     rate (both intervals contain 0) cannot be told from not training."""
     uninformative, untrained = {}, {}
     for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
         cls = ARMS[arm]
-        flags_with_detector = cls.needs_sample_grads and not cls.reads_label and not cls.matches
-        if flags_with_detector and detector in ("gradient", "probe"):
+        if uses_detector(arm, detector):
             if audit is None:
                 uninformative[arm] = (f"no detector audit says the {detector} detector sees hacks "
                                       "(audit/quality.tsv missing)")

@@ -23,6 +23,10 @@ the calibration runs and writes, in ``out_dir``:
   the zero-variance rollouts left out of it are counted;
 - ``probe_curve.tsv`` and ``figures/probe_curve.{png,svg}`` — the probe's cross-fitted AUC against
   its label budget (``audit.budget_curve``), beside the gradient and pattern detectors' AUCs.
+
+Which detectors are audited, their scores, placebos, operating points and calibrations are each
+detector's own (:meth:`evil_moe.rl.detectors.registry.Detector.audit`); this stage loads the
+calibration runs, computes the statistics (:mod:`evil_moe.gate.audit`) and writes.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ import numpy as np
 from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.gate import audit as stats
+from evil_moe.rl.detectors.registry import DETECTORS, AuditRows, AuditScores
 
-DETECTORS = ("gradient", "probe", "pattern")
 N_DRAWS = 5  # label draws per budget of the probe curve
 
 
@@ -115,51 +119,6 @@ def _groups(df) -> np.ndarray:
     return (df["step"].astype(int) * 10_000 + df["group"].astype(int)).to_numpy()
 
 
-class _Folds:
-    """Leave-one-seed-out probe fits over the scored rows (positions into them)."""
-
-    def __init__(self, seeds: np.ndarray, label: np.ndarray, steps: np.ndarray, hidden: np.ndarray, seed: int):
-        self.seeds, self.label, self.steps, self.hidden = seeds, label, steps, hidden
-        self.uniq = sorted(set(seeds.tolist()))
-        self.seed = seed
-
-    def _draw(self, pool: np.ndarray, budget: int, rng) -> np.ndarray | None:
-        """``budget`` rows of ``pool`` with both classes (up to 20 tries; None if impossible)."""
-        k = min(budget, len(pool))
-        for _ in range(20):
-            pick = np.sort(rng.choice(pool, size=k, replace=False))
-            y = self.label[pick]
-            if y.any() and not y.all():
-                return pick
-        return None
-
-    def scores(self, budget: int, rng, *, shuffle: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
-        """Cross-fitted probe scores of every scored row (the fold's probe never saw the row's
-        seed) and the fitted rows' mask; labels permuted within each step of the fitting draw
-        when ``shuffle`` (the placebo). None when a fold cannot be fitted."""
-        from evil_moe.rl.detectors.probe import Probe
-
-        out = np.full(len(self.label), np.nan)
-        fitted = np.zeros(len(self.label), dtype=bool)
-        for u in self.uniq:
-            pool = np.flatnonzero(self.seeds != u)
-            pick = self._draw(pool, budget, rng)
-            if pick is None:
-                return None
-            y = self.label[pick].copy()
-            if shuffle:
-                for st in set(self.steps[pick].tolist()):
-                    at = np.flatnonzero(self.steps[pick] == st)
-                    y[at] = rng.permutation(y[at])
-                if y.all() or not y.any():
-                    return None
-            probe = Probe.fit(self.hidden[pick], y, seed=self.seed)
-            mine = self.seeds == u
-            out[mine] = probe.score(self.hidden[mine])
-            fitted[pick] = True
-        return out, fitted
-
-
 def run_audit(cfg: Config, *, calibration_dirs: Sequence[str | Path], out_dir: str | Path,
               figures: bool = True) -> dict:
     """Fit the detectors' thresholds and the probe on the calibration runs and audit every
@@ -193,54 +152,35 @@ def run_audit(cfg: Config, *, calibration_dirs: Sequence[str | Path], out_dir: s
     draws = stats.cluster_draws(clusters, a.n_boot, a.seed)
     q = cfg.pilot.detector_quantile
     counts = _counts(df, scored)
-
-    det_scores, placebos, calibration, n_labels = {}, {}, {}, {}
-    grad = pd_float(sub["score_gradient"])
-    det_scores["gradient"] = grad
-    placebos["gradient"] = ([data.placebo[scored][:, j] for j in range(data.placebo.shape[1])]
-                            if data.placebo is not None else []) + \
-        ([pd_float(sub["score_shuffled"])] if sub["score_shuffled"].notna().any() else [])
-    calibration["gradient"] = {"clean_scores": [float(x) for x in grad[~y]], "seeds": sorted(set(seeds.tolist())),
-                               "n_rows": int(len(grad))}
-    n_labels["gradient"] = 0
-    pat = pd_float(sub["score_pattern"])
-    det_scores["pattern"] = pat
-    prng = np.random.default_rng([a.seed, 7])
-    placebos["pattern"] = [(prng.random(len(pat)) < pat.mean()).astype(float) for _ in range(a.placebos)]
-    n_labels["pattern"] = 0
-    crossfit = {}
-    if data.hidden is not None:
-        folds = _Folds(seeds, y, sub["step"].astype(int).to_numpy(), data.hidden[scored], a.seed)
-        cf = folds.scores(a.label_budget, np.random.default_rng([a.seed, 11]))
-        if cf is not None:
-            det_scores["probe"], fitted = cf
-            crossfit["probe"] = _probe_crossfit_flags(cf[0], fitted, y, seeds, q)
-            placebos["probe"] = [p[0] for p in (folds.scores(a.label_budget, np.random.default_rng([a.seed, 13, i]),
-                                                              shuffle=True) for i in range(a.placebos)) if p is not None]
-            n_labels["probe"] = min(a.label_budget, int((seeds != seeds[0]).sum()))
-            calibration["probe"] = _final_probe(folds, a, out)
-    quality = []
-    for det, score in det_scores.items():
-        flags = crossfit[det] if det in crossfit else (
-            score > 0.5 if det == "pattern" else _crossfit_or_none(score, y, seeds, q))
+    rows = AuditRows(sub, y, seeds, sub["step"].astype(int).to_numpy(),
+                     data.placebo[scored] if data.placebo is not None else None,
+                     data.hidden[scored] if data.hidden is not None else None, a, q)
+    found: dict[str, AuditScores] = {}
+    for name, cls in DETECTORS.items():
+        res = cls().audit(rows) if cls.audited else None
+        if res is not None:
+            found[name] = res
+    quality, calibration = [], {}
+    for det in sorted(n for n, r in found.items() if r.score is not None):  # rows by detector name
+        res, cls = found[det], DETECTORS[det]
+        flags = res.flags if res.flags is not None or not cls.thresholded() else _crossfit_or_none(
+            res.score, y, seeds, q)
         for mode in ["all"] + sorted(set(sub["mode"].astype(str))):
             m = np.ones(len(sub), dtype=bool) if mode == "all" else (sub["mode"].astype(str) == mode).to_numpy()
-            quality.append(_quality_row(det, mode, m, score, placebos.get(det, []), flags, y, seeds, clusters,
-                                        draws, counts[mode], n_labels.get(det, 0), q, a))
+            quality.append(_quality_row(cls, mode, m, res, flags, y, seeds, clusters, draws, counts[mode], q, a))
+    for det, res in found.items():
+        if res.score is not None and res.calibration is not None:
+            calibration[det] = res.calibration
+        if res.fitted is not None:
+            res.fitted.save(out / f"{DETECTORS[det].fitted}.safetensors")
     tables.write_tsv(out / "quality.tsv", tables.AUDIT_QUALITY, quality)
     files.write_json(out / "calibration.json", calibration)
-    curve = _probe_curve(folds, a, clusters, y) if data.hidden is not None else []
+    refit = next((r.refit for r in found.values() if r.refit is not None), None)
+    curve = _label_curve(refit, len(y), a, clusters, y) if refit is not None else []
     tables.write_tsv(out / "probe_curve.tsv", tables.PROBE_CURVE, curve)
     if figures:
         probe_curve_figure(curve, quality, out / "figures")
     return {"quality": quality, "calibration": calibration}
-
-
-def pd_float(col) -> np.ndarray:
-    """A score column as fp64 (empty cells NaN)."""
-    import pandas as pd
-
-    return pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
 
 
 def _counts(df, scored: np.ndarray) -> dict:
@@ -265,42 +205,10 @@ def _crossfit_or_none(score, y, seeds, q: float) -> np.ndarray | None:
         return None
 
 
-def _probe_crossfit_flags(score, fitted, y, seeds, q: float) -> np.ndarray:
-    """The probe's cross-fitted flags: a seed's rows against the quantile of the clean scores of
-    the other seeds' rows that no fold fitted on."""
-    flags = np.zeros(len(score), dtype=bool)
-    for u in sorted(set(seeds.tolist())):
-        ref = (seeds != u) & ~y & ~fitted
-        if not ref.any():
-            ref = (seeds != u) & ~y
-        flags[seeds == u] = score[seeds == u] > float(np.quantile(score[ref], q))
-    return flags
-
-
-def _final_probe(folds: _Folds, a, out: Path) -> dict:
-    """The pilots' probe: fitted on ``audit.label_budget`` rows drawn from every calibration
-    seed, saved to ``probe.safetensors``; the clean scores of the rows it did not see are its
-    calibration."""
-    from evil_moe.rl.detectors.probe import Probe
-
-    rng = np.random.default_rng([a.seed, 17])
-    pick = folds._draw(np.arange(len(folds.label)), a.label_budget, rng)
-    if pick is None:
-        return {}
-    probe = Probe.fit(folds.hidden[pick], folds.label[pick], seed=a.seed,
-                      meta={"seeds": [int(s) for s in folds.uniq], "budget": int(a.label_budget)})
-    probe.save(out / "probe.safetensors")
-    rest = np.ones(len(folds.label), dtype=bool)
-    rest[pick] = False
-    clean = rest & ~folds.label
-    return {"clean_scores": [float(x) for x in probe.score(folds.hidden[clean])],
-            "n_labels": int(len(pick)), "n_hack": int(folds.label[pick].sum()),
-            "seeds": [int(s) for s in folds.uniq]}
-
-
-def _quality_row(det, mode, m, score, placebo_scores, flags, y, seeds, clusters, draws, counts, n_labels,
-                 q, a) -> dict:
-    """One :data:`evil_moe.tables.AUDIT_QUALITY` row: ``m`` selects the mode's scored rows."""
+def _quality_row(det, mode, m, res: AuditScores, flags, y, seeds, clusters, draws, counts, q, a) -> dict:
+    """One :data:`evil_moe.tables.AUDIT_QUALITY` row of detector class ``det`` (its scores and
+    placebos ``res``): ``m`` selects the mode's scored rows."""
+    score, placebo_scores = res.score, res.placebos
     ok = m & ~np.isnan(score)
     idx = np.flatnonzero(ok)
     pos = {i: k for k, i in enumerate(idx)}
@@ -316,32 +224,28 @@ def _quality_row(det, mode, m, score, placebo_scores, flags, y, seeds, clusters,
     else:
         rates = stats.flag_rates(flags[idx], y[idx])
         ivs = stats.rate_intervals(flags[idx], y[idx], sub_clusters, draws=sub_draws, ci=a.ci)
-    row = {"detector": det, "mode": mode,
+    row = {"detector": det.name, "mode": mode,
            "population": "calibration rollouts with a gradient (groups with reward variance)",
-           "n_seeds": len(set(seeds.tolist())), **counts, "n_hack": int(y[idx].sum()), "n_labels": n_labels,
-           "auc": value, "auc_ci_low": lo, "auc_ci_high": hi,
-           "placebo": {"gradient": f"{a.placebos} random directions (same k per module) and the shuffled-label v_hack",
-                       "probe": f"{a.placebos} probes fitted on labels shuffled within each step",
-                       "pattern": f"{a.placebos} draws of random flags at the detector's flag rate"}[det],
+           "n_seeds": len(set(seeds.tolist())), **counts, "n_hack": int(y[idx].sum()), "n_labels": res.n_labels,
+           "auc": value, "auc_ci_low": lo, "auc_ci_high": hi, "placebo": det.placebo.format(n=a.placebos),
            "n_placebos": n_pl, "placebo_mean": pmean, "placebo_p95": p95,
            "beats_placebo": stats.beats_placebo(lo, p95),
-           "quantile": None if det == "pattern" else q}
+           "quantile": q if det.thresholded() else None}
     for k in ("precision", "recall", "fpr"):
         row[k] = rates[k]
         row[f"{k}_ci_low"], row[f"{k}_ci_high"] = ivs[k]
     return row
 
 
-def _probe_curve(folds: _Folds | None, a, clusters, y) -> list[dict]:
-    """The probe's cross-fitted AUC at each label budget (:data:`evil_moe.tables.PROBE_CURVE`)."""
-    if folds is None:
-        return []
+def _label_curve(refit, n_max: int, a, clusters, y) -> list[dict]:
+    """The cross-fitted AUC of the detector fitted on labels (the probe) at each label budget
+    (:data:`evil_moe.tables.PROBE_CURVE`): ``refit(budget, rng, shuffle=False)`` is its
+    :attr:`~evil_moe.rl.detectors.registry.AuditScores.refit` over the ``n_max`` scored rows."""
     rng = np.random.default_rng([a.seed, 19])
     index = clusters.index()
     rows = []
-    n_max = len(folds.label)
     for budget in sorted({min(b, n_max) for b in a.budget_curve}):
-        fits = [folds.scores(budget, rng) for _ in range(N_DRAWS)]
+        fits = [refit(budget, rng) for _ in range(N_DRAWS)]
         fits = [f[0] for f in fits if f is not None]
         if not fits:
             continue
@@ -353,7 +257,7 @@ def _probe_curve(folds: _Folds | None, a, clusters, y) -> list[dict]:
             if v is not None:
                 boot.append(v)
         lo, hi = stats._percentile(boot, a.ci)
-        placebo = [p[0] for p in (folds.scores(budget, rng, shuffle=True) for _ in range(a.placebos)) if p is not None]
+        placebo = [p[0] for p in (refit(budget, rng, shuffle=True) for _ in range(a.placebos)) if p is not None]
         _, p95, _ = stats.placebo_summary([stats.auc(p, y) for p in placebo])
         rows.append({"budget": budget, "auc": float(np.mean([v for v in aucs if v is not None])),
                      "auc_ci_low": lo, "auc_ci_high": hi, "n_draws": len(fits), "placebo_p95": p95})

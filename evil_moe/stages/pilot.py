@@ -40,11 +40,13 @@ from evil_moe.rl.arms.base import FlagRateMatch
 from evil_moe.rl.arms.registry import get_arm
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
 from evil_moe.rl.trainer.evaluation import evaluate
-from evil_moe.rl.arms.pilot_inputs import pilot_inputs
+from evil_moe.rl.arms.pilot_inputs import pilot_inputs, uses_detector
+from evil_moe.rl.detectors.registry import get_detector
 from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, resume_key, train_heldout)
 from evil_moe.files import require_file
 from evil_moe.rl.policy.teacher_rows import load_teacher_rows
 from evil_moe.rl.trainer.step import PilotInvalid
+from evil_moe.rl.trainer.step_log import SCORE_COLUMNS
 from evil_moe.rl.trainer.trainer import Trainer
 from evil_moe.rl.vhack.direction import VHack
 
@@ -182,27 +184,26 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     return run.finish(progress, adapter, pc, isolation, pc.steps if arm_obj.trains else 0)
 
 
-def _detector_inputs(cfg: Config, arm_obj, vhack: VHack, device, calibration_path, probe_path,
+def _detector_inputs(cfg: Config, arm_obj, vhack: VHack, device, calibration_path, fitted_path,
                      calibrate: bool, shuffled_vhack_path) -> dict:
-    """The Trainer's detector arguments: the calibration runs' clean scores and the probe for a
-    flagging arm that uses them, or (``calibrate``) the placebos a calibration run scores with:
-    ``audit.placebos`` random directions (:func:`evil_moe.rl.vhack.direction.random_vhack`, the same k per
-    module as v_hack, seeded by ``audit.seed`` and the placebo's index) and the shuffled-label
-    v_hack. ``files`` lists the input files the run's resume key must cover."""
+    """The Trainer's detector arguments: the calibration runs' clean scores and the detector's
+    fitted input (the probe; :attr:`evil_moe.rl.detectors.registry.Detector.fitted`) for an arm
+    that flags with a thresholded detector, or (``calibrate``) the placebos a calibration run
+    scores with: ``audit.placebos`` random directions (:func:`evil_moe.rl.vhack.direction.random_vhack`,
+    the same k per module as v_hack, seeded by ``audit.seed`` and the placebo's index) and the
+    shuffled-label v_hack. ``files`` lists the input files the run's resume key must cover."""
     from evil_moe.rl.vhack.direction import random_vhack
 
     pc = cfg.pilot
+    det = get_detector(pc.detector)
     out: dict = {"files": []}
-    flags_with_detector = (arm_obj.needs_sample_grads and not arm_obj.reads_label and not arm_obj.matches
-                           and pc.detector in ("gradient", "probe"))
-    if flags_with_detector and pc.detector_calibration == "fpr" and calibration_path:
+    uses = uses_detector(arm_obj.name, pc.detector)
+    if uses and pc.detector_calibration == "fpr" and calibration_path:
         out["calibration"] = json.loads(require_file(calibration_path, "detector calibration").read_text())
         out["files"].append(calibration_path)
-    if (flags_with_detector or calibrate) and pc.detector == "probe" and probe_path:
-        from evil_moe.rl.detectors.probe import Probe
-
-        out["probe"] = Probe.load(require_file(probe_path, "probe"))
-        out["files"].append(probe_path)
+    if (uses or calibrate) and det.fitted and fitted_path:
+        out["fitted"] = det.load_fitted(require_file(fitted_path, det.fitted))
+        out["files"].append(fitted_path)
     if calibrate:
         a = cfg.audit
         out["score_rows"] = True
@@ -370,7 +371,7 @@ def audit_row(rec: dict) -> dict:
             "hack": b(rec["exploited"]), "reward": rec.get("reward"), "advantage": rec.get("advantage"),
             "zero_variance": b(rec.get("zero_variance")), "scored": b(rec.get("scored")),
             "flag": b(rec.get("flag")),
-            **{f"score_{k}": rec.get(f"score_{k}") for k in ("gradient", "probe", "pattern", "shuffled", "router")}}
+            **{f"score_{k}": rec.get(f"score_{k}") for k in SCORE_COLUMNS}}
 
 
 def _write_scores(path: Path, steps: list[dict]) -> None:

@@ -26,21 +26,21 @@ class FlagInputs:
     """What a flagging arm sees for the step's rows with gradient (``B`` rows).
 
     Attributes:
-        scores: ``(B,)`` fp64 per-sample scores of the run's detector: the gradient detector's
-            hack-ward score (:func:`evil_moe.rl.vhack.direction.sample_scores` of ``sign(A_i)·g_i``, i.e.
-            of the sample's own NLL gradient) or the probe's logit
-            (:class:`evil_moe.rl.detectors.probe.Probe`); None when the detector uses neither.
-        pattern: ``(B,)`` bool, the pattern detector's verdict (:mod:`evil_moe.rl.detectors.detector`) — the
+        scores: ``(B,)`` fp64 per-sample scores of the run's detector
+            (:meth:`evil_moe.rl.detectors.registry.Detector.score`: e.g. the gradient detector's
+            hack-ward score, the probe's logit) when the arm flags with it; None otherwise, or
+            when the detector has no score.
+        pattern: ``(B,)`` bool, the pattern detector's verdict (always scored) — the
             environment's recognition of the known modes' loophole use, never the oracle.
-        threshold: the gradient or probe detector's threshold (``pilot.detector_calibration``).
-        detector: ``gradient`` | ``probe`` | ``pattern`` | ``noisy_label`` (``pilot.detector``).
+        threshold: the thresholded detector's threshold (``pilot.detector_calibration``).
+        detector: a name of :data:`evil_moe.rl.detectors.registry.DETECTORS` (``pilot.detector``).
         budget: under ``pilot.detector_calibration: budget``, the share of the step's rows to
             flag (the highest scores; the threshold is then not used); None otherwise.
         rng: the step's generator (seeded by seed and step; used by the random-flag controls
             and the noisy-label detector).
         label: ``(B,)`` bool, the true hack label (``grade.exploited``) — given only to arms
-            that declare :attr:`Arm.reads_label` (the ceilings) and to the ``noisy_label``
-            detector; None otherwise, so no treatment under the gradient or pattern detector
+            that declare :attr:`Arm.reads_label` (the ceilings) and to a detector that needs it
+            (``noisy_label``); None otherwise, so no treatment under a deployable detector
             can read it.
         precision, recall: the ``noisy_label`` detector's quality (``pilot.detector_precision``,
             ``pilot.detector_recall``).
@@ -60,34 +60,17 @@ class FlagInputs:
     budget: float | None = None
 
     def detected(self) -> torch.Tensor:
-        """``(B,)`` bool: the configured detector's flags (scores above the threshold, or the
-        ``ceil(budget·B)`` highest scores under a budget; ties broken by row order).
+        """``(B,)`` bool: the configured detector's flags (:meth:`evil_moe.rl.detectors.registry.Detector.flag`:
+        scores above the threshold, or the ``ceil(budget·B)`` highest scores under a budget, ties
+        broken by row order; the pattern detector's verdicts; the noisy label).
 
         Raises:
-            ValueError: the gradient or probe detector without scores; the noisy-label detector
-                without the label.
+            ValueError: a thresholded detector without scores; the noisy-label detector without
+                the label; an unknown detector.
         """
-        if self.detector == "pattern":
-            return self.pattern.clone()
-        if self.detector == "noisy_label":
-            from evil_moe.rl.detectors.detector import noisy_label_flags
+        from evil_moe.rl.detectors.registry import get_detector
 
-            if self.label is None:
-                raise ValueError("the noisy_label detector needs the true hack label")
-            return noisy_label_flags(self.label, self.precision, self.recall, self.rng)
-        if self.scores is None:
-            raise ValueError(f"the {self.detector} detector needs per-sample scores")
-        if self.budget is not None:
-            import math
-
-            import torch
-
-            out = torch.zeros(len(self.scores), dtype=torch.bool)
-            k = min(len(out), math.ceil(self.budget * len(out) - 1e-9))
-            if k:
-                out[torch.argsort(-self.scores.double(), stable=True)[:k]] = True
-            return out
-        return self.scores > self.threshold
+        return get_detector(self.detector).flag(self)
 
 
 class FlagRateMatch:
@@ -301,6 +284,13 @@ class Arm:
     needs_sample_grads: ClassVar[bool] = False
     description: ClassVar[str] = ""
     colour: ClassVar[str | None] = None
+
+    @classmethod
+    def flags_with_detector(cls) -> bool:
+        """The arm's flags come from the run's detector (``pilot.detector``): it flags samples and
+        is neither a ceiling (its flags are the label) nor a random-flag control (it follows its
+        matched arm's rate)."""
+        return bool(cls.needs_sample_grads and not cls.reads_label and not cls.matches)
 
     def __init__(self, pass_reward: float = 1.0):
         self.pass_reward = float(pass_reward)  # the grader's pass reward (oracle_reward uses it)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from evil_moe.rl.arms.registry import ARMS
+from evil_moe.rl.detectors.registry import DETECTORS
 
 __all__ = ["PilotInput", "pilot_inputs", "uses_detector"]
 
@@ -37,12 +38,12 @@ class PilotInput:
     rule_input: bool = True
 
 
-def uses_detector(arm: str, pilot: Mapping) -> bool:
-    """The arm flags with the run's gradient or probe detector (``pilot.detector``): not a
-    ceiling (it reads the label), not a random-flag control (it follows another arm's rate)."""
-    cls = ARMS[arm]
-    return (cls.needs_sample_grads and not cls.reads_label and not cls.matches
-            and pilot["detector"] in ("gradient", "probe"))
+def uses_detector(arm: str, detector: str) -> bool:
+    """The arm flags with the run's ``detector`` (:meth:`evil_moe.rl.arms.base.Arm.flags_with_detector`:
+    not a ceiling, not a random-flag control) and that detector is thresholded
+    (:meth:`evil_moe.rl.detectors.registry.Detector.thresholded`): the arm waits for the detector
+    audit, which the gate then reads."""
+    return ARMS[arm].flags_with_detector() and DETECTORS[detector].thresholded()
 
 
 def pilot_inputs(arm: str | None, cfg: Mapping, *, vhack_name: str = "main", tree: str = "pilots",
@@ -90,17 +91,18 @@ def pilot_inputs(arm: str | None, cfg: Mapping, *, vhack_name: str = "main", tre
     if pc["mix_ratio"] > 0:
         out["teacher_rollouts"] = PilotInput("teacher/rollouts.jsonl.gz", "--teacher-rollouts", True,
                                              "pilot.mix_ratio > 0 needs --teacher-rollouts")
-    if arm is not None and uses_detector(arm, pc) and (
-            pc["detector_calibration"] == "fpr" or pc["detector"] == "probe"):
+    det = DETECTORS[pc["detector"]]
+    if arm is not None and uses_detector(arm, pc["detector"]) and (
+            pc["detector_calibration"] == "fpr" or det.fitted):
         out["calibration"] = PilotInput(
             "audit/calibration.json", "--calibration", pc["detector_calibration"] == "fpr",
             f"arm {arm} under pilot.detector_calibration fpr needs --calibration "
             "(results/audit/calibration.json, the detector audit's)")
-        if pc["detector"] == "probe":
-            out["probe"] = PilotInput(
-                "audit/probe.safetensors", "--probe", True,
-                f"arm {arm} with pilot.detector probe needs --probe (results/audit/probe.safetensors)",
-                rule_input=False)
+        if det.fitted:  # written beside calibration.json, which is the rule's input
+            out[det.fitted] = PilotInput(
+                f"audit/{det.fitted}.safetensors", f"--{det.fitted}", True,
+                f"arm {arm} with pilot.detector {det.name} needs --{det.fitted} "
+                f"(results/audit/{det.fitted}.safetensors)", rule_input=False)
     if cls is not None and cls.matches:
         out["match_flags"] = PilotInput(
             f"{tree}/{cls.matches}/s{seed}/steps.tsv", "--match-flags", True,

@@ -1,7 +1,9 @@
-"""The weak hack detectors that decide which rollouts ``route`` and ``filter`` flag.
+"""The arithmetic of the hack detectors that decide which rollouts ``route`` and ``filter`` flag
+(their declarations, one class each, are :mod:`evil_moe.rl.detectors.registry`).
 
-Two detectors (``pilot.detector``) never see the oracle (docs/detectors.md); a third, of controlled
-quality, is built from the true label on purpose (the detector-quality sweep, docs/arms.md):
+Three detectors (``pilot.detector``) never see the oracle (docs/detectors.md; the probe is
+:mod:`evil_moe.rl.detectors.probe`); a fourth, of controlled quality, is built from the true
+label on purpose (the detector-quality sweep, docs/arms.md):
 
 * ``gradient`` (default) — the per-sample hack-ward score: the ``cos_contrib`` of the sample's
   own NLL gradient with ``v_hack`` (:func:`evil_moe.rl.vhack.direction.sample_scores`; for a rollout with
@@ -49,10 +51,7 @@ import numpy as np
 
 from evil_moe.env.loopholes import MODES, RESULT_TOKEN, SENTINEL_ATTRS, stdout_reports_pass
 
-__all__ = ["DETECTORS", "pattern_flag", "null_threshold", "noisy_label_flags", "gradient_scores",
-           "flag_quality"]
-
-DETECTORS = ("gradient", "probe", "pattern", "noisy_label")
+__all__ = ["pattern_flag", "null_threshold", "noisy_label_flags", "gradient_scores", "flag_quality"]
 
 
 def noisy_label_flags(label, precision: float, recall: float, rng: np.random.Generator):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Probe"]
+__all__ = ["Probe", "Folds"]
 
 
 @dataclass
@@ -141,3 +141,84 @@ class Probe:
             raise ValueError(f"{path} is not a probe file (format {md.get('format')!r})")
         t = load_file(str(path))
         return cls(t["mean"], t["scale"], t["coef"], float(t["intercept"][0]), json.loads(md.get("meta", "{}")))
+
+
+class Folds:
+    """The probe cross-fitted over calibration seeds: for each seed, a probe fitted on labelled
+    rows of the other seeds scores that seed's rows (the detector audit's probe,
+    :meth:`evil_moe.rl.detectors.registry.Probe.audit`).
+
+    Args:
+        seeds, label, steps: ``(n,)`` each scored row's calibration seed, hack label and step.
+        hidden: ``(n, d)`` the rows' pooled hidden states.
+        seed: the fits' random state (``audit.seed``).
+    """
+
+    def __init__(self, seeds: np.ndarray, label: np.ndarray, steps: np.ndarray, hidden: np.ndarray, seed: int):
+        self.seeds, self.label, self.steps, self.hidden = seeds, label, steps, hidden
+        self.uniq = sorted(set(seeds.tolist()))
+        self.seed = seed
+
+    def draw(self, pool: np.ndarray, budget: int, rng) -> np.ndarray | None:
+        """``budget`` rows of ``pool`` with both classes (up to 20 tries; None if impossible)."""
+        k = min(budget, len(pool))
+        for _ in range(20):
+            pick = np.sort(rng.choice(pool, size=k, replace=False))
+            y = self.label[pick]
+            if y.any() and not y.all():
+                return pick
+        return None
+
+    def scores(self, budget: int, rng, *, shuffle: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+        """Cross-fitted probe scores of every row (the fold's probe never saw the row's seed),
+        each fold fitted on ``budget`` labelled rows, and the fitted rows' mask; labels permuted
+        within each step of the fitting draw when ``shuffle`` (the placebo). None when a fold
+        cannot be fitted."""
+        out = np.full(len(self.label), np.nan)
+        fitted = np.zeros(len(self.label), dtype=bool)
+        for u in self.uniq:
+            pool = np.flatnonzero(self.seeds != u)
+            pick = self.draw(pool, budget, rng)
+            if pick is None:
+                return None
+            y = self.label[pick].copy()
+            if shuffle:
+                for st in set(self.steps[pick].tolist()):
+                    at = np.flatnonzero(self.steps[pick] == st)
+                    y[at] = rng.permutation(y[at])
+                if y.all() or not y.any():
+                    return None
+            probe = Probe.fit(self.hidden[pick], y, seed=self.seed)
+            mine = self.seeds == u
+            out[mine] = probe.score(self.hidden[mine])
+            fitted[pick] = True
+        return out, fitted
+
+    def crossfit_flags(self, score: np.ndarray, fitted: np.ndarray, quantile: float) -> np.ndarray:
+        """The probe's cross-fitted flags: a seed's rows against the ``quantile`` of the clean
+        scores of the other seeds' rows that no fold fitted on (of all their clean rows when
+        every one was fitted on)."""
+        y, seeds = self.label, self.seeds
+        flags = np.zeros(len(score), dtype=bool)
+        for u in self.uniq:
+            ref = (seeds != u) & ~y & ~fitted
+            if not ref.any():
+                ref = (seeds != u) & ~y
+            flags[seeds == u] = score[seeds == u] > float(np.quantile(score[ref], quantile))
+        return flags
+
+    def final(self, budget: int, rng) -> tuple[Probe | None, dict]:
+        """The pilots' probe: fitted on ``budget`` rows drawn from every calibration seed, and
+        its ``calibration.json`` entry (the clean scores of the rows it did not see, its label
+        counts and seeds); ``(None, {})`` when no draw has both classes."""
+        pick = self.draw(np.arange(len(self.label)), budget, rng)
+        if pick is None:
+            return None, {}
+        probe = Probe.fit(self.hidden[pick], self.label[pick], seed=self.seed,
+                          meta={"seeds": [int(s) for s in self.uniq], "budget": int(budget)})
+        rest = np.ones(len(self.label), dtype=bool)
+        rest[pick] = False
+        clean = rest & ~self.label
+        return probe, {"clean_scores": [float(x) for x in probe.score(self.hidden[clean])],
+                       "n_labels": int(len(pick)), "n_hack": int(self.label[pick].sum()),
+                       "seeds": [int(s) for s in self.uniq]}

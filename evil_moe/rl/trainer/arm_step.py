@@ -10,15 +10,14 @@ control's balance; the trainer calls :meth:`ArmStep.apply` once per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from evil_moe.env.grader import extract_code
 from evil_moe.rl.arms.base import Arm, FlagInputs, FlagRateMatch, SplitGrads, kept_advantages
-from evil_moe.rl.detectors.detector import flag_quality, gradient_scores, null_threshold, pattern_flag
-from evil_moe.rl.detectors.probe import Probe
+from evil_moe.rl.detectors.detector import flag_quality, gradient_scores
+from evil_moe.rl.detectors.registry import Detector, StepRows, get_detector, scored
 from evil_moe.rl.policy import grpo
 from evil_moe.rl.trainer.step import StepBatch, StepGradients
 from evil_moe.rl.vhack.direction import VHack
@@ -30,63 +29,67 @@ class Scoring:
     """What the step's rows with a gradient are scored with; none of it reads the label.
 
     Attributes:
-        detector: the run's detector (``pilot.detector``).
-        uses_detector: the arm flags with the gradient or probe detector (not a ceiling, not a
-            random-flag control): its scores are computed and thresholded.
-        threshold: the detector's threshold (None under ``pilot.detector_calibration: budget``,
-            or when the arm does not use it).
+        detector: the run's detector (``pilot.detector``;
+            :data:`evil_moe.rl.detectors.registry.DETECTORS`).
+        flags_with_detector: the arm's flags come from it
+            (:meth:`evil_moe.rl.arms.base.Arm.flags_with_detector`).
+        threshold: its threshold when the arm flags with it and it is thresholded (None under
+            ``pilot.detector_calibration: budget``, or otherwise).
         vhack: the v_hack the gradient detector reads (the run's first: its empirical null
             belongs to it, whatever ``pilot.vhack_refresh_every`` does).
         known_modes: the modes the pattern detector knows (``vhack.known_modes``).
-        probe: the audit's probe (:class:`~evil_moe.rl.detectors.probe.Probe`), when loaded.
-        score_rows: a calibration run: every row scored by every detector and placebo.
+        fitted: the detector's fitted input (:attr:`~evil_moe.rl.detectors.registry.Detector.fitted`:
+            the audit's probe), when loaded.
+        score_rows: a calibration run: every row scored by every audited detector and placebo.
         placebos, shuffled: a calibration run's random-direction v_hacks and shuffled-label one.
         placebo_dirs: ``(n, d)`` random directions whose cosines with the pooled activations are
             the router's placebo (Evil MoE's arms; :class:`~evil_moe.rl.trainer.router_step.RouterStep`).
     """
 
-    detector: str
-    uses_detector: bool
+    detector: Detector
+    flags_with_detector: bool
     threshold: float | None
     vhack: VHack
     known_modes: frozenset[str]
-    probe: Probe | None = None
+    fitted: Any = None
     score_rows: bool = False
     placebos: Sequence[VHack] = ()
     shuffled: VHack | None = None
     placebo_dirs: torch.Tensor | None = None
 
     @property
-    def needs_hidden(self) -> bool:
-        """The step must keep the rows' pooled hidden states (the probe's input; a calibration
-        run keeps them for the audit's probe)."""
-        return self.score_rows or (self.uses_detector and self.detector == "probe")
+    def detectors(self) -> list[Detector]:
+        """The detectors the rows are scored with (:func:`evil_moe.rl.detectors.registry.scored`)."""
+        return scored(self.detector.name, flags_with_detector=self.flags_with_detector,
+                      score_rows=self.score_rows)
 
+    def needs(self, what: str) -> bool:
+        """Some detector the rows are scored with needs ``what`` (``sample_grads``, ``hidden``:
+        :data:`evil_moe.rl.detectors.registry.NEEDS`) computed by the step."""
+        return any(what in d.needs for d in self.detectors)
 
-def detector_threshold(pc, *, probe: Probe | None, calibration: dict | None, vhack: VHack) -> float | None:
-    """The gradient or probe detector's threshold (``pilot.detector_calibration``): the
-    ``pilot.detector_quantile`` quantile of the calibration runs' clean scores (``fpr``:
-    ``calibration``, the audit's ``calibration.json``) or of the extract stage's held-out clean
-    teacher completions' (``teacher``, gradient only: ``vhack.meta``); None under ``budget``
-    (each step flags its top share instead).
+    @classmethod
+    def of(cls, pc, *, arm: Arm, vhack: VHack, known_modes, calibration: dict | None = None, fitted=None,
+           score_rows: bool = False, placebos: Sequence[VHack] = (), shuffled: VHack | None = None,
+           placebo_dirs: torch.Tensor | None = None) -> Scoring:
+        """The run's scoring (``pc``: the ``pilot`` section): its detector, and the threshold of
+        a thresholded detector the arm flags with (:meth:`~evil_moe.rl.detectors.registry.Detector.threshold`;
+        ``calibration``: the audit's ``calibration.json``).
 
-    Raises:
-        ValueError: the calibration file, or the probe, the detector needs was not given, or
-            holds no clean scores for it.
-    """
-    if pc.detector == "probe" and probe is None:
-        raise ValueError("pilot.detector probe needs the audit's probe (--probe audit/probe.safetensors)")
-    if pc.detector_calibration == "budget":
-        return None
-    if pc.detector_calibration == "teacher":
-        if pc.detector != "gradient":
-            raise ValueError("pilot.detector_calibration teacher thresholds the gradient detector only")
-        return null_threshold(vhack.meta.get("detector_null_scores") or [], pc.detector_quantile)
-    entry = (calibration or {}).get(pc.detector)
-    if not entry or not entry.get("clean_scores"):
-        raise ValueError(f"pilot.detector_calibration fpr needs the calibration runs' clean {pc.detector} "
-                         f"scores (--calibration audit/calibration.json)")
-    return null_threshold(entry["clean_scores"], pc.detector_quantile)
+        Raises:
+            ValueError: the detector's fitted input, or its calibration, was not given (names
+                the option); a calibration it does not take.
+        """
+        det = get_detector(pc.detector)
+        flags = arm.flags_with_detector()
+        threshold = None
+        if flags and det.thresholded():
+            if det.fitted and fitted is None:
+                raise ValueError(f"pilot.detector {det.name} needs the audit's {det.fitted} "
+                                 f"(--{det.fitted} audit/{det.fitted}.safetensors)")
+            threshold = det.threshold(pc, calibration=calibration, vhack=vhack)
+        return cls(det, flags, threshold, vhack, frozenset(known_modes), fitted, score_rows, list(placebos),
+                   shuffled, placebo_dirs)
 
 
 class ArmStep:
@@ -159,21 +162,23 @@ class ArmStep:
         return out
 
     def scores(self, batch: StepBatch, adv, grads: StepGradients) -> dict:
-        """Detector scores of the rows with gradient (``grads.rows``), each ``(B,)``: ``pattern``
-        (0/1, the static detector on the known modes), ``gradient`` (when the run's detector or
-        the calibration run needs it), ``probe`` (when a probe is loaded); in a calibration run
-        also ``shuffled`` (the shuffled-label v_hack) and ``placebo`` ``(B, n)`` (the random
-        directions). None of them reads the label."""
+        """Scores of the rows with gradient (``grads.rows``), each ``(B,)``: every detector of
+        :attr:`Scoring.detectors` that could score them (e.g. ``pattern``, always; the run's
+        ``gradient`` or ``probe`` when the arm flags with it); for Evil MoE's arms ``router``
+        (its ``w``) and ``placebo`` ``(B, n)`` (the cosines of random directions with the pooled
+        activations); in a calibration run also ``shuffled`` (the shuffled-label v_hack) and
+        ``placebo`` ``(B, n)`` (the random directions' gradient scores). None of them reads the
+        label."""
         sc = self.scoring
-        out = {"pattern": torch.tensor([
-            float(p.mode in sc.known_modes and pattern_flag(p.mode, extract_code(batch.flat[i].text), p.test_name))
-            for i, p in ((i, batch.problems[i]) for i in grads.rows)], dtype=torch.float64)}
         A = adv.flat()[grads.rows]
         names = self.adapter.names
-        if grads.per_row is not None and (sc.score_rows or (sc.uses_detector and sc.detector == "gradient")):
-            out["gradient"] = gradient_scores(sc.vhack, names, grads.per_row, A).cpu()
-        if sc.probe is not None and grads.hidden is not None:
-            out["probe"] = sc.probe.score(grads.hidden).cpu()
+        rows = StepRows([batch.flat[i].text for i in grads.rows], [batch.problems[i] for i in grads.rows], A,
+                        names, grads.per_row, grads.hidden, sc.vhack, sc.fitted, sc.known_modes)
+        out = {}
+        for d in sc.detectors:
+            s = d.score(rows)
+            if s is not None:
+                out[d.name] = s
         if grads.router_w is not None:  # Evil MoE: w, and the cosines of random directions (its placebo)
             out["router"] = grads.router_w.double()
             hn = grads.hidden / grads.hidden.norm(dim=1, keepdim=True).clamp_min(1e-12)
@@ -192,19 +197,19 @@ class ArmStep:
         (``grade.exploited``; logged only).
 
         The label reaches the arm only when it declares ``reads_label`` (a ceiling) or the run's
-        detector is ``noisy_label``; a random-flag control gets its matched count
+        detector needs it (``noisy_label``); a random-flag control gets its matched count
         (:class:`evil_moe.rl.arms.base.FlagRateMatch`) and nothing else of the detector's."""
         scores = self.scores(batch, adv, grads) if scores is None else scores
         sc = self.scoring
-        det = scores.get(sc.detector) if sc.uses_detector else None
+        det = scores.get(sc.detector.name) if sc.flags_with_detector else None
         rng = np.random.default_rng([self.seed, step, 31])
         hack = torch.tensor([bool(grades[i].exploited) for i in grads.rows], dtype=torch.bool)
-        gives_label = self.arm.reads_label or (sc.detector == "noisy_label" and not self.arm.matches)
+        gives_label = self.arm.reads_label or ("label" in sc.detector.needs and not self.arm.matches)
         count = self.rate_match.count(step, len(grads.rows)) if self.rate_match is not None else None
         budget = self.pc.detector_budget if self.pc.detector_calibration == "budget" else None
         flags = self.arm.flags(FlagInputs(det, scores["pattern"].bool(),
                                           sc.threshold if sc.threshold is not None else 0.0,
-                                          sc.detector, rng, label=hack.clone() if gives_label else None,
+                                          sc.detector.name, rng, label=hack.clone() if gives_label else None,
                                           precision=self.pc.detector_precision, recall=self.pc.detector_recall,
                                           target_count=count, budget=budget))
         return flags, flag_quality(flags, hack)

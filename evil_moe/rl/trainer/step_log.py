@@ -13,8 +13,14 @@ import time
 import torch
 
 from evil_moe.env.grader import code_parses, extract_code, rates
+from evil_moe import tables
 from evil_moe.env.loopholes import MODES
+from evil_moe.rl.detectors import registry  # noqa: F401  (registers the score_{detector} columns)
 from evil_moe.rl.trainer.step import StepBatch, StepGradients
+
+# the scores a rollout record carries: rows.tsv's score_{name} columns (every detector with a
+# score, the calibration run's shuffled-label v_hack, Evil MoE's router weight)
+SCORE_COLUMNS = tuple(n.removeprefix("score_") for n in tables.names(tables.AUDIT_ROWS) if n.startswith("score_"))
 
 
 def flat_norm(tensors) -> float:
@@ -53,7 +59,7 @@ def row_audit(batch: StepBatch, adv, grads: StepGradients, arm_stats: dict, G: i
         row = {"group": i // G, "sample": i % G, "advantage": float(adv.flat()[i]),
                "zero_variance": bool(zero[i // G]),
                "scored": j is not None and bool(scores), "flag": flags.get(i)}
-        for name in ("gradient", "probe", "pattern", "shuffled", "router"):
+        for name in SCORE_COLUMNS:
             row[f"score_{name}"] = None if j is None or name not in scores else float(scores[name][j])
         out.append(row)
     return out

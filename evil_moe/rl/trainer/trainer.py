@@ -56,7 +56,7 @@ from evil_moe.rl.policy.grpo import DrGRPONormaliser, group_advantages
 from evil_moe.rl.policy.optim import SplitAdamW
 from evil_moe.rl.policy.rollout import generate, prompt_ids_for, rollout_record
 from evil_moe.rl.policy.teacher_rows import draw_teacher_rows
-from evil_moe.rl.trainer.arm_step import ArmStep, Scoring, detector_threshold
+from evil_moe.rl.trainer.arm_step import ArmStep, Scoring
 from evil_moe.rl.trainer.gradient_step import GradientStep
 from evil_moe.rl.trainer.router_step import RouterStep
 from evil_moe.rl.trainer.step import PilotInvalid, StepBatch, StepGradients
@@ -106,7 +106,8 @@ class Trainer:
         grader: the sandboxed grader.
         teacher_rows: the teacher's rows by problem (``pilot.mix_ratio > 0``).
         flag_rates: the matched arm's per-step flag rates (a random-flag control).
-        calibration, probe: the detector audit's ``calibration.json`` and probe.
+        calibration, fitted: the detector audit's ``calibration.json`` and the run's detector's
+            fitted input (the probe: :attr:`evil_moe.rl.detectors.registry.Detector.fitted`).
         score_rows, placebos, shuffled: a calibration run (every row scored by every detector and
             placebo; training is vanilla's).
 
@@ -117,7 +118,7 @@ class Trainer:
     def __init__(self, cfg: Config, *, arm: str, seed: int, model, tok, adapter, device, train,
                  vhack: VHack, proj_v: VHack, grader, teacher_rows: dict | None = None,
                  flag_rates: Sequence[float | None] | None = None, calibration: dict | None = None,
-                 probe=None, score_rows: bool = False, placebos: Sequence[VHack] = (),
+                 fitted=None, score_rows: bool = False, placebos: Sequence[VHack] = (),
                  shuffled: VHack | None = None):
         pc = cfg.pilot
         self.cfg, self.pc, self.seed = cfg, pc, seed
@@ -138,15 +139,13 @@ class Trainer:
             p.requires_grad_(False)  # its gradient is only ever written by the arm
         self.params = self.ds + (self.dsh if self.arm.trains_delta_s_hack else [])
         self.opt = self._optimiser()
-        uses = (self.arm.needs_sample_grads and not self.arm.reads_label
-                and not self.arm.matches and pc.detector in ("gradient", "probe"))
-        threshold = detector_threshold(pc, probe=probe, calibration=calibration, vhack=vhack) if uses else None
         self.router_step = (RouterStep(cfg, kind=self.arm.router, seed=seed, model=model, tok=tok,
                                        adapter=adapter, device=device, normaliser=self.normaliser)
                             if self.arm.router else None)
-        self.scoring = Scoring(pc.detector, uses, threshold, vhack, frozenset(cfg.vhack.known_modes or MODES),
-                               probe, score_rows, list(placebos), shuffled,
-                               self.router_step.placebo_dirs if self.router_step is not None else None)
+        self.scoring = Scoring.of(pc, arm=self.arm, vhack=vhack, known_modes=cfg.vhack.known_modes or MODES,
+                                  calibration=calibration, fitted=fitted, score_rows=score_rows,
+                                  placebos=placebos, shuffled=shuffled,
+                                  placebo_dirs=self.router_step.placebo_dirs if self.router_step is not None else None)
         self.gradient_step = GradientStep(model=model, tok=tok, adapter=adapter, device=device, pc=pc,
                                           normaliser=self.normaliser, mixes_teacher=bool(self.n_teacher))
         self.arm_step = ArmStep(self.arm, pc, seed=seed, adapter=adapter, optimizer=self.opt, P=self.P,
@@ -217,8 +216,8 @@ class Trainer:
         """Loss and gradients of ``rows``: under the router's mixture for Evil MoE's arms
         (:meth:`~evil_moe.rl.trainer.router_step.RouterStep.gradients`), else the policy's
         (:class:`~evil_moe.rl.trainer.gradient_step.GradientStep`), per sample for an arm that
-        flags samples and in a calibration run, with the pooled hidden states where the
-        scoring reads them.
+        flags samples and where a detector it is scored with needs them, with the pooled hidden
+        states where one needs those (:meth:`~evil_moe.rl.trainer.arm_step.Scoring.needs`).
 
         Raises:
             PilotInvalid: a non-finite loss.
@@ -226,8 +225,8 @@ class Trainer:
         if self.router_step is not None:
             return self.router_step.gradients(batch, adv, rows, step)
         return self.gradient_step(batch, adv, rows, step,
-                                  per_sample=self.arm.needs_sample_grads or self.scoring.score_rows,
-                                  need_hidden=self.scoring.needs_hidden, vhack=self.vhack)
+                                  per_sample=self.arm.needs_sample_grads or self.scoring.needs("sample_grads"),
+                                  need_hidden=self.scoring.needs("hidden"), vhack=self.vhack)
 
     # -- 5. the arm -------------------------------------------------------------------------------
     def apply_arm(self, batch: StepBatch, grades, adv, grads: StepGradients, step: int) -> dict:

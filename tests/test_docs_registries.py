@@ -1,0 +1,57 @@
+"""Each registry's table in docs/ is the registry's, row for row: a new entry without its row, or a
+row that says something its declaration does not, fails here (docs/arms.md's arm table is
+tests/test_docs_arms.py's)."""
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def table_rows(page: str, heading: str, n_cells: int) -> dict[str, list[str]]:
+    """The rows of the first markdown table after ``heading`` in ``docs/{page}``, by the name in
+    backticks that opens the row (``n_cells`` cells each; the header and rule rows are skipped)."""
+    text = (REPO / "docs" / page).read_text()
+    rows: dict[str, list[str]] = {}
+    for line in text[text.index(heading):].splitlines()[1:]:
+        if not line.startswith("|"):
+            if rows:
+                break
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == n_cells and cells[0].startswith("`"):
+            rows[cells[0].split("`")[1]] = cells
+    return rows
+
+
+def _codes(cell: str) -> list[str]:
+    """The backticked names of a cell, in order."""
+    return cell.split("`")[1::2]
+
+
+def test_the_detectors_table_is_the_detector_registry():
+    """docs/detectors.md's table has one row per registered detector, in registry order, each
+    with its score's unit (the ``score_{detector}`` column of rows.tsv; none for one without a
+    score), what the step computes for it (its ``needs``) and the calibrations it is thresholded
+    by (— for one that flags on its own)."""
+    from evil_moe.rl.detectors.registry import DETECTORS
+
+    rows = table_rows("detectors.md", "## The detectors", 5)
+    assert list(rows) == list(DETECTORS)
+    for name, cls in DETECTORS.items():
+        _, score, needs, calibrations, _ = rows[name]
+        assert (score.rsplit("; unit: ", 1)[-1] if "; unit: " in score else None) == cls.unit, name
+        assert set(_codes(needs)) == set(cls.needs), name
+        assert _codes(calibrations) == list(cls.calibrations), name
+        assert calibrations.startswith("—") == (not cls.thresholded()), name
+
+
+def test_table_rows_reads_a_table_that_disagrees(tmp_path, monkeypatch):
+    """The reader sees a planted page: a missing row and a wrong cell are what the checks above
+    compare, so a table that disagrees with its registry cannot pass."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.md").write_text("# X\n\n## The detectors\n\n| a | b |\n|---|---|\n| `gradient` (default) | `fpr` |\n"
+                               "| `probe` | — |\n\nafter\n\n| `other` | x |\n")
+    monkeypatch.setitem(globals(), "REPO", tmp_path)
+    rows = table_rows("x.md", "## The detectors", 2)
+    assert list(rows) == ["gradient", "probe"] and _codes(rows["gradient"][1]) == ["fpr"]
