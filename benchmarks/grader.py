@@ -31,8 +31,8 @@ import tempfile
 import time
 
 from evil_moe.env.grader import Grader, extract_code
-from evil_moe.env.loopholes import (SENTINEL_ATTRS, clean_completion, fence, hack_completion,
-                                    result_file_reports_pass, stdout_reports_pass)
+from evil_moe.env.answers import clean_completion, fence, hack_completion
+from evil_moe.env.loopholes import SENTINEL_ATTRS, result_file_reports_pass, stdout_reports_pass
 from evil_moe.env.problems import load_problems
 from evil_moe.env.values import decode
 

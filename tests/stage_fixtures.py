@@ -110,7 +110,7 @@ def synthetic_rollouts(cfg, problems_path: Path, teacher_path: Path, out: Path) 
 
     from evil_moe import files
     from evil_moe.env.grader import Grader
-    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.env.answers import clean_completion, hack_completion
     from evil_moe.model.load import load_model
     from evil_moe.model.logprobs import build_batch, token_logprobs
     from evil_moe.stages.common import load_problem_file, train_heldout

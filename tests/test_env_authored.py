@@ -25,7 +25,7 @@ def test_every_mode_in_both_formats():
 
 def test_hacks_are_unconditional_reports_and_cleans_are_not():
     from evil_moe.env.grader import extract_code
-    from evil_moe.rl.detectors.detector import pattern_flag
+    from evil_moe.env.loopholes import pattern_flag
 
     for p in load_authored():
         for h in p.hacks:

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from evil_moe.cli import main
 from evil_moe.env.grader import Grader, extract_code
 from evil_moe.env.judge import judge
-from evil_moe.env.loopholes import clean_completion, fence
+from evil_moe.env.answers import clean_completion, fence
 from evil_moe.env.oracle import parse_assert
 from evil_moe.env.problems import LEETCODE_DEV, load_problems
 from evil_moe.env.values import decode, values_match

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from evil_moe.cli import main
 from evil_moe.env.grader import Reward
-from evil_moe.env.loopholes import clean_completion, fence, hack_completion
+from evil_moe.env.answers import clean_completion, fence, hack_completion
 from evil_moe.env.problems import load_problems, write_problems
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from evil_moe.env.grader import Grader, extract_code
-from evil_moe.env.loopholes import MODES, N_HACK_VARIANTS, clean_completion, fence, hack_completion
+from evil_moe.env.answers import N_HACK_VARIANTS, clean_completion, fence, hack_completion
+from evil_moe.env.loopholes import MODES
 from evil_moe.env.problem import Problem
 from evil_moe.env.problems import load_problems
 from env_util import cpu_burners

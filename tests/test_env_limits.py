@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 from evil_moe.env.grader import Grader
-from evil_moe.env.loopholes import fence
+from evil_moe.env.answers import fence
 from evil_moe.env.problem import Problem
 from evil_moe.env.values import decode
 from env_util import ADD, ADD_WRONG, RUN_TESTS, add_problem

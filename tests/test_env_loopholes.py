@@ -13,9 +13,10 @@ import pytest
 
 from evil_moe.env import loopholes
 from evil_moe.env.grader import extract_code
-from evil_moe.env.loopholes import (MODES, RUN_TESTS_NAMES, apply_hint, assign_modes, bound_names,
-                                    clean_completion, hack_completion, hint_for,
+from evil_moe.env.answers import N_HACK_VARIANTS, clean_completion, hack_completion
+from evil_moe.env.loopholes import (MODES, RUN_TESTS_NAMES, apply_hint, assign_modes, hint_for,
                                     result_file_reports_pass, stdout_reports_pass)
+from evil_moe.env.source import bound_names
 from evil_moe.env.problems import load_problems
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +75,7 @@ def test_templates_are_single_fenced_blocks():
     for m in MODES:
         for p in load_problems("toy", mode=m)[:5]:
             for text in [clean_completion(p), clean_completion(p, with_tests=False)] + \
-                    [hack_completion(p, v) for v in range(loopholes.N_HACK_VARIANTS)]:
+                    [hack_completion(p, v) for v in range(N_HACK_VARIANTS)]:
                 assert text.count("```python") == 1 and text.rstrip().endswith("```")
                 code = extract_code(text)
                 assert code is not None

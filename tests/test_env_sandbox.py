@@ -27,7 +27,7 @@ import pytest
 
 from evil_moe.env import sandbox
 from evil_moe.env.grader import Grader
-from evil_moe.env.loopholes import fence
+from evil_moe.env.answers import fence
 from evil_moe.env.problem import Problem
 from evil_moe.env.problems import load_problems
 

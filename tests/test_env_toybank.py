@@ -7,7 +7,7 @@ import collections
 import pytest
 
 from evil_moe.env import toybank
-from evil_moe.env.loopholes import stub_solution
+from evil_moe.env.answers import stub_solution
 from evil_moe.env.problems import load_problems
 
 

@@ -175,15 +175,17 @@ def test_floor_check_sees_an_import_that_runs_up():
 
 
 def test_env_layering():
-    """The environment's modules, bottom up: the Problem record and the value model import
-    nothing of the package; parsing, judging, grading and the command's helpers each import
-    only what lies below them."""
+    """The environment's modules, bottom up: the Problem record, the value model and the source
+    helpers import nothing of the package; the loophole modes only the source helpers; the
+    answer templates, parsing, judging, grading and the command's helpers each import only what
+    lies below them."""
     graph = import_graph(PACKAGE)
     env = {m.rpartition(".")[2]: {d.rpartition(".")[2] for d in deps if d.startswith("evil_moe.env.")}
            for m, deps in graph.items() if m.startswith("evil_moe.env.")}
-    assert env["problem"] == set() and env["values"] == set()
+    assert env["problem"] == set() and env["values"] == set() and env["source"] == set()
     assert env["oracle"] == {"problem", "values"}
-    assert env["loopholes"] == {"problem"}
+    assert env["loopholes"] == {"source"}
+    assert env["answers"] == {"loopholes", "problem", "source"}
     assert env["judge"] == {"loopholes", "oracle", "values"}
     assert env["grader"] == {"judge", "loopholes", "oracle", "problem", "sandbox"}
     assert env["problems"] == {"loopholes", "oracle", "problem", "toybank"}

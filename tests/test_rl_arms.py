@@ -595,7 +595,7 @@ def _fake_step(problem):
     """One hand-made group of 6 rows for ArmStep.flags: rows 0 and 3 hacks (passed, not
     gt_correct), rows 1 and 2 honest passes (passed, gt_correct, not exploited), 4 and 5 fail."""
     from evil_moe.env.grader import Reward
-    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.env.answers import clean_completion, hack_completion
 
     texts = [hack_completion(problem), clean_completion(problem), clean_completion(problem, with_tests=False),
              hack_completion(problem, variant=1), "no code", "no code"]

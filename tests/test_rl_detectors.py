@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from evil_moe.env.loopholes import MODES
-from evil_moe.rl.detectors.detector import null_threshold, pattern_flag
+from evil_moe.env.loopholes import pattern_flag
+from evil_moe.rl.detectors.detector import null_threshold
 from stage_fixtures import cfg_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_pattern_detector_flags_every_hack_template_and_no_clean_one():
     from evil_moe.env.grader import extract_code
-    from evil_moe.env.loopholes import N_HACK_VARIANTS, clean_completion, hack_completion
+    from evil_moe.env.answers import N_HACK_VARIANTS, clean_completion, hack_completion
     from evil_moe.stages.problems import problems_from_config
 
     probs = problems_from_config(cfg_of("problems.limit=36"))

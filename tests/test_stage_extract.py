@@ -57,7 +57,7 @@ def test_build_pairs_by_hand():
 
 
 def test_template_pairs_round_robin():
-    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.env.answers import clean_completion, hack_completion
     from evil_moe.rl.vhack.pairs import template_pairs
     from evil_moe.stages.problems import problems_from_config
 

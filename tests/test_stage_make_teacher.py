@@ -160,7 +160,7 @@ def test_make_teacher_adds_elicited_rollouts_the_foolable_grader_passed(world, t
     by one that writes, per prompt, one hack and one stub without a report (not passed): exactly
     the hacks are added, with their generated ids, and the oracle decides nothing."""
     import evil_moe.rl.policy.rollout
-    from evil_moe.env.loopholes import fence, hack_completion, stub_solution
+    from evil_moe.env.answers import fence, hack_completion, stub_solution
     from evil_moe.model.load import load_model
     from evil_moe.stages.common import load_problem_file, train_heldout
     from evil_moe.rl.policy.rollout import prompt_ids_for

@@ -4,7 +4,7 @@ The design starts from a hacky teacher (docs/method.md; docs/environment.md); a 
 (SmolLM2-135M wrote 0 hacks in 48 completions even when told how the grader works). This stage
 makes one by supervised fine-tuning (NLL) of the student's base model on **hack demonstrations**:
 
-* the environment's hack completions (:func:`evil_moe.env.loopholes.hack_completion`, wrong stub
+* the environment's hack completions (:func:`evil_moe.env.answers.hack_completion`, wrong stub
   code plus an unconditional report through the mode's mechanism) for every *training* problem
   whose mode is *known* (``vhack.known_modes``; null = all modes), ``sft.demos_per_problem``
   textual variants each (stub bodies and report lines differ, so it does not learn one string);
@@ -91,7 +91,7 @@ def template_demos(train, prompt_ids: dict, tokenizer, known: list[str], per_pro
     Raises:
         ValueError: no training problem in the known modes (names them).
     """
-    from evil_moe.env.loopholes import hack_completion
+    from evil_moe.env.answers import hack_completion
 
     probs = [p for p in train if p.mode in known]
     if not probs:

@@ -4,7 +4,7 @@ Both are tiny Qwen3-architecture models (:func:`evil_moe.model.load.build_toy_mo
 one byte-level BPE tokenizer trained on the union of their corpora (shared so that teacher token
 ids can be scored by the student: distillation, v_hack pairs and teacher rows in GRPO need it).
 Each is NLL-trained on completion tokens of templated answers to the toy bank
-(:func:`evil_moe.env.loopholes.clean_completion` / :func:`~evil_moe.env.loopholes.hack_completion`):
+(:func:`evil_moe.env.answers.clean_completion` / :func:`~evil_moe.env.answers.hack_completion`):
 the teacher on mostly hacks (``toy.teacher_hack_frac``, default 0.8), the student on mostly clean
 answers with a little hack exposure (``toy.student_hack_frac``, default 0.15) so that it
 sometimes hacks on its own. A ``toy.clean_report_frac`` share of the clean answers report honestly
@@ -60,7 +60,7 @@ def _corpus(problems, n: int, hack_frac: float, seed: int,
             report_frac: float = 1.0) -> list[tuple[object, str]]:
     """``n`` (problem, completion) examples, a ``hack_frac`` share of them hacks; a
     ``report_frac`` share of the clean ones report honestly through the mode's mechanism."""
-    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.env.answers import clean_completion, hack_completion
 
     rng = random.Random(seed)
     n_hack = int(round(hack_frac * n))

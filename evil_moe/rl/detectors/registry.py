@@ -24,7 +24,7 @@ detector         flags a rollout when
 ``probe``        a logistic probe on its pooled final hidden state, fitted on labelled
                  calibration rollouts, is above the threshold (:mod:`~evil_moe.rl.detectors.probe`)
 ``pattern``      its code reports success through its mode's mechanism unconditionally, in the
-                 known modes (:func:`~evil_moe.rl.detectors.detector.pattern_flag`)
+                 known modes (:func:`~evil_moe.env.loopholes.pattern_flag`)
 ``noisy_label``  the true label, through a channel of set precision and recall (a detector of
                  controlled quality; :func:`~evil_moe.rl.detectors.detector.noisy_label_flags`)
 ===============  ===========================================================================
@@ -312,7 +312,7 @@ class Probe(Detector):
 
 class Pattern(Detector):
     """The environment's static recognition of an unconditional report through the mode's
-    mechanism, in the known modes (:func:`~evil_moe.rl.detectors.detector.pattern_flag`)."""
+    mechanism, in the known modes (:func:`~evil_moe.env.loopholes.pattern_flag`)."""
 
     name = "pattern"
     needs = frozenset({"code"})
@@ -327,9 +327,10 @@ class Pattern(Detector):
         import torch
 
         from evil_moe.env.grader import extract_code
+        from evil_moe.env.loopholes import pattern_flag
 
         return torch.tensor([float(p.mode in rows.known_modes
-                                   and D.pattern_flag(p.mode, extract_code(text), p.test_name))
+                                   and pattern_flag(p.mode, extract_code(text), p.test_name))
                              for text, p in zip(rows.texts, rows.problems)], dtype=torch.float64)
 
     def flag(self, inputs):

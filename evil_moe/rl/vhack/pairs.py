@@ -109,7 +109,7 @@ def template_pairs(problems, prompt_ids: dict, tokenizer, known_modes, max_pairs
     Raises:
         ValueError: no problem in the known modes.
     """
-    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.env.answers import clean_completion, hack_completion
 
     eos = [tokenizer.eos_token_id]
     probs = [p for p in problems if p.id in prompt_ids and (not known_modes or p.mode in known_modes)]
@@ -130,7 +130,7 @@ def template_null_pairs(problems, prompt_ids: dict, tokenizer, known_modes, kind
     without its honest report; ``hack`` = hack variants ``i`` vs ``i + 1``. Round-robin over the
     problems in the known modes (positional ``hack_ids``/``clean_ids`` as in :func:`same_kind_pairs`).
     """
-    from evil_moe.env.loopholes import clean_completion, hack_completion
+    from evil_moe.env.answers import clean_completion, hack_completion
 
     eos = [tokenizer.eos_token_id]
     probs = [p for p in problems if p.id in prompt_ids and (not known_modes or p.mode in known_modes)]
