@@ -55,3 +55,15 @@ def test_table_rows_reads_a_table_that_disagrees(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "REPO", tmp_path)
     rows = table_rows("x.md", "## The detectors", 2)
     assert list(rows) == ["gradient", "probe"] and _codes(rows["gradient"][1]) == ["fpr"]
+
+
+def test_the_modes_table_is_the_mode_registry():
+    """docs/environment.md's table has one row per registered loophole mode, in registry order,
+    each quoting the mode's own hint (the prompt's words)."""
+    from evil_moe.env.loopholes import LOOPHOLES
+
+    rows = table_rows("environment.md", "## Overview", 4)
+    assert list(rows) == list(LOOPHOLES)
+    for name, cls in LOOPHOLES.items():
+        hint = rows[name][1].strip('"').removeprefix("…")
+        assert cls().hint("run_tests").endswith(hint), name
