@@ -67,3 +67,17 @@ def test_the_modes_table_is_the_mode_registry():
     for name, cls in LOOPHOLES.items():
         hint = rows[name][1].strip('"').removeprefix("…")
         assert cls().hint("run_tests").endswith(hint), name
+
+
+def test_the_criteria_table_is_the_criterion_registry():
+    """docs/gate.md's criteria table has one row per registered gate criterion, in registry
+    order, each with its rate (metric), the other side of its effect and its threshold's key."""
+    from evil_moe.gate.criteria import CRITERIA
+
+    rows = table_rows("gate.md", "## The criteria, per treatment arm", 5)
+    assert list(rows) == list(CRITERIA)
+    for name, c in CRITERIA.items():
+        _, metric, against, threshold, _ = rows[name]
+        assert metric == c.metric, name
+        assert against.startswith("vanilla" if c.against == "vanilla" else "the matched control"), name
+        assert _codes(threshold) == [f"compare.{c.threshold}"], name

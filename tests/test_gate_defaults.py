@@ -14,7 +14,7 @@ import yaml
 
 from evil_moe.gate import ceilings
 from evil_moe.config import load_config
-from evil_moe.gate import defaults, effects, power, rule, simulate
+from evil_moe.gate import criteria, defaults, effects, power, rule, simulate, sizing
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())["properties"]["compare"]["properties"]
@@ -26,7 +26,7 @@ KEYS = ("min_drop", "pass_margin", "min_seeds", "n_boot", "ci", "power", "seed",
 # resamples an Effect was computed with (0: not recorded)
 NOT_THE_GATES = {("simulate_gate", "seed"), ("simulate_gate", "n_boot"), ("operating_characteristics", "n_boot"),
                  ("cluster_bootstrap", "resample"), ("Effect", "n_boot")}
-MODULES = (defaults, effects, power, rule, simulate, ceilings)
+MODULES = (defaults, effects, power, sizing, criteria, rule, simulate, ceilings)
 
 
 def test_defaults_are_the_schema_and_the_filled_config():
@@ -54,7 +54,7 @@ def test_every_keyword_default_is_the_schemas():
     found = list(_keyword_defaults())
     # the functions that restated them before (min_seeds eight times, n_boot/ci/power/seed in the effects)
     names = {(f, k) for f, k, _ in found}
-    assert {("evil_moe.gate.rule.decide_gate", "min_seeds"), ("evil_moe.gate.rule.drop_vs_vanilla", "min_seeds"),
+    assert {("evil_moe.gate.rule.decide_gate", "min_seeds"), ("evil_moe.gate.criteria.drop_vs_vanilla", "min_seeds"),
             ("evil_moe.gate.effects.paired_effect", "n_boot"), ("evil_moe.gate.simulate.simulate_gate", "min_drop"),
             ("evil_moe.gate.ceilings.mode_rates", "ci")} <= names
     wrong = [(f, k, v) for f, k, v in found if v != SCHEMA[k]["default"]]
@@ -62,7 +62,7 @@ def test_every_keyword_default_is_the_schemas():
 
 
 def test_dataclass_defaults_are_the_schemas():
-    fields = {(cls.__name__, f.name): f.default for cls in (effects.Effect, rule.ArmVerdict, rule.GateVerdict)
+    fields = {(cls.__name__, f.name): f.default for cls in (effects.Effect, criteria.ArmVerdict, criteria.GateVerdict, criteria.Limits)
               for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
     assert fields[("ArmVerdict", "min_seeds")] == fields[("GateVerdict", "min_seeds")] == SCHEMA["min_seeds"]["default"]
     assert fields[("GateVerdict", "multiplicity")] == SCHEMA["multiplicity"]["default"]

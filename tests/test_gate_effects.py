@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evil_moe.gate import effects, power
+from evil_moe.gate import effects, power, sizing
 from gate_util import A, B, HAND, table
 
 
@@ -216,7 +216,7 @@ def test_one_seed_has_no_interval():
     assert e.value == pytest.approx(0.25)
     assert (e.ci_low, e.ci_high, e.mde) == (-math.inf, math.inf, math.inf) and math.isnan(e.se)
     assert "1 seed" in e.note and math.isnan(e.components.between_seed)
-    assert power.needed(e, 0.0) == power.Needed(0.0, 0.25, None, None, "", None)
+    assert sizing.needed(e, 0.0) == sizing.Needed(0.0, 0.25, None, None, "", None)
     assert e.to_dict()["ci_low"] is None  # JSON-safe
 
 

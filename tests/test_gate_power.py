@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from evil_moe.gate import power, simulate
+from evil_moe.gate import power, simulate, sizing
 from gate_util import CROSSED, make_effect
 
 
@@ -62,7 +62,7 @@ def test_planned_se_is_the_expected_interval_se():
 def test_needed_is_the_smallest_size_that_decides():
     e = make_effect(0.08, se=0.04, comp=(0.0002, 0.0005, 0.4))
     comp, P, n = e.components, 9, 64
-    nd = power.needed(e, 0.0, decides="pass")
+    nd = sizing.needed(e, 0.0, decides="pass")
     half = lambda S, P_, n_: power.critical(power.planned_df(comp, S, P_, n_)) * power.planned_se(comp, S, P_, n_)
     assert nd.distance == pytest.approx(0.08) and nd.decides == "pass"
     assert half(nd.seeds, P, n) < 0.08 <= half(nd.seeds - 1, P, n)
@@ -70,16 +70,16 @@ def test_needed_is_the_smallest_size_that_decides():
     assert half(3, nd.problems, n) < 0.08 <= half(3, nd.problems - 1, n)
     # run-to-run noise alone keeps the half width above the distance: samples and problems cannot decide
     big = make_effect(0.08, se=0.04, comp=(0.01, 0.001, 0.4))
-    assert power.needed(big, 0.0).samples is None and power.needed(big, 0.0).problems is None
-    assert power.needed(big, 0.0).seeds > 3
+    assert sizing.needed(big, 0.0).samples is None and sizing.needed(big, 0.0).problems is None
+    assert sizing.needed(big, 0.0).seeds > 3
     # a large arm × problem term: with 9 problems no number of seeds decides (df and σ_C²/P stay), problems do
     wide = make_effect(0.08, se=0.04, comp=(0.0001, 0.02, 0.4))
-    nd = power.needed(wide, 0.0)
+    nd = sizing.needed(wide, 0.0)
     assert nd.seeds is None and nd.problems is not None and nd.problems > 9
     # at 3 seeds twice the seeds buys most (t on 2 df → 5 df); at 10 seeds, with the arm × problem
     # term dominating, twice the problems does (planned MDE 0.113 vs 0.154 for seeds or samples)
-    assert power.plan(wide)["best"] == "seeds"
-    pl = power.plan(make_effect(0.08, se=0.04, n_seeds=10, comp=(0.0001, 0.02, 0.4)))
+    assert sizing.plan(wide)["best"] == "seeds"
+    pl = sizing.plan(make_effect(0.08, se=0.04, n_seeds=10, comp=(0.0001, 0.02, 0.4)))
     assert pl["best"] == "problems" and pl["problems"]["mde"] == pytest.approx(0.113, abs=5e-4)
     assert pl["seeds"]["mde"] == pytest.approx(0.154, abs=5e-4)
     assert pl["problems"]["se"] == pytest.approx(power.planned_se(wide.components, 10, 18, 64))

@@ -1,6 +1,6 @@
-"""The gate's decision rule (evil_moe/gate/rule.py) on hand-made Effects: the three criteria,
-the arm's verdict, p-values, the relative pass margin, Holm's correction and the positive
-control."""
+"""The gate's decision rule (evil_moe/gate/rule.py) and criteria (evil_moe/gate/criteria.py) on
+hand-made Effects: the three criteria, the arm's verdict, p-values, the relative pass margin,
+Holm's correction and the positive control."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from evil_moe.gate import effects, rule
+from evil_moe.gate import criteria, effects, rule
 from gate_util import A, B, NOMINAL_LOWER, make_effect, slack, table
 
 
 # ---------------------------------------------------------------------------------------------
 # the decision rule, on hand-made Effects
 
-def arm(drop, control, pass_drop, **kw):
-    return rule.decide_arm("erase", drop, control, pass_drop, min_drop=0.05, pass_margin=0.10, **kw)
+def arm(drop, control, pass_drop):
+    effects_ = {"drop_vs_vanilla": drop, "beats_control": control, "matched_pass": pass_drop}
+    return rule.decide_arm("erase", effects_, criteria.Limits(min_drop=0.05, pass_margin=0.10))
 
 
 def test_separated_needs_all_three_and_enough_seeds():
@@ -60,9 +61,9 @@ def test_inconclusive_says_what_would_decide():
 
 
 def test_matched_pass_is_non_inferiority_and_flags_a_vanishing_reference():
-    p = rule.matched_pass(make_effect(0.02, se=0.01, metric="pass", mean_b=0.06), 0.10)
+    p = criteria.matched_pass(make_effect(0.02, se=0.01, metric="pass", mean_b=0.06), 0.10)
     assert p.passed and "vanilla's pass rate is itself within the absolute margin" in p.note
-    assert not rule.matched_pass(make_effect(0.05, ci_low=-0.02, ci_high=0.12, metric="pass"), 0.10).passed
+    assert not criteria.matched_pass(make_effect(0.05, ci_low=-0.02, ci_high=0.12, metric="pass"), 0.10).passed
 
 
 def test_gate_positive_control_and_aggregation():
@@ -97,13 +98,13 @@ def test_gate_positive_control_and_aggregation():
 def test_p_values_agree_with_the_intervals():
     """p < (1 − ci)/2 exactly when the interval excludes the bound (one-sided t, df 2: t_{2,.975} = 4.3027)."""
     e = make_effect(0.1, se=0.1 / 4.3027 * 0.999)
-    assert e.ci_low > 0 and rule.p_lower(e) < 0.025
+    assert e.ci_low > 0 and criteria.p_lower(e) < 0.025
     e = make_effect(0.1, se=0.1 / 4.3027 * 1.001)
-    assert e.ci_low < 0 and rule.p_lower(e) > 0.025
-    assert rule.p_lower(make_effect(0.0, se=0.05)) == pytest.approx(0.5)
+    assert e.ci_low < 0 and criteria.p_lower(e) > 0.025
+    assert criteria.p_lower(make_effect(0.0, se=0.05)) == pytest.approx(0.5)
     u = make_effect(0.02, se=0.01, metric="pass")
-    assert (u.ci_high <= 0.10) and rule.p_upper(u, 0.10) < 0.025  # (0.02 − 0.10)/0.01 = −8 on 2 df
-    assert rule.p_upper(u, 0.10) == pytest.approx(0.0076, abs=2e-4)
+    assert (u.ci_high <= 0.10) and criteria.p_upper(u, 0.10) < 0.025  # (0.02 − 0.10)/0.01 = −8 on 2 df
+    assert criteria.p_upper(u, 0.10) == pytest.approx(0.0076, abs=2e-4)
 
 
 def test_relative_pass_margin_by_hand():
@@ -114,19 +115,19 @@ def test_relative_pass_margin_by_hand():
     the absolute binds."""
     drop = make_effect(0.05, ci_low=0.01, ci_high=0.09, metric="pass", mean_b=0.135)
     rel = make_effect(-0.0175, ci_low=-0.055, ci_high=0.02, metric="pass", mean_b=0.135)
-    c = rule.matched_pass(drop, 0.10, rel_effect=rel, pass_margin_rel=0.5)
+    c = criteria.matched_pass(drop, 0.10, rel_effect=rel, pass_margin_rel=0.5)
     assert c.binding == "relative" and not c.passed and not c.rules_out
     assert "0.5 × vanilla's pass rate 0.135 = 0.068 (relative; relative binds)" in c.note
     assert c.to_dict()["margin_rel_points"] == pytest.approx(0.0675)
-    assert rule.matched_pass(drop, 0.10).passed  # the absolute margin alone passes it
+    assert criteria.matched_pass(drop, 0.10).passed  # the absolute margin alone passes it
     ok = make_effect(-0.04, ci_low=-0.07, ci_high=-0.01, metric="pass", mean_b=0.135)
-    assert rule.matched_pass(drop, 0.10, rel_effect=ok, pass_margin_rel=0.5).passed
+    assert criteria.matched_pass(drop, 0.10, rel_effect=ok, pass_margin_rel=0.5).passed
     out = make_effect(0.03, ci_low=0.005, ci_high=0.055, metric="pass", mean_b=0.135)
-    assert rule.matched_pass(drop, 0.10, rel_effect=out, pass_margin_rel=0.5).rules_out
+    assert criteria.matched_pass(drop, 0.10, rel_effect=out, pass_margin_rel=0.5).rules_out
     high = make_effect(0.05, ci_low=0.01, ci_high=0.09, metric="pass", mean_b=0.4)
-    assert rule.matched_pass(high, 0.10, rel_effect=ok, pass_margin_rel=0.5).binding == "absolute"
+    assert criteria.matched_pass(high, 0.10, rel_effect=ok, pass_margin_rel=0.5).binding == "absolute"
     with pytest.raises(ValueError, match="both rel_effect and pass_margin_rel"):
-        rule.matched_pass(drop, 0.10, rel_effect=ok)
+        criteria.matched_pass(drop, 0.10, rel_effect=ok)
     # the contrast itself, on the hand table (pass = 1 − hack): d = 0.5·p_vanilla − p_erase per cell
     # = (−.75, −.375 | −.375, .125): seed means −.5625, −.125, D = −.34375 = drop (−.125) − .5 × .4375
     e = effects.paired_effect(table(), A, B, "pass", n_boot=200, weight_b=0.5)
@@ -172,3 +173,37 @@ def test_holm_keeps_the_family_wise_rate_with_four_null_arms():
         any_holm += rule.decide_gate(arms, pc, min_drop=0.05).verdict == "separated"
     assert any_raw / N == pytest.approx(1 - 0.975 ** K, abs=3 * math.sqrt(0.096 * 0.904 / N))
     assert any_holm / N <= NOMINAL_LOWER + slack(NOMINAL_LOWER, N)
+
+
+def test_a_new_criterion_is_one_declaration(monkeypatch):
+    """The worked example of docs/internals.md ("Adding a gate criterion"): a planted
+    ``big_drop`` criterion (the hack drop vs vanilla at twice min_drop) added to the registry
+    alone is judged for every arm, can keep it from separating, counts in its p-value and power,
+    and gets its gate.json row and report line — no other module names it."""
+    import dataclasses
+
+    from evil_moe.gate.judge import criterion_row
+    from evil_moe.gate.verdict import _criteria_lines
+
+    def big_drop(e, rel, lim):
+        c = criteria.drop_vs_vanilla(e, 2 * lim.min_drop, lim.min_seeds)
+        return dataclasses.replace(c, name="big_drop")
+
+    monkeypatch.setitem(criteria.CRITERIA, "big_drop",
+                        criteria.GateCriterion("big_drop", "hack", "vanilla", "min_drop", big_drop))
+    lim = criteria.Limits(min_drop=0.05, pass_margin=0.10)
+    base = {"drop_vs_vanilla": make_effect(0.08, se=0.005), "beats_control": make_effect(0.08, se=0.005),
+            "matched_pass": make_effect(0.0, se=0.005, metric="pass")}
+    with pytest.raises(KeyError):
+        rule.decide_arm("erase", base, lim)  # its effect is required
+    v = rule.decide_arm("erase", {**base, "big_drop": make_effect(0.08, se=0.002)}, lim)
+    assert [c.name for c in v.criteria] == ["drop_vs_vanilla", "beats_control", "matched_pass", "big_drop"]
+    assert v.verdict == "not_separated" and "hack drop vs vanilla 0.080" in v.reason  # 0.08 < 0.10 ruled out
+    w = rule.decide_arm("erase", {**base, "big_drop": make_effect(0.2, se=0.005)}, lim)
+    assert w.verdict != "not_separated" and w.p_value == max(c.p_value for c in w.criteria)
+    assert 0 < w.power_at(0.2) < w.criteria[0].power_at(0.2)  # one more factor in the product
+    row = criterion_row(v.criteria[-1], "erase", "random_v", "trained")
+    assert row["name"] == "big_drop" and row["control"] == "vanilla" and row["threshold"] == 0.10
+    lines = _criteria_lines({"criteria": [row]})
+    assert lines[2].startswith("- not met: big_drop erase vs vanilla: change in hack rate −0.080")
+    assert lines[2].endswith("(compare.min_drop 0.1)")

@@ -5,7 +5,8 @@ the arms' reasons, each against text written out by hand."""
 from __future__ import annotations
 
 from evil_moe.gate import verdict
-from evil_moe.gate.power import Needed
+from evil_moe.gate.sizing import Needed
+from evil_moe.gate.criteria import Limits
 from evil_moe.gate.rule import decide_arm
 from gate_util import make_effect
 
@@ -65,8 +66,8 @@ def test_more_text_and_the_reasons():
     assert verdict.arm_reason("erase", "inconclusive", ["a"]).endswith(
         "a; no reachable number of seeds, problems or samples would decide it at the observed means (a mean "
         "near its boundary)")
-    v = decide_arm("erase", make_effect(0.2), make_effect(0.15), make_effect(0.0, metric="pass"), min_drop=0.05,
-                   pass_margin=0.10)
+    v = decide_arm("erase", {"drop_vs_vanilla": make_effect(0.2), "beats_control": make_effect(0.15),
+                             "matched_pass": make_effect(0.0, metric="pass")}, Limits(0.05, 0.10))
     assert v.reason == "erase: separated — " + "; ".join(c.note for c in v.criteria)
     holm = verdict.holm_reason(v, 0.03, 0.025, 2, "beats_control", Needed(0.0, 0.1, 5, None, "pass", None))
     assert holm.startswith("erase: inconclusive — every criterion passes at the unadjusted level, but not after "
@@ -271,9 +272,9 @@ def test_the_arithmetic_is_the_sentence_s_in_changes():
 
     van = ("vanilla", "trained")
     a = ("moe", "ablated")
-    arm = decide_arm("moe", make_effect(0.06, a=a, b=van, se=0.04),
-                     make_effect(0.01, a=a, b=("moe_random", "ablated"), se=0.05),
-                     make_effect(-0.03, a=a, b=van, metric="pass"), min_drop=0.05, pass_margin=0.1)
+    arm = decide_arm("moe", {"drop_vs_vanilla": make_effect(0.06, a=a, b=van, se=0.04),
+                             "beats_control": make_effect(0.01, a=a, b=("moe_random", "ablated"), se=0.05),
+                             "matched_pass": make_effect(-0.03, a=a, b=van, metric="pass")}, Limits(0.05, 0.1))
     g = decide_gate([arm], make_effect(0.3, a=("oracle_reward", "trained"), b=van), min_drop=0.05)
     sizes = "3 seeds × 9 held-out problems × 64 samples"
     gate = {"verdict": g.verdict, "sentence": verdict.sentence(g.verdict, [], g, sizes), "sizes": sizes,

@@ -20,7 +20,8 @@ import pandas as pd
 
 from evil_moe.gate.effects import Effect, paired_effect
 from evil_moe.gate.power import finite
-from evil_moe.gate.rule import ArmVerdict, Criterion, apply_references, decide_arm, decide_gate
+from evil_moe.gate.criteria import CRITERIA, ArmVerdict, Criterion, Limits
+from evil_moe.gate.rule import apply_references, decide_arm, decide_gate
 from evil_moe.rl.arms.pilot_inputs import uses_detector
 from evil_moe.rl.arms.registry import ARMS
 
@@ -39,11 +40,11 @@ def effect_or_none(outcomes, a, b, metric, settings, weight_b: float = 1.0) -> E
 
 def criterion_row(c: Criterion, arm: str, control: str | None, view: str) -> dict:
     """``gate.json``'s row of criterion ``c`` of ``arm`` (judged ``view``; ``control``: its matched
-    control, named on the ``beats_control`` row): the effect with its interval, MDE, threshold,
-    verdict, note and the effect's details."""
+    control, named on the rows of criteria against it): the effect with its interval, MDE,
+    threshold, verdict, note and the effect's details."""
     d = c.to_dict()
     e = c.effect
-    return {"name": c.name, "arm": arm, "control": control if c.name == "beats_control" else "vanilla",
+    return {"name": c.name, "arm": arm, "control": _other(c.name, control),
             "view": view, "value": finite(e.value), "ci_low": finite(e.ci_low),
             "ci_high": finite(e.ci_high), "mde": finite(c.mde), "threshold": c.threshold,
             "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
@@ -57,6 +58,11 @@ def criterion_row(c: Criterion, arm: str, control: str | None, view: str) -> dic
                                 "resample", "n_problems_total")}}
 
 
+def _other(name: str, control: str | None) -> str | None:
+    """The other side's arm of criterion ``name``'s rows: the matched control, or vanilla."""
+    return control if CRITERIA[name].against == "control" else "vanilla"
+
+
 def arm_numbers(v: ArmVerdict) -> dict:
     """An arm's verdict and its numbers for gate.json: the reason, MDE, what would decide it, its
     intersection–union p-value and (after :func:`evil_moe.gate.rule.decide_gate`) Holm's adjusted one."""
@@ -67,35 +73,36 @@ def arm_numbers(v: ArmVerdict) -> dict:
 
 
 def _missing_criterion(name: str, arm: str, control: str | None, view: str, why: str, threshold: float) -> dict:
-    return {"name": name, "arm": arm, "control": control if name == "beats_control" else "vanilla",
+    return {"name": name, "arm": arm, "control": _other(name, control),
             "view": view, "value": None, "ci_low": None, "ci_high": None, "mde": None,
             "threshold": threshold, "passed": False, "rules_out": False, "note": why}
 
 
 def judge_arms(outcomes: pd.DataFrame, arms: Sequence[str], settings) -> tuple[list, list[dict], dict, Any]:
     """Per treatment arm its ArmVerdict (or None when a side has no data), the criteria rows, and
-    per-arm extra numbers; then the positive control's Effect."""
+    per-arm extra numbers; then the positive control's Effect. Each criterion of
+    :data:`~evil_moe.gate.criteria.CRITERIA` gets its paired effect on its sides (and, when it
+    reads it, the relative-margin contrast under ``compare.pass_margin_rel``)."""
     verdicts, rows, extra = [], [], {}
+    limits = Limits(settings.min_drop, settings.pass_margin, settings.min_seeds, settings.pass_margin_rel)
     for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
         cls = ARMS[arm]
         view, control = cls.views[0], cls.control
-        drop = effect_or_none(outcomes, (arm, view), ("vanilla", "trained"), "hack", settings)
-        ctl = effect_or_none(outcomes, (arm, view), (control, view), "hack", settings)
-        pdrop = effect_or_none(outcomes, (arm, view), ("vanilla", "trained"), "pass", settings)
-        rel = settings.pass_margin_rel
-        prel = None if rel is None else effect_or_none(outcomes, (arm, view), ("vanilla", "trained"), "pass", settings,
-                                                weight_b=1.0 - rel)
-        if drop is None or ctl is None or pdrop is None:
-            why = {"drop_vs_vanilla": drop, "beats_control": ctl, "matched_pass": pdrop}
-            for name, e in why.items():
-                thr = settings.pass_margin if name == "matched_pass" else settings.min_drop
+        effects, rel = {}, {}
+        for name, c in CRITERIA.items():
+            a, b = c.sides(arm, view, control)
+            effects[name] = effect_or_none(outcomes, a, b, c.metric, settings)
+            if c.relative and settings.pass_margin_rel is not None:
+                rel[name] = effect_or_none(outcomes, a, b, c.metric, settings, weight_b=1.0 - settings.pass_margin_rel)
+        if any(e is None for e in effects.values()):
+            for name, e in effects.items():
+                thr = getattr(settings, CRITERIA[name].threshold)
                 rows.append(_missing_criterion(name, arm, control, view, "no paired held-out outcomes "
                                                f"for {arm} ({view}) and its reference", thr) if e is None
                             else _missing_criterion(name, arm, control, view, "another criterion has no data", thr))
             extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes"}
             continue
-        v = decide_arm(arm, drop, ctl, pdrop, min_drop=settings.min_drop, pass_margin=settings.pass_margin,
-                             min_seeds=settings.min_seeds, pass_rel=prel, pass_margin_rel=rel)
+        v = decide_arm(arm, effects, limits, {k: e for k, e in rel.items() if e is not None})
         verdicts.append(v)
         rows += [criterion_row(c, arm, control, view) for c in v.criteria]
         extra[arm] = arm_numbers(v)

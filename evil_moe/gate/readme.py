@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from evil_moe import files
+from evil_moe.gate.criteria import CRITERIA
 from evil_moe.gate.verdict import change_text, plain_verdict
 
 IMG = Path("docs") / "img"
@@ -42,7 +43,7 @@ def verdict_record(gate: dict) -> dict:
     keep = ("role", "verdict", "needed_seeds", "needed_problems", "needed_samples", "untrained_tie")
     crit = [{k: c.get(k) for k in ("name", "arm", "control", "view", "value", "ci_low", "ci_high")}
             | {"effect": {k: (c.get("effect") or {}).get(k) for k in ("mean_a", "mean_b")}}
-            for c in gate.get("criteria", []) if c.get("name") in ("drop_vs_vanilla", "beats_control")]
+            for c in gate.get("criteria", []) if c.get("name") in CRITERIA and CRITERIA[c["name"]].metric == "hack"]
     untrained = ("view", "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high",
                  "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high")
     arms = {}

@@ -17,7 +17,8 @@ import pandas as pd
 from evil_moe.gate.defaults import CI, MIN_DROP, MIN_SEEDS, MULTIPLICITY, PASS_MARGIN, POWER, RESAMPLE
 from evil_moe.gate.effects import Effect, effect_from_cells
 from evil_moe.gate.power import VarianceComponents, critical, planned_mde, satterthwaite
-from evil_moe.gate.rule import ArmVerdict, GateVerdict, decide_arm, decide_gate
+from evil_moe.gate.criteria import ArmVerdict, GateVerdict, Limits
+from evil_moe.gate.rule import decide_arm, decide_gate
 
 @dataclass(frozen=True)
 class Planted:
@@ -285,6 +286,7 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
     full = np.full((S, P), n)
     seeds, problems = list(range(S)), [f"p{p:03d}" for p in range(P)]
     at = drop if drop > 0 else 0.15
+    limits = Limits(min_drop, pass_margin, min_seeds, pass_margin_rel)
     rows = []
     for i in range(n_experiments):
         cnt = simulate_counts(cells, n_seeds=S, n_problems=P, n_samples=n, hack_rate=hack_rate, pass_rate=pass_rate,
@@ -300,9 +302,9 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
             arm, ctl = (a, "trained"), (c, "trained")
             effs = {"drop": eff(arm, van, "hack"), "control": eff(arm, ctl, "hack"), "pass": eff(arm, van, "pass")}
             rel = eff(arm, van, "pass", weight_b=1.0 - pass_margin_rel) if pass_margin_rel is not None else None
-            verdicts.append(decide_arm(a, effs["drop"], effs["control"], effs["pass"], min_drop=min_drop,
-                                       pass_margin=pass_margin, min_seeds=min_seeds, pass_rel=rel,
-                                       pass_margin_rel=pass_margin_rel))
+            verdicts.append(decide_arm(a, {"drop_vs_vanilla": effs["drop"], "beats_control": effs["control"],
+                                           "matched_pass": effs["pass"]}, limits,
+                                       {"matched_pass": rel} if rel is not None else None))
             if first is None:
                 first = effs
         effs = {**first, "pc": eff(pc, van, "hack")}

@@ -31,11 +31,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from evil_moe.gate.power import plan
+from evil_moe.gate.criteria import CRITERIA, ArmVerdict, Criterion, GateVerdict
+from evil_moe.gate.sizing import plan
 
 if TYPE_CHECKING:
     from evil_moe.gate.effects import Effect
-    from evil_moe.gate.power import Needed
+    from evil_moe.gate.sizing import Needed
 
 
 def more_text(seeds: int | None, problems: int | None, samples: int | None) -> str:
@@ -66,7 +67,7 @@ def arm_reason(arm: str, verdict: str, notes: Sequence[str], seeds: int | None =
     return text + "; " + tail
 
 
-def holm_reason(v: "evil_moe.gate.rule.ArmVerdict", p_adj: float, alpha: float, family: int,
+def holm_reason(v: ArmVerdict, p_adj: float, alpha: float, family: int,
                 binds: str, nd: Needed) -> str:
     """The ``reason`` of an arm separated before Holm's correction but not after it: its p-value,
     the adjusted one, the criterion that binds, and what more would decide it (``nd``)."""
@@ -77,7 +78,7 @@ def holm_reason(v: "evil_moe.gate.rule.ArmVerdict", p_adj: float, alpha: float, 
             + " — " + "; ".join(c.note for c in v.criteria))
 
 
-def underpowered_reason(positive_control: Effect, pc: "evil_moe.gate.rule.Criterion", min_seeds: int) -> str:
+def underpowered_reason(positive_control: Effect, pc: Criterion, min_seeds: int) -> str:
     """The gate's ``reason`` when its positive control fails drop_vs_vanilla: too few seeds (fewer
     than ``min_seeds``) or underpowered."""
     if positive_control.n_seeds < min_seeds:
@@ -88,8 +89,8 @@ def underpowered_reason(positive_control: Effect, pc: "evil_moe.gate.rule.Criter
             f"from a failing one")
 
 
-def gate_reason(verdict: str, arms: Sequence["evil_moe.gate.rule.ArmVerdict"],
-                positive_control: Effect | None, pc: "evil_moe.gate.rule.Criterion | None",
+def gate_reason(verdict: str, arms: Sequence[ArmVerdict],
+                positive_control: Effect | None, pc: Criterion | None,
                 multiplicity: str, alpha: float) -> str:
     """The gate's ``reason`` (:func:`evil_moe.gate.rule.decide_gate`) for ``separated`` (the
     separated arms' reasons), ``not_separated`` (every arm's) or ``inconclusive`` (the inconclusive
@@ -116,7 +117,7 @@ def _ci(e) -> str:
     return "[no interval]" if not math.isfinite(e.ci_low) else f"[{e.ci_low:.3f}, {e.ci_high:.3f}]"
 
 
-def _pass_text(p: "evil_moe.gate.rule.Criterion") -> str:
+def _pass_text(p: Criterion) -> str:
     """The pass-rate drop and its margins: the absolute one, and the relative one beside it with
     which binds."""
     e = p.effect
@@ -127,13 +128,13 @@ def _pass_text(p: "evil_moe.gate.rule.Criterion") -> str:
     return text + ")"
 
 
-def _plan_text(c: "evil_moe.gate.rule.Criterion") -> str:
+def _plan_text(c: Criterion) -> str:
     """Which of twice the seeds, problems or samples buys the most power (planned MDE each)."""
     return _plan_words(c.name, plan(c.effect))
 
 
 def _plan_words(name: str, pl: dict | None) -> str:
-    """:func:`_plan_text` from a :func:`evil_moe.gate.power.plan` dict (``gate.json``'s criterion
+    """:func:`_plan_text` from a :func:`evil_moe.gate.sizing.plan` dict (``gate.json``'s criterion
     ``plan``) of criterion ``name``; empty without a best option."""
     if not pl or pl.get("best") is None:
         return ""
@@ -145,7 +146,7 @@ def _plan_words(name: str, pl: dict | None) -> str:
             f"now {_r3(now if now is not None else math.inf)})")
 
 
-def _arm_phrase(v: "evil_moe.gate.rule.ArmVerdict") -> str:
+def _arm_phrase(v: ArmVerdict) -> str:
     """One arm in the sentence: its drops vs vanilla and vs its control with intervals, its pass
     criterion, Holm's adjustment, and for an inconclusive arm what is open and what would decide."""
     d, c, p = v.criteria
@@ -165,19 +166,19 @@ def _arm_phrase(v: "evil_moe.gate.rule.ArmVerdict") -> str:
         base += f"; MDE of the drop vs vanilla {_r3(d.mde)}"
         more = more_text(v.needed_seeds, v.needed_problems, v.needed_samples)
         base += f"; {more} would decide it" if more else ""
-        hack_open = [x for x in open_ if x.name != "matched_pass"]
+        hack_open = [x for x in open_ if CRITERIA[x.name].metric == "hack"]
         base += _plan_text(hack_open[0]) if hack_open else ""
     return base
 
 
-def sentence(verdict: str, validity: list[dict], gate: "evil_moe.gate.rule.GateVerdict | None",
+def sentence(verdict: str, validity: list[dict], gate: GateVerdict | None,
              sizes: str) -> str:
     """``gate.json``'s ``sentence``: the verdict (``invalid``, ``separated``, ``not_separated``,
     ``inconclusive``) in one sentence with rounded numbers, opening with the verdict word.
 
     Args:
         verdict: the overall verdict. validity: the ``valid`` criteria rows (one per pilot).
-        gate: the rule's :class:`~evil_moe.gate.rule.GateVerdict` (``None``: no treatment arm ran).
+        gate: the rule's :class:`~evil_moe.gate.criteria.GateVerdict` (``None``: no treatment arm ran).
         sizes: ``"S seeds × P held-out problems × n samples"``.
     """
     if verdict == "invalid":
@@ -324,7 +325,7 @@ def plain_verdict(gate: dict | None) -> str:
         return sentence_  # these sentences are plain already (no difference of rates in them)
     by_arm: dict[str, dict[str, dict]] = {}
     for c in gate.get("criteria", []):
-        if c.get("name") in ("drop_vs_vanilla", "beats_control"):
+        if c.get("name") in CRITERIA and CRITERIA[c["name"]].metric == "hack":
             by_arm.setdefault(c.get("arm"), {})[c["name"]] = c
     parts = [_arm_plain(a, gate["arms"][a], by_arm.get(a, {})) for a in treatments]
     tail = {"separated": "the sweep is justified",
@@ -412,7 +413,7 @@ def _arm_arithmetic(arm: str, info: dict, crit: dict[str, dict]) -> str:
         text += f"; smallest fall in hack rate vs vanilla it could detect (MDE) {_r3(d.get('mde'))}"
         more = more_text(*(info.get(f"needed_{k}") for k in ("seeds", "problems", "samples")))
         text += f"; {more} would decide it" if more else ""
-        hack_open = [x for x in open_ if x["name"] != "matched_pass"]
+        hack_open = [x for x in open_ if CRITERIA[x["name"]].metric == "hack"]
         text += _plan_words(hack_open[0]["name"], hack_open[0].get("plan")) if hack_open else ""
     return text
 
@@ -435,7 +436,7 @@ def arithmetic_text(gate: dict) -> str:
         return ""
     by_arm: dict[str, dict[str, dict]] = {}
     for c in gate.get("criteria", []):
-        if c.get("name") in ("drop_vs_vanilla", "beats_control", "matched_pass"):
+        if c.get("name") in CRITERIA:
             by_arm.setdefault(c.get("arm"), {})[c["name"]] = c
     shown = {"separated": [a for a in treatments if arms[a]["verdict"] == "separated"],
              "not_separated": treatments,
@@ -483,12 +484,6 @@ def _num(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-_CHANGE_OF = {"drop_vs_vanilla": "change in hack rate", "beats_control": "change in hack rate",
-              "matched_pass": "change in pass rate"}
-_THRESHOLD = {"drop_vs_vanilla": "compare.min_drop", "beats_control": "compare.min_drop",
-              "matched_pass": "compare.pass_margin"}
-
-
 def _criteria_lines(gate: dict) -> list[str]:
     """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none);
     the hack- and pass-rate criteria as changes (the arm's rate minus the other side's,
@@ -503,9 +498,9 @@ def _criteria_lines(gate: dict) -> list[str]:
         vs = f" vs {c['control']}" if c.get("control") else ""
         mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
         name = c.get("name")
-        if name in _CHANGE_OF:
-            value = f"{_CHANGE_OF[name]} {change_text(c)}"
-            threshold = f"{_THRESHOLD[name]} {c.get('threshold')}"
+        if name in CRITERIA:
+            value = f"{CRITERIA[name].change()} {change_text(c)}"
+            threshold = f"compare.{CRITERIA[name].threshold} {c.get('threshold')}"
         else:
             ci = f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
             value, threshold = f"{_num(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"

@@ -68,7 +68,7 @@ from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figure
 from evil_moe.gate.power import finite
 from evil_moe.gate.ceilings import ceiling_columns, router_notes
 from evil_moe.gate.judge import criterion_row, effect_or_none, judge, references
-from evil_moe.gate.rule import EPS
+from evil_moe.gate.criteria import EPS
 from evil_moe.gate.verdict import ceiling_notes, change_text, gate_md, sentence
 
 STEPS_REQUIRED = ("step", "hack_rate", "pass_rate", "frac_clipped", "cin", "null_cin")

@@ -89,7 +89,7 @@ def planted_checks(outcomes, recovery: list[dict], cfg: Config, plant_meta: dict
     * ``ceiling_beats_control``: erase_planted's hack drop vs random_v has CI low > 0
       (:func:`evil_moe.gate.rule.beats_control`) — erase works when V is right;
     * ``ceiling_drop_vs_vanilla``: its drop vs vanilla passes
-      :func:`evil_moe.gate.rule.drop_vs_vanilla` (``compare.min_drop``);
+      :func:`evil_moe.gate.criteria.drop_vs_vanilla` (``compare.min_drop``);
     * ``control_not_separated``: random_v's drop vs vanilla does NOT pass ``drop_vs_vanilla``
       — a random V must not look like a method;
     * ``recovery``: per switch module, the extracted V's ``span_cos`` with the plant is above
@@ -136,7 +136,7 @@ def _behaviour_rows(outcomes, have: set, cc) -> list[dict]:
     """:func:`planted_checks`' rows from the held-out outcomes: per arm its ``hack_rate``
     (info), the ceiling's and the control's world checks, and erase's info rows when it ran."""
     from evil_moe.gate.effects import paired_effect, side_rate
-    from evil_moe.gate.rule import beats_control, drop_vs_vanilla
+    from evil_moe.gate.criteria import beats_control, drop_vs_vanilla
 
     kw = dict(n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, power=cc.power)
     rows = []
