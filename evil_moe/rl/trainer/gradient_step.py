@@ -47,19 +47,18 @@ class GradientStep:
 
         The forward runs with the knobs merged into the weights
         (:meth:`evil_moe.model.adapter.SVDAdapter.merged_gradients`: one matmul per Linear, the
-        gradient ``Σ_t (Uᵀ ∂L/∂y_t) ⊙ (Vh x_t)`` formed from the recorded inputs and output
-        gradients). Without ``per_sample`` each distinct prompt of a micro-batch is forwarded
-        once (``token_logprobs(share_prompts=True)``: the prompt's KV cache, computed with
-        gradient, is copied to its rows); with it, per-sample gradients come from the same
-        batched backward, the sum above taken per row, and the prompt is forwarded with every
-        row (a row's share of a shared prompt's gradient cannot be separated). Both equal the
-        hooked per-row forward's gradients to float rounding (tested).
+        gradient ``Σ_t (Uᵀ ∂L/∂y_t) ⊙ (Vh x_t)`` from the recorded inputs and output gradients).
+        Without ``per_sample`` each distinct prompt of a micro-batch is forwarded once (its KV
+        cache, computed with gradient, copied to its rows); with it, the sum above is taken per
+        row and the prompt forwarded with every row (a row's share of a shared prompt's gradient
+        cannot be separated). Both equal the hooked per-row forward's gradients to float
+        rounding (tested).
 
         Args:
-            batch, adv, rows, step: the step's rollouts, advantages, the rows with a forward
-                (indices into ``batch.flat``) and the step (for the error).
-            per_sample: keep each row's gradient (``per_row``).
-            need_hidden: keep the rows' pooled final hidden states (``hidden``; the probe's input).
+            batch, adv, rows, step: the step's rollouts, advantages, rows with a forward (indices
+                into ``batch.flat``) and the step (for the error).
+            per_sample, need_hidden: keep each row's gradient (``per_row``), the rows' pooled
+                final hidden states (``hidden``, the probe's input).
             vhack: the v_hack the per-source shares' ``cin`` is measured against.
 
         Raises:
