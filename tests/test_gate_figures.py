@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from evil_moe.gate.figures import draw_figures, phase_seconds
-from evil_moe.stages.compare import _Pilot
+from evil_moe.pilots import Pilot
 
 
 def test_phase_seconds_means_per_arm_by_hand(tmp_path):
@@ -22,10 +22,10 @@ def test_phase_seconds_means_per_arm_by_hand(tmp_path):
     by = {
         # seed 0: steps of 9 and 11 s (mean 4 + 0.5 + 3 + 0 + 0.1 = 7.6 -> other 2.4), eval 6 s
         # seed 1: sample 6, loss 1 -> 7.6 again, seconds 8 -> other 0.4, eval 2 s after step 1
-        "vanilla": {0: _Pilot(None, "ok", "", steps([3, 5], [3, 3], [9, 11], [None, 6.0])),
-                    1: _Pilot(None, "ok", "", steps([6, 6], [1, 1], [8, 8], [None, 2.0]))},
+        "vanilla": {0: Pilot(None, "ok", "", steps([3, 5], [3, 3], [9, 11], [None, 6.0])),
+                    1: Pilot(None, "ok", "", steps([6, 6], [1, 1], [8, 8], [None, 2.0]))},
         # steps.tsv without the per-phase columns (an older run): left out
-        "erase": {0: _Pilot(None, "ok", "", pd.DataFrame({"step": [0], "seconds": [3.0]}))},
+        "erase": {0: Pilot(None, "ok", "", pd.DataFrame({"step": [0], "seconds": [3.0]}))},
     }
     table = phase_seconds(by, ["vanilla", "erase"])
     assert list(table.arm) == ["vanilla"]
@@ -78,7 +78,7 @@ def test_every_figure_is_readable(tmp_path, monkeypatch):
 
     arms = ["vanilla", "untrained", "route", "route_random", "route_oracle"]
     rng = np.random.default_rng(0)
-    by = {a: {s: _Pilot(None, "ok", "", _steps(20, rng, 0.1 * i)) for s in range(3)}
+    by = {a: {s: Pilot(None, "ok", "", _steps(20, rng, 0.1 * i)) for s in range(3)}
           for i, a in enumerate(arms) if a != "untrained"}
     rows = [_row("vanilla", "trained", 0.95), _row("untrained", "trained", 0.02, 0.9),
             _row("route", "ablated", 0.31, -0.01, ceiling="route_oracle", ceiling_share=-0.02),

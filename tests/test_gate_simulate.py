@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from evil_moe.gate import effects, power, simulate
+from evil_moe.pilots import OUTCOME_COLUMNS
 from gate_util import A, B, CROSSED, NOMINAL, NOMINAL_LOWER, slack
 
 
@@ -25,7 +26,7 @@ N_BOOT = 500
 def test_generator_shape_and_planted_drops():
     cells = {B: simulate.Planted(), A: simulate.Planted(0.15, 0.05), ("erase", "ablated"): simulate.Planted()}
     o = simulate.simulate_outcomes(cells, n_seeds=2, n_problems=3, n_samples=5, rng=1)
-    assert list(o.columns) == list(effects.OUTCOME_COLUMNS) and len(o) == 3 * 2 * 3 * 5
+    assert list(o.columns) == list(OUTCOME_COLUMNS) and len(o) == 3 * 2 * 3 * 5
     assert set(o["mode"]) == {"stdout", "raise"} and o[["hack", "pass", "truncated"]].isin([0, 1]).all().all()
     # without seed/run noise and with many problems, the marginal drops come out as planted
     big = simulate.simulate_outcomes({B: simulate.Planted(), A: simulate.Planted(0.15, 0.05)}, n_seeds=1, n_problems=4000,

@@ -3,7 +3,9 @@ the floors (issue 32; the floors are listed in docs/internals.md, "Floors").
 
 The graph is read from the source with :mod:`ast`, not from an interpreter: every ``import`` and
 ``from ... import`` anywhere in a module counts — at module level, inside ``if TYPE_CHECKING:``
-and inside functions — so an import moved into a function to dodge a cycle is still an edge.
+and inside functions — so an import moved into a function to dodge a cycle is still an edge; so
+does a module of the package named in an annotation, quoted (``"evil_moe.x.Y"``) or not (under
+``from __future__ import annotations``), so a type spelled by its path cannot hide one.
 """
 
 from __future__ import annotations
@@ -46,12 +48,46 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                     base = ".".join(up + ([base] if base else []))
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
                            for a in node.names]
+            targets += annotation_modules(node, root.name)
             for t in targets:
                 while t and t not in files:  # ``import evil_moe.env.grader as g`` etc.
                     t = t.rpartition(".")[0]
                 if t and t != mod:
                     graph[mod].add(t)
     return graph
+
+
+def annotation_modules(node: ast.AST, package: str = "evil_moe") -> list[str]:
+    """The dotted names rooted at ``package`` (``evil_moe....``) that ``node``'s annotations spell:
+    a function's argument and return annotations, an annotated assignment's; a quoted annotation
+    is parsed as the expression it holds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        a = node.args
+        anns = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                if x is not None and x.annotation is not None] + [node.returns]
+    elif isinstance(node, ast.AnnAssign):
+        anns = [node.annotation]
+    else:
+        return []
+    out = []
+    for ann in (x for x in anns if x is not None):
+        inner = {id(n.value) for n in ast.walk(ann) if isinstance(n, ast.Attribute)}
+        for sub in ast.walk(ann):
+            if id(sub) in inner:  # part of a longer dotted name, read whole below
+                continue
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                try:
+                    out += annotation_modules(ast.parse(f"x: {sub.value}").body[0], package)
+                except SyntaxError:
+                    continue
+            elif isinstance(sub, ast.Attribute):
+                parts = []
+                while isinstance(sub, ast.Attribute):
+                    parts.append(sub.attr)
+                    sub = sub.value
+                if isinstance(sub, ast.Name) and sub.id == package:
+                    out.append(".".join([package, *reversed(parts)]))
+    return out
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -92,7 +128,7 @@ def test_evil_moe_imports_have_no_cycle():
 # own floor or a lower one. The ground floor imports nothing of the package.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("evil_moe", "evil_moe.files", "evil_moe.config", "evil_moe.progress"),
-    ("evil_moe.tables",),
+    ("evil_moe.tables", "evil_moe.pilots"),
     ("evil_moe.env", "evil_moe.model"),
     # rl's wings, in the order the method reads: each imports only the wings below it
     ("evil_moe.rl", "evil_moe.rl.policy"),
@@ -194,8 +230,9 @@ def test_env_layering():
 
 def test_cycle_finder_sees_every_kind_of_import(tmp_path):
     """A planted package: a cycle closed only by a function-level import, one closed only by
-    an ``if TYPE_CHECKING:`` import, and one through a relative import are each found; without
-    them the package is acyclic."""
+    an ``if TYPE_CHECKING:`` import, one through a relative import, and one closed only by an
+    annotation that spells a type by its path (quoted, or under ``from __future__ import
+    annotations``) are each found; without them the package is acyclic."""
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -214,6 +251,13 @@ def test_cycle_finder_sees_every_kind_of_import(tmp_path):
     (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                               "    from .sub.c import E\n")
     assert find_cycle(import_graph(pkg)) == ["pkg.sub.c", "pkg.d", "pkg.sub.c"]
+    # a type spelled by its path in an annotation, quoted or not, is an edge too
+    (pkg / "d.py").write_text('def g(x: "pkg.a.T") -> None:\n    pass\n')
+    assert find_cycle(import_graph(pkg)) == ["pkg.a", "pkg.b", "pkg.sub.c", "pkg.d", "pkg.a"]
+    (pkg / "d.py").write_text("from __future__ import annotations\n\n\nX: dict[str, pkg.a.T] = {}\n")
+    assert find_cycle(import_graph(pkg)) == ["pkg.a", "pkg.b", "pkg.sub.c", "pkg.d", "pkg.a"]
+    (pkg / "d.py").write_text('X = "pkg.a.T"  # a string that is no annotation\n')
+    assert find_cycle(import_graph(pkg)) is None
 
 
 def defined_names(path: Path) -> set[str]:

@@ -18,7 +18,8 @@ from evil_moe.cli import main
 from evil_moe.config import load_config
 from evil_moe.gate.figures import FIGURES
 from evil_moe.gate.simulate import Planted, simulate_outcomes
-from evil_moe.stages.compare import PilotRun, run_compare
+from evil_moe.pilots import PilotRun
+from evil_moe.stages.compare import run_compare
 
 STEPS_N = 4
 BASE_ARMS = ("vanilla", "erase", "random_v", "oracle_reward")
@@ -240,13 +241,13 @@ def test_the_static_twin_note_says_which_way_the_change_goes():
     """subtract's deploy view beside vanilla's static projection: the note gives the change in
     hack rate, subtract's minus the projection's (a true minus sign: issue 32's convention), so a
     subtract that hacks 0.3 less than the projection reads about -0.3."""
-    from evil_moe.stages.compare import _notes
+    from evil_moe.gate.gate_json import notes
 
     arms = ("vanilla", "subtract", "subtract_random")
     cells = {(a, v): Planted() for a in arms for v in views_of(a)} | {("vanilla", "projected"): Planted()}
     cells[("subtract", "ablated")] = Planted(hack_drop=0.3)
     o = simulate_outcomes(cells, n_seeds=3, n_samples=64, rng=0, step=STEPS_N - 1, **QUIET)
-    (note,) = [n for n in _notes({}, arms, o, cfg_for(arms=arms).compare, []) if "static projection" in n]
+    (note,) = [n for n in notes({}, arms, o, cfg_for(arms=arms).compare, []) if "static projection" in n]
     change = re.search(r"change in hack rate, subtract's minus the projection's, (\S+) \[(\S+), (\S+)\]", note)
     assert change, note
     value, low, high = (float(x.replace("\u2212", "-")) for x in change.groups())

@@ -20,6 +20,9 @@ asks three questions of it, each with an interval that covers seed and sampling 
   flagged with a threshold fitted on the other seeds' rows), so the realised rate is measured on
   rows the threshold never saw.
 
+Evil MoE's router weight ``w`` is audited the same way on the arm's own rollouts
+(:func:`router_audit`, ``gate.json``'s ``router_audit``).
+
 Sources: ROC AUC as the Mann–Whitney probability (Hanley & McNeil 1982); cluster bootstrap for
 grouped data (Davison & Hinkley 1997, §3.8); the peers' detector audits (ariahw/rl-rewardhacking:
 a probe thresholded at a 5% false-positive rate; wassname/vGROUT_pub: label-free directions
@@ -32,6 +35,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
+
+from evil_moe.pilots import Pilot, scored_rows
+from evil_moe.rl.arms.registry import ARMS
 
 __all__ = ["auc", "cluster_draw", "cluster_draws", "auc_interval", "placebo_summary", "beats_placebo",
            "crossfit_flags", "flag_rates", "rate_intervals", "Clusters"]
@@ -219,3 +226,42 @@ def rate_intervals(flags, label, clusters: Clusters, *, ci: float, n_boot: int |
         draws = cluster_draws(clusters, n_boot, seed)
     reps = [flag_rates(f[d], y[d]) for d in draws]
     return {k: _percentile([r[k] for r in reps if r[k] is not None], ci) for k in ("precision", "recall", "fpr")}
+
+
+def router_audit(by: dict[str, dict[int, Pilot]], arms: Sequence[str], cc) -> dict:
+    """Evil MoE's router weight ``w`` audited as a detector on the arm's own rollouts: per router
+    arm, the ROC AUC of ``w`` (``rows.tsv`` ``score_router``) against the hack label over its
+    rollouts with a gradient, pooled over seeds, with a cluster-bootstrap interval (seeds, then
+    groups; :mod:`evil_moe.gate.audit`), against its placebo: the same AUC of the cosines of the
+    rollouts' pooled activations with ``audit.placebos`` random directions
+    (``scores.safetensors``), their 95th percentile, and ``beats_placebo``. Arms without
+    ``rows.tsv`` are left out.
+
+    Returns:
+        ``{arm: {"auc", "auc_ci_low", "auc_ci_high", "placebo_mean", "placebo_p95",
+        "beats_placebo", "n_scored", "n_hack"}}``.
+    """
+    out = {}
+    for arm in (a for a in arms if a in ARMS and ARMS[a].router):
+        frames, plac = [], []
+        for p in by.get(arm, {}).values():
+            read = scored_rows(p.run.path)
+            if read is None or read[1] is None:
+                continue
+            df, arr = read[0], read[1].get("placebo")
+            keep = (df["scored"].fillna(0) == 1) & df["score_router"].notna()
+            frames.append(df[keep])
+            plac.append(arr[keep.to_numpy()] if arr is not None else None)
+        if not frames or any(x is None for x in plac):
+            continue
+        df = pd.concat(frames, ignore_index=True)
+        P = np.concatenate(plac)
+        y = df["hack"].astype(int).to_numpy().astype(bool)
+        score = df["score_router"].astype(float).to_numpy()
+        clusters = Clusters.of(df["seed"].to_numpy(), (df["step"] * 10_000 + df["group"]).to_numpy())
+        lo, hi = auc_interval(score, y, clusters, n_boot=min(cc.n_boot, 1000), ci=cc.ci, seed=cc.seed)
+        pm, p95, _ = placebo_summary([auc(P[:, j], y) for j in range(P.shape[1])])
+        out[arm] = {"auc": auc(score, y), "auc_ci_low": lo, "auc_ci_high": hi, "placebo_mean": pm,
+                    "placebo_p95": p95, "beats_placebo": beats_placebo(lo, p95),
+                    "n_scored": int(len(y)), "n_hack": int(y.sum())}
+    return out

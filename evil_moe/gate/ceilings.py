@@ -78,7 +78,7 @@ def crossed_ratio(outcomes: pd.DataFrame, num: tuple[tuple[str, str], tuple[str,
     all four sides. Replicates resample seeds and problems as crossed factors (module docstring).
 
     Args:
-        outcomes: per-completion outcomes (:data:`evil_moe.gate.effects.OUTCOME_COLUMNS`), one step per
+        outcomes: per-completion outcomes (:data:`evil_moe.pilots.OUTCOME_COLUMNS`), one step per
             (arm, view, seed).
         num: ``(a, b)`` sides of the numerator's drop (e.g. route ablated vs vanilla trained).
         den: ``(a, b)`` sides of the denominator's drop (e.g. route_oracle ablated vs vanilla).

@@ -8,7 +8,7 @@ and power, and the gate's decision rule. The same text, with the simulation tabl
 
 Data
 ----
-One row per held-out completion (:data:`OUTCOME_COLUMNS`): ``arm, view, seed, step, problem_id,
+One row per held-out completion (:data:`evil_moe.pilots.OUTCOME_COLUMNS`): ``arm, view, seed, step, problem_id,
 sample, mode, hack, pass, truncated`` (the last three 0/1). The caller keeps one ``step`` per
 (arm, view, seed) (the last evaluated one). Arms are *paired*: for a seed, every arm and view is
 evaluated on the same held-out problems; and the held-out problems are the *same in every seed*
@@ -98,10 +98,10 @@ import numpy as np
 import pandas as pd
 
 from evil_moe.gate.defaults import CI, N_BOOT, POWER, RESAMPLE, SEED
+from evil_moe.pilots import OUTCOME_COLUMNS
 from evil_moe.gate.power import (VarianceComponents, critical, crossed_df, crossed_factor, finite, mde_from_se,
                                  resample_scheme)
 
-OUTCOME_COLUMNS = ("arm", "view", "seed", "step", "problem_id", "sample", "mode", "hack", "pass", "truncated")
 METRICS = ("hack", "pass", "truncated")
 
 
@@ -519,7 +519,7 @@ def paired_effect(outcomes: pd.DataFrame, a: tuple[str, str], b: tuple[str, str]
     Point estimate, resampling, interval, MDE and variance components: module docstring.
 
     Args:
-        outcomes: per-completion table (:data:`OUTCOME_COLUMNS`), one step per (arm, view, seed).
+        outcomes: per-completion table (:data:`evil_moe.pilots.OUTCOME_COLUMNS`), one step per (arm, view, seed).
         a, b: ``(arm, view)`` sides; ``b − a`` is reported (``a`` = the arm, ``b`` = vanilla or the
             control: a positive hack value is the arm's drop in hacking).
         metric: ``hack``, ``pass`` or ``truncated``.

@@ -15,8 +15,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from evil_moe.rl.arms.registry import ARMS
 from evil_moe.files import atomic_path, read_tsv
+from evil_moe.pilots import Pilot
+from evil_moe.rl.arms.registry import ARMS
 
 
 FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib", "ceiling",
@@ -68,7 +69,7 @@ def _legend_outside(ax, ncol: int = 1) -> None:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, ncol=ncol)
 
 
-def _series(pilots: dict[int, "evil_moe.stages.compare._Pilot"], col: str) -> pd.DataFrame:
+def _series(pilots: dict[int, Pilot], col: str) -> pd.DataFrame:
     """Per step: mean, min and max of ``col`` over seeds."""
     frames = [pd.DataFrame({"step": p.steps["step"], "v": pd.to_numeric(p.steps[col], errors="coerce")})
               for p in pilots.values() if p.steps is not None and not p.steps.empty and col in p.steps.columns]
@@ -111,7 +112,7 @@ def heldout_figure(summary_rows: list[dict], folder: Path) -> None:
     save_figure(fig, folder, "heldout")
 
 
-def phase_seconds(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: Iterable[str]) -> pd.DataFrame:
+def phase_seconds(by: dict[str, dict[int, Pilot]], arms: Iterable[str]) -> pd.DataFrame:
     """Mean seconds per training step of each phase, per arm (steps.tsv's ``seconds_*``).
 
     For each arm, over every step of every loaded seed: the mean of ``seconds_sample``,
@@ -150,7 +151,7 @@ def phase_seconds(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], ar
                                       "seconds_total"])
 
 
-def _phases_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
+def _phases_figure(by: dict[str, dict[int, Pilot]], arms: list[str], folder: Path) -> None:
     """Where a training step's time goes, per arm: stacked mean seconds per phase."""
     import matplotlib.pyplot as plt
 
@@ -184,7 +185,7 @@ def _phases_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], a
     save_figure(fig, folder, "phases")
 
 
-def _trajectory_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
+def _trajectory_figures(by: dict[str, dict[int, Pilot]], arms: list[str], folder: Path) -> None:
     """``hack_rate`` and ``pass_rate``: the training trajectories per arm, the mean line and the
     min–max band over seeds."""
     import matplotlib.pyplot as plt
@@ -207,7 +208,7 @@ def _trajectory_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"
         save_figure(fig, folder, col)
 
 
-def _cin_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
+def _cin_figure(by: dict[str, dict[int, Pilot]], arms: list[str], folder: Path) -> None:
     """``cin``: each arm's cin against the isotropic (dashed) and empirical (dotted) nulls of the
     first arm that has them."""
     import matplotlib.pyplot as plt
@@ -233,7 +234,7 @@ def _cin_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms
     save_figure(fig, folder, "cin")
 
 
-def _removed_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path) -> None:
+def _removed_figure(by: dict[str, dict[int, Pilot]], arms: list[str], folder: Path) -> None:
     """``removed``: the energy share each arm removed per step, and the update's share in
     span(v_hack)."""
     import matplotlib.pyplot as plt
@@ -252,7 +253,7 @@ def _removed_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], 
     save_figure(fig, folder, "removed")
 
 
-def _frac_clipped_figure(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: list[str], folder: Path,
+def _frac_clipped_figure(by: dict[str, dict[int, Pilot]], arms: list[str], folder: Path,
                          max_frac_clipped: float) -> None:
     """``frac_clipped``: the largest clip fraction over seeds per arm and step, with the validity
     bound."""
@@ -301,7 +302,7 @@ def _cos_contrib_figure(folder: Path, distill_samples: str | Path | None) -> Non
     save_figure(fig, folder, "cos_contrib")
 
 
-def draw_figures(by: dict[str, dict[int, "evil_moe.stages.compare._Pilot"]], arms: Iterable[str], folder: str | Path,
+def draw_figures(by: dict[str, dict[int, Pilot]], arms: Iterable[str], folder: str | Path,
                  max_frac_clipped: float = 0.5, distill_samples: str | Path | None = None,
                  summary_rows: list[dict] | None = None) -> list[Path]:
     """Draw the compare figures (PNG and SVG, matplotlib Agg) into ``folder``.

@@ -115,7 +115,7 @@ def simulate_outcomes(cells: Mapping[tuple[str, str], Planted], *, n_seeds: int 
                       run_problem_sd: float = DEFAULT_SPREAD["run_problem_sd"], truncated_rate: float = 0.02,
                       step: int = 20, modes: Sequence[str] = ("stdout", "raise"),
                       rng: int | np.random.Generator = 0) -> pd.DataFrame:
-    """Synthetic per-completion outcomes (:data:`OUTCOME_COLUMNS`) for tests and documentation.
+    """Synthetic per-completion outcomes (:data:`evil_moe.pilots.OUTCOME_COLUMNS`) for tests and documentation.
 
     Model (logit scale; hack and pass drawn independently, each with its own draws)::
 

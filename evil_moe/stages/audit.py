@@ -41,6 +41,7 @@ import numpy as np
 from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.gate import audit as stats
+from evil_moe.pilots import scored_rows
 from evil_moe.rl.detectors.registry import DETECTORS, AuditRows, AuditScores
 
 N_DRAWS = 5  # label draws per budget of the probe curve
@@ -92,7 +93,6 @@ class CalibrationRows:
             ValueError: a run did not finish ``ok``; the arrays and rows disagree in length.
         """
         import pandas as pd
-        from safetensors.numpy import load_file
 
         frames, plac, hid = [], [], []
         for d in map(Path, dirs):
@@ -102,8 +102,8 @@ class CalibrationRows:
             status = json.loads((d / "status.json").read_text()).get("status")
             if status != "ok":
                 raise ValueError(f"calibration run {d} did not finish ok (status {status!r})")
-            df = files.read_tsv(d / "rows.tsv", tables.names(tables.AUDIT_ROWS)).astype({"problem_id": str})
-            arrays = load_file(str(d / "scores.safetensors")) if (d / "scores.safetensors").is_file() else {}
+            df, arrays = scored_rows(d, tables.names(tables.AUDIT_ROWS))
+            df, arrays = df.astype({"problem_id": str}), arrays or {}
             for key, acc in (("placebo", plac), ("hidden", hid)):
                 if key in arrays:
                     if len(arrays[key]) != len(df):

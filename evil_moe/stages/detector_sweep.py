@@ -28,6 +28,7 @@ from evil_moe.env.loopholes import MODES
 from evil_moe.gate.effects import paired_effect
 from evil_moe.rl.arms.registry import ARMS
 from evil_moe.gate.ceilings import mode_rates
+from evil_moe.pilots import PilotRun, last_step_outcomes, read_pilot
 
 LEVEL_RE = re.compile(r"p([0-9.]+)_r([0-9.]+)")
 
@@ -45,15 +46,17 @@ def parse_level(name: str) -> tuple[float, float]:
 
 
 def _load(path: Path, tag: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The last evaluated step's outcomes of one pilot folder (arm renamed ``tag``) and its steps."""
-    for name in ("outcomes.tsv", "steps.tsv"):
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"no {path / name}")
-    o = pd.read_csv(path / "outcomes.tsv", sep="\t").astype({"arm": str, "view": str, "problem_id": str,
-                                                                "mode": str})
-    last = o.groupby("view")["step"].transform("max")
-    steps = pd.read_csv(path / "steps.tsv", sep="\t")
-    return o[o["step"] == last].assign(arm=tag), steps
+    """The last evaluated step's outcomes of one pilot folder (arm renamed ``tag``) and its steps
+    (:func:`evil_moe.pilots.read_pilot`; its validity is not this stage's question).
+
+    Raises:
+        FileNotFoundError: the folder lacks ``status.json``, ``steps.tsv`` or ``outcomes.tsv``
+            (names it).
+    """
+    pilot = read_pilot(PilotRun(path.parent.name, -1, path))
+    if pilot.status == "missing":
+        raise FileNotFoundError(pilot.reason)
+    return last_step_outcomes([pilot]).assign(arm=tag), pilot.steps
 
 
 def run_detector_sweep(pilots: Sequence[tuple[str, str | Path]], out_dir: str | Path, cfg,
@@ -74,7 +77,7 @@ def run_detector_sweep(pilots: Sequence[tuple[str, str | Path]], out_dir: str | 
         The summary rows (:data:`evil_moe.tables.DETECTOR_SWEEP`).
 
     Raises:
-        FileNotFoundError: a pilot folder lacks outcomes.tsv or steps.tsv (names it).
+        FileNotFoundError: a pilot folder lacks status.json, outcomes.tsv or steps.tsv (names it).
         ValueError: no vanilla among the main pilots; a bad level name.
     """
     cc = cfg.compare

@@ -201,14 +201,15 @@ def along_switch_rows(plant, pilots: list[str]) -> list[dict]:
     """
     from safetensors.torch import load_file
 
-    from evil_moe.stages.compare import pilot_from_path
+    from evil_moe.pilots import pilot_from_path
+    from evil_moe.rl.arms.registry import ARMS
 
     per_arm: dict[str, list[tuple[float, float]]] = {}
     for d in pilots:
         path = Path(d) / "adapter.safetensors"
         if not path.is_file():
             continue
-        run = pilot_from_path(d)
+        run = pilot_from_path(d, ARMS)
         t = load_file(str(path))
         for name, V in plant.V.items():
             ds = t[f"{name}.delta_s"].double()
@@ -248,7 +249,8 @@ def run_planted_checks(cfg: Config, *, planted_path: str, vhack_paths: dict[str,
         FileNotFoundError: a v_hack file or a pilot's outcomes.tsv is missing (names it).
         ValueError: as :func:`planted_checks`.
     """
-    from evil_moe.stages.compare import PilotRun, last_step_outcomes, load_pilot, pilot_from_path
+    from evil_moe.pilots import PilotRun, last_step_outcomes, pilot_from_path, read_pilot
+    from evil_moe.rl.arms.registry import ARMS
     from evil_moe.rl.vhack.planted import plant_recovery
     from evil_moe.rl.vhack.direction import VHack
 
@@ -262,9 +264,9 @@ def run_planted_checks(cfg: Config, *, planted_path: str, vhack_paths: dict[str,
         recovery += [{"v_hack": label, **row} for row in plant_recovery(v, plant)]
     loaded = []
     for d in pilots:
-        run: PilotRun = pilot_from_path(d)
+        run: PilotRun = pilot_from_path(d, ARMS)
         require_file(Path(d) / "outcomes.tsv", f"outcomes of pilot {run.arm} s{run.seed}")
-        loaded.append(load_pilot(run, cfg.pilot.max_frac_clipped))
+        loaded.append(read_pilot(run, cfg.pilot.max_frac_clipped, trains=ARMS[run.arm].trains if run.arm in ARMS else True))
     outcomes = last_step_outcomes(loaded)
     checks = planted_checks(outcomes, recovery, cfg, plant_meta=plant_meta)
     checks[-1:-1] = along_switch_rows(plant, pilots)

@@ -43,6 +43,7 @@ from evil_moe.rl.arms.registry import get_arm
 from evil_moe.config import Config
 from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
 from evil_moe.files import require_file
+from evil_moe.pilots import finished_pilot
 from evil_moe.rl.trainer.evaluation import HELDOUT_SEED_STRIDE as _EVAL_SEED_STRIDE
 from evil_moe.rl.trainer.evaluation import evaluate
 from evil_moe.rl.vhack.direction import VHack
@@ -178,24 +179,13 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
 
 def _finished_pilot(src: Path, samples: int) -> tuple[dict, dict, str, int]:
     """The finished pilot's files (``status``, ``adapter``, ``steps``, ``outcomes`` paths), its
-    status dict, arm and seed; raises as :func:`reevaluate_pilot` documents."""
+    status dict, arm and seed (:func:`evil_moe.pilots.finished_pilot`), its adapter checked to be
+    that arm's and seed's; raises as :func:`reevaluate_pilot` documents."""
     from evil_moe.model.adapter import SVDAdapter
 
-    if not src.is_dir():
-        raise FileNotFoundError(f"pilot folder not found: {src}")
-    paths = {"status": require_file(src / "status.json", "pilot status"),
-             "adapter": require_file(src / "adapter.safetensors", "pilot adapter"),
-             "steps": require_file(src / "steps.tsv", "pilot steps"),
-             "outcomes": require_file(src / "outcomes.tsv", "pilot outcomes")}
+    paths, status, arm, seed = finished_pilot(src)
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    status = json.loads(paths["status"].read_text())
-    if status.get("status") != "ok":
-        raise ValueError(f"{paths['status']}: the pilot did not finish (status {status.get('status')!r})")
-    first = next(iter(files.read_tsv_rows(paths["steps"])), None)
-    if first is None:
-        raise ValueError(f"{paths['steps']}: no steps")
-    arm, seed = first["arm"], int(first["seed"])
     meta = SVDAdapter.read_metadata(paths["adapter"]).get("extra") or {}
     if (meta.get("arm"), meta.get("seed")) not in ((None, None), (arm, seed)):
         raise ValueError(f"{paths['adapter']}: adapter of {meta.get('arm')} s{meta.get('seed')}, "
