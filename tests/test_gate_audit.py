@@ -12,6 +12,7 @@ import pytest
 
 from evil_moe import files, tables
 from evil_moe.gate import audit as A
+from evil_moe.gate import bootstrap
 from stage_fixtures import cfg_of
 
 
@@ -24,13 +25,13 @@ def test_auc_by_hand_with_ties():
 
 
 def test_cluster_draw_keeps_groups_whole_and_resamples_seeds():
-    c = A.Clusters.of([0, 0, 0, 0, 1, 1], [5, 5, 6, 6, 5, 5])
+    c = bootstrap.Clusters.of([0, 0, 0, 0, 1, 1], [5, 5, 6, 6, 5, 5])
     index = c.index()
     assert index == {0: [[0, 1], [2, 3]], 1: [[4, 5]]}
     rng = np.random.default_rng(0)
     seen_seeds = set()
     for _ in range(50):
-        d = A.cluster_draw(index, rng).tolist()
+        d = bootstrap.cluster_draw(index, rng).tolist()
         # rows of a group always come together, in pairs
         for g in ([0, 1], [2, 3], [4, 5]):
             assert d.count(g[0]) == d.count(g[1])

@@ -14,7 +14,7 @@ import yaml
 
 from evil_moe.gate import ceilings
 from evil_moe.config import load_config
-from evil_moe.gate import criteria, defaults, effects, power, rule, simulate, sizing
+from evil_moe.gate import bootstrap, criteria, defaults, effects, power, rule, simulate, sizing
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())["properties"]["compare"]["properties"]
@@ -26,7 +26,7 @@ KEYS = ("min_drop", "pass_margin", "min_seeds", "n_boot", "ci", "power", "seed",
 # resamples an Effect was computed with (0: not recorded)
 NOT_THE_GATES = {("simulate_gate", "seed"), ("simulate_gate", "n_boot"), ("operating_characteristics", "n_boot"),
                  ("cluster_bootstrap", "resample"), ("Effect", "n_boot")}
-MODULES = (defaults, effects, power, sizing, criteria, rule, simulate, ceilings)
+MODULES = (defaults, bootstrap, effects, power, sizing, criteria, rule, simulate, ceilings)
 
 
 def test_defaults_are_the_schema_and_the_filled_config():

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evil_moe.gate import effects, power, sizing
+from evil_moe.gate import bootstrap, effects, power, sizing
 from gate_util import A, B, HAND, table
 
 
@@ -40,7 +40,7 @@ def test_hand_nested_bootstrap_support_and_distribution():
     {0.25, 0, 0, -0.25}, each seed drawn w.p. 1/2. D* = (m*_1 + m*_2)/2 = -0.25 + 0.125 Bin(6, 1/2)."""
     d = np.array([[0.5, 0.0], [0.25, -0.25]])
     n = 40_000
-    boot = effects.cluster_bootstrap(d, np.array([2, 2]), n, np.random.default_rng(0), "nested")
+    boot = bootstrap.cluster_bootstrap(d, np.array([2, 2]), n, np.random.default_rng(0), "nested")
     support = [-0.25, -0.125, 0.0, 0.125, 0.25, 0.375, 0.5]
     pmf = np.array([1, 6, 15, 20, 15, 6, 1]) / 64
     vals, counts = np.unique(np.round(boot, 12), return_counts=True)
@@ -48,7 +48,7 @@ def test_hand_nested_bootstrap_support_and_distribution():
     assert np.all(np.abs(counts / n - pmf) < 4.5 * np.sqrt(pmf * (1 - pmf) / n))
     # without the seed level (problems resampled within each fixed seed) the support differs:
     # m*_0 in {0, .25, .5} and m*_1 in {-.25, 0, .25} always both appear
-    only_p = effects.cluster_bootstrap(d, np.array([2, 2]), 2000, np.random.default_rng(0), ("problem",))
+    only_p = bootstrap.cluster_bootstrap(d, np.array([2, 2]), 2000, np.random.default_rng(0), ("problem",))
     assert set(np.round(only_p, 12)) == {-0.125, 0.0, 0.125, 0.25, 0.375}
     # Var(D*) = 0.125^2 * 6/4; SE = sqrt(S/(S-1) Var) = sqrt(2 * 0.0234375); t_{1, .975} = 12.706
     e = effects.paired_effect(table(), A, B, "hack", n_boot=n, seed=1, resample="nested")
@@ -77,12 +77,12 @@ def test_nested_bootstrap_variance_matches_closed_form_unbalanced(scheme):
     d = np.full((4, 5), np.nan)
     for i, k in enumerate(n_p):
         d[i, :k] = rng.normal(0.1 * i, 0.2, size=k)
-    boot = effects.cluster_bootstrap(d, n_p, 100_000, np.random.default_rng(4), scheme)
+    boot = bootstrap.cluster_bootstrap(d, n_p, 100_000, np.random.default_rng(4), scheme)
     assert boot.var() == pytest.approx(closed_form_var(d, n_p, scheme), rel=0.03)
     m = np.array([d[i, :k].mean() for i, k in enumerate(n_p)])
     assert boot.mean() == pytest.approx(m.mean(), abs=0.002)
     with pytest.raises(ValueError, match="crossed one is crossed_bootstrap"):
-        effects.cluster_bootstrap(d, n_p, 10, rng, "crossed")
+        bootstrap.cluster_bootstrap(d, n_p, 10, rng, "crossed")
 
 
 def crossed_closed_form(d: np.ndarray) -> float:
@@ -107,7 +107,7 @@ def test_hand_crossed_bootstrap_exact_distribution():
         v = round(np.mean([d[i, j] for i in (i1, i2) for j in (j1, j2)]), 12)
         pmf[v] = pmf.get(v, 0.0) + 1 / 16
     n = 40_000
-    boot = effects.crossed_bootstrap(d, n, np.random.default_rng(0))
+    boot = bootstrap.crossed_bootstrap(d, n, np.random.default_rng(0))
     vals, counts = np.unique(np.round(boot, 12), return_counts=True)
     assert vals.tolist() == sorted(pmf)
     p = np.array([pmf[v] for v in vals])
@@ -123,7 +123,7 @@ def test_hand_crossed_bootstrap_exact_distribution():
 
 def test_crossed_bootstrap_variance_matches_closed_form():
     d = np.random.default_rng(7).normal(0, 0.2, (5, 7)) + np.linspace(0, 0.3, 7)[None, :]
-    boot = effects.crossed_bootstrap(d, 200_000, np.random.default_rng(8))
+    boot = bootstrap.crossed_bootstrap(d, 200_000, np.random.default_rng(8))
     assert boot.var() == pytest.approx(crossed_closed_form(d), rel=0.02)
     assert boot.mean() == pytest.approx(d.mean(), abs=0.002)
     dec = effects.crossed_decomposition(d)
@@ -143,7 +143,7 @@ def test_crossed_bootstrap_with_a_missing_cell():
         key = round(float(np.mean(ms)), 12) if ms else math.nan
         pmf[key] = pmf.get(key, 0.0) + 1 / 16
     n = 40_000
-    boot = effects.crossed_bootstrap(d, n, np.random.default_rng(2))
+    boot = bootstrap.crossed_bootstrap(d, n, np.random.default_rng(2))
     assert np.isnan(boot).mean() == pytest.approx(1 / 16, abs=4.5 * math.sqrt(1 / 16 * 15 / 16 / n))
     fin = np.round(boot[np.isfinite(boot)], 12)
     for v, p in pmf.items():

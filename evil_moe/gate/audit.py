@@ -6,7 +6,8 @@ asks three questions of it, each with an interval that covers seed and sampling 
 * **Separation**: the ROC AUC of the score against the true hack label (the probability that a
   random hack outscores a random clean rollout; 0.5 = blind), computed by scikit-learn's
   ``roc_auc_score``, with a percentile interval from a two-level **cluster bootstrap**
-  (:func:`cluster_draw`): calibration seeds resampled, then the groups (one prompt's rollouts of
+  (:func:`evil_moe.gate.bootstrap.cluster_draw`): calibration seeds resampled, then the groups
+  (one prompt's rollouts of
   one step) within each drawn seed. Rollouts of a group share a prompt and a policy state, and a
   seed's rollouts share a training trajectory, so neither is an independent unit.
 * **Against its placebo**: the same AUC for scores that carry no hack information by design
@@ -31,17 +32,17 @@ against the random-direction 95th percentile).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from evil_moe.gate.bootstrap import Clusters, cluster_draws
 from evil_moe.pilots import Pilot, scored_rows
 from evil_moe.rl.arms.registry import ARMS
 
-__all__ = ["auc", "cluster_draw", "cluster_draws", "auc_interval", "placebo_summary", "beats_placebo",
-           "crossfit_flags", "flag_rates", "rate_intervals", "Clusters"]
+__all__ = ["auc", "auc_interval", "placebo_summary", "beats_placebo", "crossfit_flags", "flag_rates",
+           "rate_intervals", "router_audit"]
 
 
 def auc(score, label) -> float | None:
@@ -67,54 +68,6 @@ def auc(score, label) -> float | None:
     return float(roc_auc_score(y, s))
 
 
-@dataclass(frozen=True)
-class Clusters:
-    """The cluster structure of ``n`` rows: ``seed`` and ``group`` per row (any hashables; a
-    group is unique within its seed)."""
-
-    seed: np.ndarray
-    group: np.ndarray
-
-    @classmethod
-    def of(cls, seeds: Sequence, groups: Sequence) -> "Clusters":
-        """From per-row seeds and groups (e.g. ``step * G + group``).
-
-        Raises:
-            ValueError: lengths differ.
-        """
-        s, g = np.asarray(seeds), np.asarray(groups)
-        if s.shape != g.shape:
-            raise ValueError(f"{len(s)} seeds but {len(g)} groups")
-        return cls(s, g)
-
-    def index(self) -> dict:
-        """``{seed: [row indices per group]}``."""
-        out: dict = {}
-        for i, (s, g) in enumerate(zip(self.seed.tolist(), self.group.tolist())):
-            out.setdefault(s, {}).setdefault(g, []).append(i)
-        return {s: list(gs.values()) for s, gs in out.items()}
-
-
-def cluster_draw(index: dict, rng: np.random.Generator) -> np.ndarray:
-    """One two-level bootstrap draw of row indices: seeds with replacement, then the groups of
-    each drawn seed with replacement (every row of a drawn group comes along).
-
-    Args:
-        index: :meth:`Clusters.index`.
-        rng: the generator.
-
-    Returns:
-        ``(m,)`` int row indices (with repeats).
-    """
-    seeds = list(index)
-    rows: list[int] = []
-    for s in rng.choice(len(seeds), size=len(seeds), replace=True):
-        groups = index[seeds[s]]
-        for g in rng.choice(len(groups), size=len(groups), replace=True):
-            rows += groups[g]
-    return np.asarray(rows, dtype=np.int64)
-
-
 def _percentile(values: list[float], ci: float) -> tuple[float | None, float | None]:
     if not values:
         return None, None
@@ -123,17 +76,9 @@ def _percentile(values: list[float], ci: float) -> tuple[float | None, float | N
     return float(lo), float(hi)
 
 
-def cluster_draws(clusters: "Clusters", n_boot: int, seed: int) -> list[np.ndarray]:
-    """``n_boot`` row-index draws of the cluster bootstrap (:func:`cluster_draw`) from ``seed``,
-    to share between statistics."""
-    rng = np.random.default_rng(seed)
-    index = clusters.index()
-    return [cluster_draw(index, rng) for _ in range(n_boot)]
-
-
 def auc_interval(score, label, clusters: Clusters, *, ci: float, n_boot: int | None = None,
                  seed: int | None = None, draws: Sequence[np.ndarray] | None = None) -> tuple[float | None, float | None]:
-    """Percentile interval of :func:`auc` under the cluster bootstrap (:func:`cluster_draw`).
+    """Percentile interval of :func:`auc` under the cluster bootstrap (:func:`evil_moe.gate.bootstrap.cluster_draw`).
 
     Replicates whose draw holds one class only are skipped. ``draws`` (the row-index draws) may be
     given to share them between statistics; otherwise ``n_boot`` are drawn from ``seed``

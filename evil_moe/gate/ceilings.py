@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from evil_moe.env.loopholes import MODES
+from evil_moe.gate.bootstrap import crossed_indices
 from evil_moe.gate.defaults import CI, N_BOOT, SEED
 from evil_moe.gate.effects import Effect, side_rate
 from evil_moe.gate.judge import effect_or_none
@@ -104,9 +105,7 @@ def crossed_ratio(outcomes: pd.DataFrame, num: tuple[tuple[str, str], tuple[str,
     value = point_n / point_d if point_d > 0 else None
     lo = hi = None
     if value is not None and S > 1:
-        rng = np.random.default_rng(seed)
-        si = rng.integers(0, S, size=(n_boot, S))
-        pi = rng.integers(0, P, size=(n_boot, P))
+        si, pi = crossed_indices(S, P, n_boot, np.random.default_rng(seed))
         reps = np.empty(n_boot)
         with np.errstate(all="ignore"):
             for k in range(n_boot):

@@ -46,7 +46,7 @@ scheme's per-criterion false-positive rate rises above the nominal 0.025 from 10
 
 The interval: a crossed (two-way) cluster bootstrap, t with min(S − 1, P − 1) df
 -------------------------------------------------------------------------------
-Resampling (``resample="crossed"``, the default; :func:`crossed_bootstrap`): per replicate draw
+Resampling (``resample="crossed"``, the default; :func:`evil_moe.gate.bootstrap.crossed_bootstrap`): per replicate draw
 ``S`` seeds with replacement and ONE multiset of ``P`` problems with replacement, shared by every
 drawn seed; ``D*`` = mean over drawn seeds of the mean over the drawn problems (McCullagh 2000,
 "Resampling and exchangeable arrays", Bernoulli 6:285–301; Owen 2007, "The pigeonhole
@@ -97,6 +97,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from evil_moe.gate.bootstrap import cluster_bootstrap, crossed_bootstrap
 from evil_moe.gate.defaults import CI, N_BOOT, POWER, RESAMPLE, SEED
 from evil_moe.pilots import OUTCOME_COLUMNS
 from evil_moe.gate.power import (VarianceComponents, critical, crossed_df, crossed_factor, finite, mde_from_se,
@@ -186,7 +187,6 @@ def _py(x: Any) -> Any:
     return x.item() if hasattr(x, "item") else x
 
 
-
 def _side_index(cols: Mapping[str, np.ndarray], outcomes: pd.DataFrame, side: tuple[str, str],
                 metric: str) -> np.ndarray:
     """Row positions of one side, checked: one step per seed, no duplicated sample, 0/1 metric."""
@@ -217,85 +217,6 @@ def _side_index(cols: Mapping[str, np.ndarray], outcomes: pd.DataFrame, side: tu
         raise ValueError(f"outcomes: column {metric!r} must be 0/1, got {_py(r[metric])!r} for arm {arm!r} view "
                          f"{view!r} seed {r['seed']} problem {r['problem_id']!r}")
     return idx
-
-
-def cluster_bootstrap(d: np.ndarray, n_p: np.ndarray, n_boot: int, rng: np.random.Generator,
-                      resample: str | Sequence[str] = "nested") -> np.ndarray:
-    """Resampled effects ``D*`` of the *nested* schemes (``nested``, ``seed``, ``problem``).
-
-    Args:
-        d: ``S × Pmax`` per-problem paired differences ``d_sp``, seed ``s``'s in its first
-            ``n_p[s]`` columns (the rest ignored; NaN-padded).
-        n_p: ``S`` problems per seed (each >= 1).
-        n_boot: number of resamples. rng: numpy Generator.
-        resample: ``nested`` draws ``S`` seeds with replacement and, for each drawn seed, its own
-            ``P_s`` problems with replacement; ``seed`` keeps each drawn seed's mean whole;
-            ``problem`` redraws the problems of every seed, the seeds fixed.
-
-    Returns:
-        ``n_boot`` values of ``D*`` (mean over drawn seeds of the mean over drawn problems). All
-        indices are drawn at once: seeds ``(n_boot, S)``, problems ``(n_boot, S, Pmax)``.
-
-    Raises:
-        ValueError: ``resample`` is ``crossed`` (:func:`crossed_bootstrap` needs the grid) or
-            unknown.
-    """
-    scheme = resample_scheme(resample)
-    if scheme == "crossed":
-        raise ValueError("cluster_bootstrap runs the nested schemes; the crossed one is crossed_bootstrap")
-    d = np.asarray(d, dtype=float)
-    n_p = np.asarray(n_p, dtype=np.int64)
-    S, Pmax = d.shape
-    si = (rng.integers(0, S, size=(n_boot, S)) if scheme in ("nested", "seed")
-          else np.broadcast_to(np.arange(S), (n_boot, S)))
-    if scheme == "seed":
-        m = np.nanmean(d, axis=1)
-        return m[si].mean(axis=1)
-    k = n_p[si]                                                    # problems of each drawn seed
-    pi = np.minimum((rng.random((n_boot, S, Pmax)) * k[..., None]).astype(np.int64), k[..., None] - 1)
-    vals = d[si[..., None], pi]
-    used = np.arange(Pmax) < k[..., None]                          # draw P_s problems for seed s
-    m = np.where(used, vals, 0.0).sum(axis=2) / k
-    return m.mean(axis=1)
-
-
-def crossed_bootstrap(d: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Resampled effects ``D*`` of the crossed two-way bootstrap (seeds × problems).
-
-    Each replicate draws ``S`` seeds with replacement (counts ``w_s``) and ONE multiset of ``P``
-    problems with replacement (counts ``u_p``) used by every drawn seed, and returns the mean
-    over drawn seeds of the mean over the drawn problems present in that seed:
-    ``D* = Σ_s w_s m*_s / Σ_s w_s`` with ``m*_s = Σ_p u_p d_sp / Σ_p u_p`` (sums over present
-    cells). A drawn seed none of whose drawn problems it has is left out of that replicate; a
-    replicate with no usable seed is ``NaN`` (the caller drops and counts it). Without missing
-    cells this is the "pigeonhole" bootstrap of McCullagh (2000, "Resampling and exchangeable
-    arrays", Bernoulli 6:285–301), Owen (2007, "The pigeonhole bootstrap", Ann. Appl. Stat.
-    1:386–411).
-
-    Args:
-        d: ``S × P`` paired differences on the seed × problem grid, ``NaN`` where a problem was
-            not compared in a seed.
-        n_boot: resamples. rng: numpy Generator.
-
-    Returns:
-        ``n_boot`` values (float; ``NaN`` for an empty replicate). Indices are drawn at once,
-        ``(n_boot, S)`` and ``(n_boot, P)``, and counted; cost ``O(n_boot · S · P)``.
-    """
-    d = np.asarray(d, dtype=float)
-    S, P = d.shape
-    present = np.isfinite(d)
-    row = np.arange(n_boot)[:, None]
-    w = np.bincount((row * S + rng.integers(0, S, size=(n_boot, S))).ravel(), minlength=n_boot * S)
-    u = np.bincount((row * P + rng.integers(0, P, size=(n_boot, P))).ravel(), minlength=n_boot * P)
-    w, u = w.reshape(n_boot, S).astype(float), u.reshape(n_boot, P).astype(float)
-    num = u @ np.where(present, d, 0.0).T                          # n_boot × S
-    den = u @ present.T.astype(float)
-    ok = den > 0
-    m = np.where(ok, num / np.where(ok, den, 1.0), 0.0)
-    wt = w * ok
-    tot = wt.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tot > 0, (wt * m).sum(axis=1) / np.where(tot > 0, tot, 1.0), np.nan)
 
 
 def crossed_decomposition(d: np.ndarray) -> dict[str, Any]:

@@ -41,6 +41,7 @@ import numpy as np
 from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.gate import audit as stats
+from evil_moe.gate.bootstrap import Clusters, cluster_draw, cluster_draws
 from evil_moe.pilots import scored_rows
 from evil_moe.rl.detectors.registry import DETECTORS, AuditRows, AuditScores
 
@@ -148,8 +149,8 @@ def run_audit(cfg: Config, *, calibration_dirs: Sequence[str | Path], out_dir: s
     sub = df[scored].reset_index(drop=True)
     y = sub["hack"].astype(int).to_numpy().astype(bool)
     seeds = sub["seed"].astype(int).to_numpy()
-    clusters = stats.Clusters.of(seeds, _groups(sub))
-    draws = stats.cluster_draws(clusters, a.n_boot, a.seed)
+    clusters = Clusters.of(seeds, _groups(sub))
+    draws = cluster_draws(clusters, a.n_boot, a.seed)
     q = cfg.pilot.detector_quantile
     counts = _counts(df, scored)
     rows = AuditRows(sub, y, seeds, sub["step"].astype(int).to_numpy(),
@@ -213,7 +214,7 @@ def _quality_row(det, mode, m, res: AuditScores, flags, y, seeds, clusters, draw
     idx = np.flatnonzero(ok)
     pos = {i: k for k, i in enumerate(idx)}
     sub_draws = [np.asarray([pos[i] for i in d if i in pos], dtype=np.int64) for d in draws]
-    sub_clusters = stats.Clusters(clusters.seed[idx], clusters.group[idx])
+    sub_clusters = Clusters(clusters.seed[idx], clusters.group[idx])
     value = stats.auc(score[idx], y[idx])
     lo, hi = stats.auc_interval(score[idx], y[idx], sub_clusters, draws=sub_draws, ci=a.ci)
     pl = [stats.auc(p[idx], y[idx]) for p in placebo_scores if not np.isnan(p[idx]).any()]
@@ -252,7 +253,7 @@ def _label_curve(refit, n_max: int, a, clusters, y) -> list[dict]:
         aucs = [stats.auc(f, y) for f in fits]
         boot = []
         for i in range(a.n_boot):
-            d = stats.cluster_draw(index, rng)
+            d = cluster_draw(index, rng)
             v = stats.auc(fits[i % len(fits)][d], y[d])
             if v is not None:
                 boot.append(v)
