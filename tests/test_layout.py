@@ -9,6 +9,13 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "evil_moe"
 MAX_LINES = 80
+MAX_MODULE_LINES = 600
+# modules allowed over MAX_MODULE_LINES, and why
+LONG_MODULES = {
+    "env/sandbox_zygote.py": "the sandbox harness: runs alone in a fresh interpreter, imports nothing of ours",
+    "env/sandbox.py": "614 lines; its cut (bwrap discovery and the mount plan into a module of their own) "
+                      "waits for the sandbox work in flight on another branch",
+}
 # the sandbox child's harness runs alone in a fresh interpreter and may import nothing of ours:
 # it stays one function on purpose (evil_moe/env/sandbox_zygote.py)
 EXEMPT = {("env/sandbox_zygote.py", "_harness")}
@@ -29,6 +36,14 @@ def test_no_function_is_longer_than_80_lines():
     long = [f"{rel}: {name} ({n} lines)" for rel, name, n in _functions()
             if n > MAX_LINES and (rel, name) not in EXEMPT]
     assert not long, long
+
+
+def test_no_module_is_longer_than_600_lines():
+    """One idea per module: none over MAX_MODULE_LINES but the listed ones (each with its reason),
+    and each listed one is still over (an exemption that hides nothing is removed)."""
+    lines = {p.relative_to(PKG).as_posix(): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    long = {rel: n for rel, n in lines.items() if n > MAX_MODULE_LINES}
+    assert set(long) == set(LONG_MODULES), long
 
 
 def test_the_exempt_harness_still_exists():
