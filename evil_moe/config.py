@@ -136,8 +136,9 @@ def validate(data: dict, schema: dict | None = None) -> dict:
             with the pilots (names the key).
 
     The checks against the arm and detector registries and the resource model (the arm set, the
-    detector's calibration, GPU memory, the vLLM sampler's tied head) are in :func:`evil_moe.checks.check_run_config`, which the CLI and
-    the Snakefile call after this one: this module imports nothing of the package.
+    detector's calibration, GPU memory, the vLLM sampler's tied head) are in
+    :func:`evil_moe.checks.check_run_config`, which the CLI and the Snakefile call after this one:
+    this module imports nothing of the package.
     """
     schema = schema or load_schema()
     data = _fill_defaults(schema, copy.deepcopy(dict(data or {})))
