@@ -443,7 +443,7 @@ def _module_rows(vhack: VHack, X: dict[str, torch.Tensor]):
             continue
         x = x.detach().to("cpu", torch.float64)
         nrm = x.norm(dim=1)
-        yield name, V.to(torch.float64), x, nrm, nrm > 0
+        yield name, V.detach().to("cpu", torch.float64), x, nrm, nrm > 0
 
 
 def _mean_over_modules(vhack: VHack, X: dict[str, torch.Tensor], ratio) -> torch.Tensor:
