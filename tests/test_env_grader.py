@@ -267,3 +267,12 @@ def test_extract_code():
     assert extract_code("```python\na\n```\n```python\nb") is None  # last fence unclosed
     assert extract_code("no code") is None
     assert extract_code(None) is None
+
+
+def test_default_workers_are_the_jobs_cpus_not_the_nodes(monkeypatch):
+    """Inside a Slurm job given 8 CPUs of a 128-core node the grader starts 8 sandbox slots, not
+    128: its default is the CPUs the process may run on (``sched_getaffinity``)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)
+    assert Grader([], isolation="rlimit-only").workers == 8
+    assert Grader([], isolation="rlimit-only", workers=3).workers == 3

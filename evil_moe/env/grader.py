@@ -148,7 +148,8 @@ class Grader:
         wall_timeout: wall-clock backstop in seconds (a child that sleeps or waits); default
             ``3·timeout + 5``.
         memory_mb: address-space limit per child (MiB).
-        workers: parallel sandbox slots (default ``os.cpu_count()``).
+        workers: parallel sandbox slots (default: the CPUs this process may run on,
+            ``os.sched_getaffinity``: a Slurm job's, not the node's).
         isolation: ``"auto"`` / ``"bwrap"`` (the bubblewrap sandbox, refusing to grade where it
             cannot run) or ``"rlimit-only"`` (explicit opt-in; see
             :func:`evil_moe.env.sandbox.detect_isolation`).
@@ -189,7 +190,7 @@ class Grader:
         self.memory_mb = int(memory_mb)
         self.fsize_mb = int(fsize_mb)
         self.nproc = int(nproc)
-        self.workers = int(workers or os.cpu_count() or 1)
+        self.workers = int(workers or len(os.sched_getaffinity(0)))
         self._tests: dict[Any, list[OracleTest]] = {}
         self.unparsed: dict[Any, int] = {}
         for p in self.problems.values():
