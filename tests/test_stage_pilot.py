@@ -237,6 +237,24 @@ def test_pilot_fail_switches(world, tmp_path):
     assert json.loads((tmp_path / "b" / "status.json").read_text())["status"] == "ok"
 
 
+def test_pilot_without_vllm_stops_before_loading_the_model(world, tmp_path, monkeypatch):
+    """pilot.sampler vllm where vLLM does not import: the pilot stops with one line naming this
+    Python and `make gpu-env` before it loads the model (on 09ede95 it loaded the model, took
+    the SVDs and built the trainer first: ~60 GPU jobs of 8 GB each for nothing)."""
+    from evil_moe.rl.vllm_sampler import VLLMUnavailable, vllm_import_error
+    from evil_moe.stages import pilot as pilot_stage
+
+    if vllm_import_error() is None:
+        pytest.skip("vLLM imports here")
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(pilot_stage, "load_policy", never)
+    with pytest.raises(VLLMUnavailable, match=r"does not import .*`make gpu-env`"):
+        pilot_stage.run_pilot(cfg_of("pilot.sampler=vllm"), **pilot_kwargs(world, tmp_path / "v"))
+
+
 # ------------------------------------------------------------------------------------------------
 # the resume test: a real `evil-moe pilot` process killed with SIGKILL, then rerun
 

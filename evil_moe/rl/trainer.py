@@ -85,6 +85,13 @@ def prompt_schedule(n_problems: int, prompts_per_step: int, seed: int, step: int
     return out
 
 
+def training_seed(seed: int, step: int) -> int:
+    """The sampling seed of a training step: ``1_000_003·seed + step`` (distinct from every
+    held-out chunk's, :func:`evil_moe.rl.evaluation.heldout_seed`, for runs of fewer than
+    499,972 steps: :mod:`evil_moe.stages.reevaluate`)."""
+    return seed * 1_000_003 + step
+
+
 # ---------------------------------------------------------------------------------------------
 # the trainer
 
@@ -182,7 +189,7 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
         n_student = self.G - self.n_teacher
         rolls = generate(self.model, self.tok, [self.prompts[i] for i in idx], n=n_student,
                          max_new=self.pc.max_new, temperature=self.pc.temperature, top_p=self.pc.top_p,
-                         seed=self.seed * 1_000_003 + step, adapter=self.adapter, source="student",
+                         seed=training_seed(self.seed, step), adapter=self.adapter, source="student",
                          engine=self.engine)
         flat = []
         for j, i in enumerate(idx):
@@ -288,4 +295,4 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
             self.router_opt.load_state_dict(ck["router"]["optimizer"])
 
 
-__all__ = ["Trainer", "StepBatch", "StepGradients", "prompt_schedule", "PilotInvalid"]
+__all__ = ["Trainer", "StepBatch", "StepGradients", "prompt_schedule", "training_seed", "PilotInvalid"]

@@ -135,6 +135,8 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
 
     Raises:
         ValueError: unknown arm; a missing input the arm or config needs (names the option).
+        evil_moe.rl.vllm_sampler.VLLMUnavailable: ``pilot.sampler: vllm`` and vLLM does not
+            import here (before the model is loaded; names ``make gpu-env``).
         FileNotFoundError: an input file is missing (names the path).
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
         PilotInterrupted: SIGTERM; the checkpoint is on disk.
@@ -146,6 +148,9 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     flag_rates = _check_inputs(cfg, arm_obj, seed, problems_path, vhack_path, random_vhack_path,
                                planted_vhack_path, init_adapter, teacher_rollouts, match_flags,
                                calibration_path, probe_path, shuffled_vhack_path)
+    if pc.sampler == "vllm":  # before the model (8 GB, minutes) is loaded for nothing
+        from evil_moe.rl.vllm_sampler import require_vllm
+        require_vllm()
     run = _RunDir(Path(out_dir), arm, seed)
     run.start(pc)
     for seeder in (torch.manual_seed, random.seed, np.random.seed):

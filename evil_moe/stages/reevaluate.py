@@ -149,6 +149,9 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
     pc = cfg.pilot
     adapter_path, steps_path = paths["adapter"], paths["steps"]
 
+    if pc.sampler == "vllm":  # before the model is loaded for nothing
+        from evil_moe.rl.vllm_sampler import require_vllm
+        require_vllm()
     model, tok, adapter, device = load_policy(model_path, cfg, init_adapter=init_adapter)
     init_ds = [p.detach().clone() for p in adapter.delta_s_params()]
     adapter.load(adapter_path)
