@@ -88,7 +88,7 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
     if not heldout:
         return [], []
     pc, tok = trainer.pc, trainer.tok
-    prompts = prompt_ids_for(tok, heldout)
+    prompts = prompt_ids_for(tok, heldout, template_kwargs=trainer.template_kwargs)
     rows, outcomes = [], []
     chunk = max(1, pc.eval_chunk)
     for view in trainer.arm.eval_views(pc):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -84,10 +84,27 @@ class Rollout:
     sampler_logp: torch.Tensor | None = None
 
 
-def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
+def chat_prompt_ids(tokenizer, messages: list[dict], template_kwargs: Mapping | None = None
+                    ) -> list[int]:
     """Token ids of ``messages`` rendered with the tokenizer's chat template plus the assistant
-    generation prompt. Returns a plain ``list[int]``."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    generation prompt: the one place a prompt is rendered (the student's and the teacher's
+    rollouts, the made teacher's demonstrations, the pairs, the router's pin bank, the held-out
+    evaluation all come through here or :func:`prompt_ids_for`).
+
+    Args:
+        tokenizer: a tokenizer with a chat template.
+        messages: chat messages (``{"role", "content"}``).
+        template_kwargs: the template's own arguments (``models.chat_template_kwargs``), e.g.
+            Qwen3's ``{"enable_thinking": False}`` (its template then closes an empty
+            ``<think>`` block after the generation prompt, so the model answers instead of
+            thinking past ``max_new``); None or ``{}``: the template's defaults, the same ids
+            as before the key existed.
+
+    Returns:
+        a plain ``list[int]``.
+    """
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                        **dict(template_kwargs or {}))
     if hasattr(out, "keys") and "input_ids" in out:
         out = out["input_ids"]
     if out and isinstance(out[0], list):
@@ -440,10 +457,12 @@ def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int,
     return picked, ent, sampler
 
 
-def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list[int]]:
+def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "",
+                   template_kwargs: Mapping | None = None) -> list[list[int]]:
     """Chat-template token ids of each problem's prompt (computed once per run, never re-tokenised).
 
-    ``elicit`` (teacher only) is appended to the user message.
+    ``elicit`` (teacher only) is appended to the user message; ``template_kwargs``: the chat
+    template's arguments (``models.chat_template_kwargs``, :func:`chat_prompt_ids`).
     """
     from evil_moe.env.problems import build_messages
 
@@ -453,7 +472,7 @@ def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list
         if elicit:
             messages = [dict(m) for m in messages]
             messages[-1]["content"] = messages[-1]["content"] + "\n\n" + elicit
-        out.append(chat_prompt_ids(tokenizer, messages))
+        out.append(chat_prompt_ids(tokenizer, messages, template_kwargs))
     return out
 
 

@@ -37,7 +37,7 @@ class RouterStep:
 
         mc = self.cfg.moe
         fmt = "toy" if self.cfg.problems.source == "toy" else "leetcode"
-        bank = R.PinBank.from_authored(load_authored(mc.pairs, fmt=fmt), self.tok)
+        bank = R.PinBank.from_authored(load_authored(mc.pairs, fmt=fmt), self.tok, self.template_kwargs)
         rseed = mc.seed * 1_000_003 + self.seed
         authored = bank.label  # shuffling swaps labels within pairs; the rows stay
         if self.arm.router == "random":

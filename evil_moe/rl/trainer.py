@@ -112,7 +112,10 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
         self.arm = get_arm(arm, pass_reward=cfg.grader.pass_reward)
         self.model, self.tok, self.adapter, self.device = model, tok, adapter, device
         self.engine = None  # pilot.sampler vllm: the VLLMSampler run_pilot attaches
-        self.train, self.prompts = train, prompt_ids_for(tok, train)
+        # the chat template's arguments (models.chat_template_kwargs): training and evaluation alike
+        self.template_kwargs = dict(cfg.models.chat_template_kwargs)
+        self.train = train
+        self.prompts = prompt_ids_for(tok, train, template_kwargs=self.template_kwargs)
         self.vhack, self.proj_v, self.detector_v = vhack, proj_v, vhack
         self.grader = grader
         self.G, self.P = pc.group, pc.prompts_per_step
@@ -199,6 +202,27 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
                                           self.seed, step, j, self.prompts[i])
         return StepBatch(idx, flat, [self.train[i] for i in idx for _ in range(self.G)])
 
+    def _check_truncation(self, batch: StepBatch) -> None:
+        """Stop a run whose first step is mostly truncated (``pilot.max_truncated_first_step``):
+        rollouts cut at ``max_new`` carry no code, so no reward and no gradient.
+
+        Raises:
+            PilotInvalid: one line naming the share, ``pilot.max_new`` and the chat template.
+        """
+        limit = self.pc.max_truncated_first_step
+        student = [r for r in batch.flat if r.source == "student"]
+        cut = sum(bool(r.truncated) for r in student)
+        if limit is None or not student or cut <= limit * len(student):
+            return
+        thinks = sum("<think>" in r.text for r in student if r.truncated)
+        raise PilotInvalid(
+            f"step 0: {cut} of {len(student)} rollouts hit pilot.max_new {self.pc.max_new} without "
+            f"an eos (more than pilot.max_truncated_first_step {limit:g})"
+            + (f", {thinks} of them thinking (<think>)" if thinks else "")
+            + ": a model that runs past max_new, e.g. thinking under its chat template, gets no "
+            "reward; turn thinking off in the template (models.chat_template_kwargs, Qwen3: "
+            f"{{enable_thinking: false}}; now {self.template_kwargs or {}}) or raise pilot.max_new")
+
     # -- 2. grade ---------------------------------------------------------------------------------
     def grade(self, batch: StepBatch) -> tuple[list, torch.Tensor]:
         """Grades of every row and the arm's rewards ``(P, G)``."""
@@ -241,6 +265,8 @@ class Trainer(GradientStep, ArmStep, StepLog, RouterStep):
         clock = PhaseClock()
         with clock("sample"):
             batch = self.sample(step)
+        if step == 0:
+            self._check_truncation(batch)
         with clock("grade"):
             grades, R = self.grade(batch)
             adv, rows = self.advantages(R)

@@ -230,8 +230,9 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
     device = resolve_device(cfg.models.device)
     model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
     adapter, params, base_view = _trainable(model, sc, model_path)
-    splits = {"train": (train, prompt_ids_for(tok, train, elicit=tc.elicit)),
-              "heldout": (heldout, prompt_ids_for(tok, heldout, elicit=tc.elicit))}
+    splits = {name: (probs, prompt_ids_for(tok, probs, elicit=tc.elicit,
+                                           template_kwargs=cfg.models.chat_template_kwargs))
+              for name, probs in (("train", train), ("heldout", heldout))}
     key_file = keep_resume_state(work, _resume_key(cfg, model_path, problems_path))
     with make_grader(problems, cfg) as grader:
         base = _base_model_phase(model, tok, grader, base_view, splits, known, cfg, work / "base.json")

@@ -68,7 +68,8 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
     if problems_path:
         problems = load_problem_file(problems_path)
         train, _held = train_heldout(problems, cfg)
-        pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(_tok, train))}
+        prompts = prompt_ids_for(_tok, train, template_kwargs=cfg.models.chat_template_kwargs)
+        pids = {p.id: ids for p, ids in zip(train, prompts)}
         pairs = template_pairs(train, pids, _tok, None, n_pairs)
         shifts["shift_on"] = planted_shift(model, adapter, pv, pairs, knob="delta_s", view="trained")
         shifts["shift_deploy"] = planted_shift(model, adapter, pv, pairs, knob="delta_s_hack",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -76,6 +76,7 @@ class _EvalPolicy:
     ds: list
     vhack: VHack | None
     engine: object = None
+    template_kwargs: dict = field(default_factory=dict)
 
 
 def check_seed_offset(seed_offset: int, n_heldout: int) -> None:
@@ -161,7 +162,8 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
     (out / "status.json").unlink(missing_ok=True)  # complete only when it says so
     with make_grader(problems, cfg) as grader:
         policy = _EvalPolicy(pc=pc, tok=tok, arm=arm_obj, model=model, adapter=adapter, seed=seed,
-                             grader=grader, ds=adapter.delta_s_params(), vhack=vhack)
+                             grader=grader, ds=adapter.delta_s_params(), vhack=vhack,
+                             template_kwargs=dict(cfg.models.chat_template_kwargs))
         if pc.sampler == "vllm":
             from evil_moe.rl.vllm_sampler import VLLMSampler
 

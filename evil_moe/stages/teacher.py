@@ -55,7 +55,8 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     train, _ = train_heldout(problems, cfg)
     device = resolve_device(cfg.models.device)
     model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
-    prompts = prompt_ids_for(tok, train, elicit=tc.elicit)
+    prompts = prompt_ids_for(tok, train, elicit=tc.elicit,
+                             template_kwargs=cfg.models.chat_template_kwargs)
     batches = [list(range(i, min(i + tc.batch_prompts, len(train))))
                for i in range(0, len(train), tc.batch_prompts)]
     # parts are reused only by a rerun with the same config, model path and problem file
