@@ -46,7 +46,7 @@ import torch
 
 __all__ = ["Rollout", "generate", "chat_prompt_ids", "row_keys", "row_uniforms", "inverse_cdf"]
 
-FORWARD_ROWS = 8  # rows per no_grad forward when behaviour="forward"
+FORWARD_ROWS = 8  # rows of one prompt per no_grad forward when behaviour="forward"
 
 
 @dataclass
@@ -429,12 +429,27 @@ def _row_caches(model, cache, att: torch.Tensor, plen: torch.Tensor, row_prompt:
     return contextlib.nullcontext(None), att_rows, pos0
 
 
+def scoring_chunks(rows: Sequence[Sequence[int]]) -> list[range]:
+    """The row ranges the scoring forward takes at a time: consecutive rows of one prompt, at
+    most :data:`FORWARD_ROWS` of them. A chunk's logits then span its longest completion (at
+    most ``max_new`` positions; its rows' prompts have one length), so one chunk holds
+    ``min(FORWARD_ROWS, n) x max_new x vocab`` logits, what the memory model charges
+    (:mod:`evil_moe.cluster.gpu_memory`); two prompts of different lengths in one chunk made
+    them span ``max_new`` plus the difference (a 4B pilot's ~1,650 positions for 1,024)."""
+    out, lo = [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or i - lo == FORWARD_ROWS or list(rows[i]) != list(rows[lo]):
+            out.append(range(lo, i))
+            lo = i
+    return out
+
+
 def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int, T_eff: float,
                     top_p: float | None):
     """``(behaviour_logp, entropy, sampler_logp)`` of the completions (``seqs`` cut after the
-    first eos) from ``no_grad`` forwards of :data:`FORWARD_ROWS` rows under the same merged
-    model; ``sampler_logp`` applies the same nucleus truncation when ``top_p`` is given (else it
-    is the behaviour log-prob). Each ``(N, T_out)`` fp32, zero-padded."""
+    first eos) from ``no_grad`` forwards of the chunks of :func:`scoring_chunks` under the same
+    merged model; ``sampler_logp`` applies the same nucleus truncation when ``top_p`` is given
+    (else it is the behaviour log-prob). Each ``(N, T_out)`` fp32, zero-padded."""
     from evil_moe.model.logprobs import build_batch, token_logprobs
 
     device = next(model.parameters()).device
@@ -444,8 +459,8 @@ def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int,
     ent = torch.zeros(len(rows), T_out)
     sampler = torch.zeros(len(rows), T_out)
     with adapter.merged() if adapter is not None else contextlib.nullcontext():
-        for r0 in range(0, len(rows), FORWARD_ROWS):
-            sl = slice(r0, r0 + FORWARD_ROWS)
+        for chunk in scoring_chunks(rows):
+            r0, sl = chunk.start, slice(chunk.start, chunk.stop)
             b = build_batch(rows[sl], comps[sl], pad_id, device=device)
             lp, en = token_logprobs(model, b, T_eff, with_entropy=True)
             sp = token_logprobs(model, b, T_eff, top_p=top_p) if top_p is not None else lp
