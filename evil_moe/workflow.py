@@ -102,6 +102,26 @@ def _check_audit_seeds(config: Mapping) -> None:
             "be judged on them")
 
 
+def vllm_warning(config: Mapping) -> str | None:
+    """One line for a run whose pilots sample with vLLM (``pilot.sampler: vllm``) from a Python
+    without it (``None`` otherwise). The jobs run the ``evil-moe`` of the Python that runs
+    Snakemake (:func:`put_own_bin_on_path`; a Slurm job inherits the environment), so every pilot
+    would stop at its start (:func:`evil_moe.rl.vllm_sampler.require_vllm`). Looked up, not
+    imported (``importlib.util.find_spec``: every Snakemake call reads the Snakefile);
+    ``evil-moe slurm-check`` imports it."""
+    import importlib.util
+    import sys
+
+    from evil_moe.rl.vllm_sampler import GPU_ENV_COMMAND
+
+    if config["pilot"]["sampler"] != "vllm" or importlib.util.find_spec("vllm") is not None:
+        return None
+    return (f"WARNING: pilot.sampler is vllm but vLLM is not installed in {sys.executable}, the "
+            "Python the jobs run: every pilot would stop at its start; build the GPU environment "
+            f"with `{GPU_ENV_COMMAND}` and run snakemake from it (docs/gpu.md), or set "
+            "pilot.sampler: hf")
+
+
 def per_job(func: Callable) -> Callable:
     """Mark a function Snakemake calls for every job (input, params, resources, priority): it
     reads the function's parameters (``inspect.signature``, ~15 us) two or three times per call,

@@ -10,6 +10,7 @@ and filled with the schema's defaults.
 
 import json
 import shlex
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -30,6 +31,7 @@ from evil_moe.workflow import (
     sized_config,
     stage_config_param,
     stage_sections,
+    vllm_warning,
 )
 
 # The rules call `evil-moe`: found beside this Snakemake without activating .venv.
@@ -43,6 +45,9 @@ put_own_bin_on_path()
 check_config(config)
 validate(config, "../config/schema.yaml")
 check_inputs(config)
+# pilot.sampler vllm from a Python without vLLM: said once, before any job (the pilots refuse too)
+if not workflow.remote_exec and (_vllm := vllm_warning(config)):
+    print(_vllm, file=sys.stderr)
 MAKE_TEACHER = config["teacher"]["make"] == "sft"
 
 RESULTS = config["results"]
