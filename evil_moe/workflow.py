@@ -122,6 +122,33 @@ def vllm_warning(config: Mapping) -> str | None:
             "pilot.sampler: hf")
 
 
+def share_svd_cache(config: Mapping, environ: dict | None = None) -> str | None:
+    """Where the jobs keep the SVD factors of a student too large for the default cache: when
+    ``EVIL_MOE_SVD_CACHE`` is unset and the adapter's fp32 ``U`` and ``Vh`` (from the config's
+    shape: Qwen3-4B's 31.6 GiB) exceed :data:`evil_moe.stages.common.SVD_CACHE_DEFAULT_MAX_BYTES`,
+    set it (``os.environ`` unless ``environ`` is given; every job inherits it, Slurm's too) to
+    ``<results>/svd_cache``: on the filesystem every job already shares, so the factors are
+    computed once per run by the first job that misses them (:func:`evil_moe.model.svd.cached_or_computed`)
+    and read by the rest, where each of ~60 jobs took 253 SVDs before. Returns the folder set,
+    or None (a smaller model keeps ``~/.cache``; a user's setting is kept)."""
+    import os
+
+    from evil_moe.cluster.shapes import adapter_linears, model_shape
+    from evil_moe.stages.common import SVD_CACHE_DEFAULT_MAX_BYTES
+
+    env = os.environ if environ is None else environ
+    if "EVIL_MOE_SVD_CACHE" in env:
+        return None
+    try:
+        dims = adapter_linears(model_shape(config), list(config["adapter"]["target_modules"]))
+    except ResourceError:  # an unsizable hub id: the job sizes name models.params
+        return None
+    if 4 * sum(min(o, i) * (o + i) for o, i in dims) <= SVD_CACHE_DEFAULT_MAX_BYTES:
+        return None
+    env["EVIL_MOE_SVD_CACHE"] = str((Path(config["results"]) / "svd_cache").resolve())
+    return env["EVIL_MOE_SVD_CACHE"]
+
+
 def per_job(func: Callable) -> Callable:
     """Mark a function Snakemake calls for every job (input, params, resources, priority): it
     reads the function's parameters (``inspect.signature``, ~15 us) two or three times per call,

@@ -28,6 +28,7 @@ from evil_moe.workflow import (
     check_inputs,
     per_job,
     put_own_bin_on_path,
+    share_svd_cache,
     sized_config,
     stage_config_param,
     stage_sections,
@@ -48,6 +49,8 @@ check_inputs(config)
 # pilot.sampler vllm from a Python without vLLM: said once, before any job (the pilots refuse too)
 if not workflow.remote_exec and (_vllm := vllm_warning(config)):
     print(_vllm, file=sys.stderr)
+# a large student's SVD factors: computed once per run into <results>/svd_cache (the jobs inherit it)
+share_svd_cache(config)
 MAKE_TEACHER = config["teacher"]["make"] == "sft"
 
 RESULTS = config["results"]
