@@ -151,6 +151,19 @@ def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None
     return model, tok, adapter, device
 
 
+def require_sampler(cfg: Config) -> None:
+    """Refuse ``pilot.sampler: vllm`` where vLLM does not import, before a model is loaded
+    (8 GB and minutes for nothing): :func:`evil_moe.rl.vllm_sampler.require_vllm`.
+
+    Raises:
+        evil_moe.rl.vllm_sampler.VLLMUnavailable: one line naming this Python and ``make gpu-env``.
+    """
+    if cfg.pilot.sampler == "vllm":
+        from evil_moe.rl.vllm_sampler import require_vllm
+
+        require_vllm()
+
+
 def make_grader(problems, cfg: Config):
     """The sandboxed :class:`~evil_moe.env.grader.Grader` with the run's ``grader`` section."""
     from evil_moe.env.grader import Grader

@@ -40,7 +40,8 @@ from evil_moe.rl.arms import FlagRateMatch, get_arm
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
 from evil_moe.rl.evaluation import evaluate
 from evil_moe.rl.pilot_inputs import pilot_inputs
-from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, resume_key, train_heldout)
+from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, require_sampler, resume_key,
+                                    train_heldout)
 from evil_moe.files import require_file
 from evil_moe.rl.teacher_rows import load_teacher_rows
 from evil_moe.rl.trainer import PilotInvalid, Trainer
@@ -135,8 +136,6 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
 
     Raises:
         ValueError: unknown arm; a missing input the arm or config needs (names the option).
-        evil_moe.rl.vllm_sampler.VLLMUnavailable: ``pilot.sampler: vllm`` and vLLM does not
-            import here (before the model is loaded; names ``make gpu-env``).
         FileNotFoundError: an input file is missing (names the path).
         PilotInvalid: a stop rule fired (``status.json`` written, names the step).
         PilotInterrupted: SIGTERM; the checkpoint is on disk.
@@ -148,9 +147,6 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
     flag_rates = _check_inputs(cfg, arm_obj, seed, problems_path, vhack_path, random_vhack_path,
                                planted_vhack_path, init_adapter, teacher_rollouts, match_flags,
                                calibration_path, probe_path, shuffled_vhack_path)
-    if pc.sampler == "vllm":  # before the model (8 GB, minutes) is loaded for nothing
-        from evil_moe.rl.vllm_sampler import require_vllm
-        require_vllm()
     run = _RunDir(Path(out_dir), arm, seed)
     run.start(pc)
     for seeder in (torch.manual_seed, random.seed, np.random.seed):
@@ -227,6 +223,8 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
     Raises:
         FileNotFoundError: a given input file is missing (names it).
         ValueError: an option the arm or the config needs is not given (names it).
+        evil_moe.rl.vllm_sampler.VLLMUnavailable: ``pilot.sampler: vllm`` without vLLM
+            (:func:`evil_moe.stages.common.require_sampler`).
     """
     given = {"problems": problems_path, "vhack": vhack_path, "random_vhack": random_vhack_path,
              "planted_vhack": planted_vhack_path, "init": init_adapter,
@@ -243,6 +241,7 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
     for key, needed in pilot_inputs(arm_obj.name, cfg.raw, seed=seed).items():
         if needed.needed and not given[key]:
             raise ValueError(needed.why)
+    require_sampler(cfg)
     return FlagRateMatch.read(match_flags) if arm_obj.matches else None
 
 

@@ -41,7 +41,8 @@ import torch
 from evil_moe import files, tables
 from evil_moe.rl.arms import get_arm
 from evil_moe.config import Config
-from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
+from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, require_sampler,
+                                    train_heldout)
 from evil_moe.files import require_file
 from evil_moe.rl.evaluation import HELDOUT_SEED_STRIDE as _EVAL_SEED_STRIDE
 from evil_moe.rl.evaluation import evaluate
@@ -150,9 +151,7 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
     pc = cfg.pilot
     adapter_path, steps_path = paths["adapter"], paths["steps"]
 
-    if pc.sampler == "vllm":  # before the model is loaded for nothing
-        from evil_moe.rl.vllm_sampler import require_vllm
-        require_vllm()
+    require_sampler(cfg)  # before the model is loaded for nothing
     model, tok, adapter, device = load_policy(model_path, cfg, init_adapter=init_adapter)
     init_ds = [p.detach().clone() for p in adapter.delta_s_params()]
     adapter.load(adapter_path)
