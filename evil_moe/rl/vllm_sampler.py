@@ -16,8 +16,8 @@ of each sampled token (``logprobs_mode="processed_logprobs"``: after temperature
 distribution it drew from) is stored as the rollout's ``sampler_logp``, so ``steps.tsv``'s
 ``sampler_gap_p95`` / ``sampler_gap_max`` measure how far the two engines' numerics drift apart.
 
-vLLM is an optional extra (``pip install '.[vllm]'``, docs/gpu.md), never imported unless the
-config asks for it.
+vLLM is an optional extra, installed in the GPU environment (``make gpu-env``, docs/gpu.md), never
+imported unless the config asks for it.
 
 A knob on a tied ``lm_head`` (``adapter.target_modules`` holding ``lm_head`` on a model with tied
 embeddings, Qwen3-4B's and the toy's): our policy's head is then ``W_E + U diag(s) Vh`` while its
