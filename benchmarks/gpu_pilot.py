@@ -42,7 +42,6 @@ It needs torch, transformers and this package's light dependencies, not vLLM and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
