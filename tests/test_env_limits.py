@@ -129,6 +129,181 @@ def test_no_door_to_kernel_memory_outside_the_limits(g):
     assert vals.get(0) == [], vals.get(0)
 
 
+MORE_DOORS = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    X86 = os.uname().machine == "x86_64"
+    NR = {"vmsplice": 278 if X86 else 75, "io_uring_setup": 425, "bpf": 321 if X86 else 280,
+          "perf_event_open": 298 if X86 else 241, "userfaultfd": 323 if X86 else 282,
+          "inotify_init1": 294 if X86 else 26, "fanotify_init": 300 if X86 else 262,
+          "mincore": 27 if X86 else 232, "cachestat": 451}
+    r, w = os.pipe()
+    buf = ctypes.create_string_buffer(4096)
+    iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 1)
+    params = ctypes.create_string_buffer(120)
+    attr = ctypes.create_string_buffer(128)
+    attr[4] = 128
+    vec = ctypes.create_string_buffer(1)
+    ARGS = {"vmsplice": (w, ctypes.addressof(iov), 1, 0), "io_uring_setup": (4, ctypes.addressof(params)),
+            "bpf": (0, ctypes.addressof(attr), 128), "perf_event_open": (ctypes.addressof(attr), 0, -1, -1, 0),
+            "userfaultfd": (0,), "inotify_init1": (0,), "fanotify_init": (0x200, 0),
+            "mincore": (ctypes.addressof(buf) & ~4095, 4096, ctypes.addressof(vec)),
+            "cachestat": (r, 0, 0, 0)}
+    OPEN = []
+    for name, args in ARGS.items():
+        ctypes.set_errno(0)
+        if libc.syscall(NR[name], *args) != -1 or ctypes.get_errno() != 1:   # EPERM
+            OPEN.append(name)
+    class Solution:
+        def add(self, a, b):
+            return OPEN
+""")
+
+
+def test_no_pinned_pages_no_kernel_queues_no_host_observers(g):
+    """The calls that pin memory no limit counts (vmsplice: a pipe slot holds the page it was
+    given; io_uring's registered buffers and rings), that make kernel objects of their own (BPF
+    maps, perf rings, userfaultfd), and that watch the host (inotify and fanotify report other
+    workers' imports of the shared standard library; mincore and cachestat the page cache) all
+    answer EPERM. Each of them worked before."""
+    vals, rep = _raw(g, add_problem(), MORE_DOORS + RUN_TESTS)
+    assert rep["status"]["error"] is None, rep["status"]
+    assert vals.get(0) == [], vals.get(0)
+
+
+PIN = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    HP, HELD, KEPT = 2 << 20, {"thp": 0, "written": 0, "spliced": 0}, []
+
+    class _Iov(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    def _fill(kind, put):
+        # a pipe (its read end kept, so what it holds stays) filled by put(write end)
+        r, w = os.pipe()
+        KEPT.append(r)
+        os.set_blocking(w, False)
+        try:
+            while True:
+                n = put(w)
+                if n <= 0:
+                    break
+                HELD[kind] += n
+        except (BlockingIOError, OSError):
+            pass
+        os.close(w)
+
+    def _thp(w):
+        # a transparent huge page, one byte of it given to vmsplice, then unmapped
+        if HELD["thp"] >= (768 << 20):
+            return 0
+        p = libc.mmap(None, 2 * HP, 3, 0x22, -1, 0)
+        a = (p + HP - 1) & ~(HP - 1)
+        libc.madvise(a, HP, 14)                 # MADV_HUGEPAGE
+        ctypes.memset(a, 1, HP)
+        n = libc.vmsplice(w, ctypes.byref(_Iov(a, 1)), 1, 2)   # SPLICE_F_NONBLOCK
+        libc.munmap(p, 2 * HP)
+        return HP if n == 1 else 0
+    try:
+        while HELD["thp"] < (768 << 20) and _fill("thp", _thp) is None and HELD["thp"]:
+            pass
+        for _ in range(100):                    # pipes filled by plain writes
+            _fill("written", lambda w: os.write(w, b"x" * 65536))
+        for _ in range(100):                    # pages of a tmpfs file spliced into a pipe, then deleted
+            with open("f", "wb") as f:
+                f.write(b"y" * (1 << 20))
+            fd = os.open("f", os.O_RDONLY)
+            _fill("spliced", lambda w: os.splice(fd, w, 1 << 20, flags=os.SPLICE_F_NONBLOCK))
+            os.close(fd)
+            os.unlink("f")
+    except OSError:
+        pass
+    class Solution:
+        def add(self, a, b):
+            return [HELD["thp"], HELD["written"], HELD["spliced"]]
+""")
+
+
+def _memory_cgroup():
+    """A fresh memory cgroup below this process's own (v1 or v2), or None where none can be made
+    (not root, no memory controller, read-only): ``(path, peak file)``."""
+    lines = open("/proc/self/cgroup").read().splitlines()
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        if "memory" in ctrls.split(","):
+            base, peak = "/sys/fs/cgroup/memory" + path, "memory.max_usage_in_bytes"
+            break
+    else:
+        path = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), None)
+        base, peak = "/sys/fs/cgroup" + (path or ""), "memory.peak"
+        try:
+            if path is None or "memory" not in open(base + "/cgroup.subtree_control").read().split():
+                return None
+        except OSError:
+            return None
+    child = os.path.join(base, "evil_moe_test_" + secrets.token_hex(4))
+    try:
+        os.mkdir(child)
+    except OSError:
+        return None
+    if not os.path.exists(os.path.join(child, peak)):
+        os.rmdir(child)
+        return None
+    return child, os.path.join(child, peak)
+
+
+def _host_descendants(pid):
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in os.listdir(f"/proc/{p}/task"):
+            try:
+                todo += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+            except OSError:
+                pass
+    return out
+
+
+def test_a_job_holds_no_memory_beyond_its_budget():
+    """A job maps transparent huge pages, vmsplices one byte of each into pipes and unmaps them
+    (each pipe slot kept a 2 MiB page that no limit counted: 1.76 GiB from 17 MiB of address
+    space), fills pipes with writes and splices pages of a tmpfs file into pipes before deleting
+    it. Its peak host memory, measured by a memory cgroup around the sandbox, stays within what
+    the docs name: one process's address space (memory_mb), its tmpfs (tmpfs_mb) and the
+    per-user pipe allowance (fs.pipe-user-pages-soft), plus the interpreter's own tables."""
+    cg = _memory_cgroup()
+    if cg is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    path, peak = cg
+    try:
+        with Grader([add_problem()], timeout=8.0, wall_timeout=30.0, workers=1, memory_mb=256) as gr:
+            gr.grade(add_problem(), fence(ADD + RUN_TESTS))      # start the worker
+            for pid in _host_descendants(gr._pool._all[0].proc.pid):
+                with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                    f.write(str(pid))
+            vals, rep = _raw(gr, add_problem(), PIN + RUN_TESTS)
+            used = int(open(peak).read()) >> 20
+    finally:
+        procs = open(os.path.join(path, "cgroup.procs")).read().split()
+        parent = os.path.dirname(path)
+        for pid in procs:   # (none: the grader is closed) back where they came from
+            with open(os.path.join(parent, "cgroup.procs"), "w") as f:
+                f.write(pid)
+        os.rmdir(path)
+    pipes_mb = int(open("/proc/sys/fs/pipe-user-pages-soft").read()) * 4096 >> 20
+    budget = 256 + 64 + pipes_mb + 64
+    assert used <= budget, (used, budget, vals.get(0), rep["status"])
+    assert vals.get(0) is not None and vals[0][0] == 0, vals.get(0)   # no huge page was pinned
+
+
 SOCKET_FILL = textwrap.dedent("""
     import socket
     QUEUED, socks = 0, []

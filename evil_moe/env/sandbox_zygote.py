@@ -32,6 +32,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVA
 # a snapshot of stdout is a memfd under F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE: nobody
 # (no descriptor, no mapping) can change it after that
 SEALS = 0x0002 | 0x0004 | 0x0008
+SIGPENDING = 1024   # signals queued to the job's user at once (each one, and each POSIX timer,
+                    # holds kernel memory): RLIMIT_SIGPENDING
 # set by _main() in the zygote process (and inherited by the forker); SELF: this process's pid
 # (in its own PID namespace); FORKER: the forker's pid as the zygote sees it
 ROOT, DROP, NS, TMPFS, INODES, IN, OUT, _null, SELF, FORKER = (
@@ -228,24 +230,41 @@ _SYSCALLS = {
     "x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68,
                             "semget": 64, "add_key": 248, "request_key": 249, "keyctl": 250,
                             "mq_open": 240, "socket": 41, "socketpair": 53, "unshare": 272,
-                            "setns": 308,
+                            "setns": 308, "vmsplice": 278, "io_uring_setup": 425,
+                            "io_uring_enter": 426, "io_uring_register": 427, "bpf": 321,
+                            "perf_event_open": 298, "userfaultfd": 323, "inotify_init": 253,
+                            "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
+                            "fanotify_mark": 301, "mincore": 27, "cachestat": 451,
                             "clone": 56, "clone3": 435, "fcntl": 72, "rt_sigaction": 13}),
     "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447, "shmget": 194,
                              "msgget": 186, "semget": 190, "add_key": 217, "request_key": 218,
                              "keyctl": 219, "mq_open": 180, "socket": 198, "socketpair": 199,
-                             "unshare": 97,
-                             "setns": 268, "clone": 220, "clone3": 435, "fcntl": 25,
-                             "rt_sigaction": 134}),
+                             "unshare": 97, "setns": 268, "vmsplice": 75, "io_uring_setup": 425,
+                             "io_uring_enter": 426, "io_uring_register": 427, "bpf": 280,
+                             "perf_event_open": 241, "userfaultfd": 282, "inotify_init1": 26,
+                             "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
+                             "mincore": 232, "cachestat": 451,
+                             "clone": 220, "clone3": 435, "fcntl": 25, "rt_sigaction": 134}),
 }
 # Refused outright (EPERM). Memory outside the address-space limit: memfd (and secret memfd),
 # System V shared memory, message queues and semaphore arrays (2 MB of kernel memory each, up to
 # 32 000 arrays per IPC namespace), sockets (their buffers: ~200 KiB to 8 MiB per socket, more
-# through descriptors in flight). Every IPC object (those, and POSIX message queues): a job
-# leaves none behind, so the jobs of one worker need no IPC namespace each. Namespaces (with a
-# user namespace a job holds CAP_NET_RAW over a network namespace of its own: packet-socket
-# rings). The kernel keyring (not namespaced per job).
+# through descriptors in flight); vmsplice (a pipe slot holds a reference to the page it was
+# given, and a transparent huge page is 2 MiB: 1.76 GiB pinned from 17 MiB of address space,
+# outside every limit, the pipe accounting counting one page per slot); io_uring (registered
+# buffers are pinned pages; its rings), BPF maps, perf rings and userfaultfd (kernel objects
+# and attack surface Docker's default profile refuses too). Every IPC object (those, and POSIX
+# message queues): a job leaves none behind, so the jobs of one worker need no IPC namespace
+# each. Namespaces (with a user namespace a job holds CAP_NET_RAW over a network namespace of
+# its own: packet-socket rings). The kernel keyring (not namespaced per job). Channels to what
+# other processes do on the host: inotify and fanotify (watches on the shared read-only
+# standard library report another worker's imports), mincore and cachestat (page-cache
+# residency of shared files).
 DENIED = ("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open", "socket",
-          "socketpair", "unshare", "setns", "add_key", "request_key", "keyctl")
+          "socketpair", "unshare", "setns", "add_key", "request_key", "keyctl", "vmsplice",
+          "io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open",
+          "userfaultfd", "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init",
+          "fanotify_mark", "mincore", "cachestat")
 # clone() flags that make a namespace (CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER |
 # NEWPID | NEWNET): refused; a plain fork or thread passes.
 CLONE_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | \
@@ -294,7 +313,8 @@ def seccomp_program(machine=None):
     ins(LD, NR)
     ins(JGE, 0x40000000, "enosys", 0)                          # x32 calls on x86_64
     for name in DENIED:
-        ins(JEQ, nr[name], "eperm", 0)
+        if name in nr:                                         # aarch64 has no inotify_init
+            ins(JEQ, nr[name], "eperm", 0)
     ins(JEQ, nr["clone"], "clone", 0)
     ins(JEQ, nr["clone3"], "enosys", 0)
     ins(JEQ, nr["fcntl"], "fcntl", 0)
@@ -788,6 +808,10 @@ def _child(jobfd, out1, out2, chan, parent):
         resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # no locked memory (mlock, SHM_LOCK); queued signals and POSIX timers (kernel memory
+        # each) bounded
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (SIGPENDING, SIGPENDING))
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": d, "TMPDIR": d, "LANG": "C.UTF-8"})
         random.seed()
@@ -972,14 +996,18 @@ JOB_DIRS = (("job", 0o700, None), ("oracle", 0o700, None), ("tmp", 0o1777, "/tmp
 
 def _job_folders(uid):
     """Before a job: ``NS=job``: a fresh tmpfs on ``ROOT`` of ``TMPFS`` bytes and ``INODES``
-    inodes, holding the job folder ``job``, the oracle's scratch folder ``oracle`` and the
+    inodes (``huge=never``), holding the job folder ``job``, the oracle's scratch folder ``oracle`` and the
     job's ``/tmp`` and ``/dev/shm`` (bind mounts of ``tmp`` and ``shm``: one superblock per
     job, one bound for all four); detached after the job (:func:`_drop_folders`). Otherwise
     ``job`` and ``oracle`` in ``ROOT``. The job's own folders are owned by its uid when it drops
     to one."""
     if NS == "job":
-        _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-               ("size=%d,nr_inodes=%d,mode=0755" % (TMPFS, INODES)).encode())
+        opts = "size=%d,nr_inodes=%d,mode=0755" % (TMPFS, INODES)
+        try:   # small pages: a pipe slot that splices a page of a deleted file pins 4 KiB, not 2 MiB
+            _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                   (opts + ",huge=never").encode())
+        except OSError:   # a kernel without transparent huge pages has no such option
+            _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode())
     for name, mode, where in JOB_DIRS:
         if where is not None and NS != "job":
             continue
