@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import textwrap
+import time
 
 import pytest
 
@@ -41,7 +42,7 @@ def _raw(g: Grader, p: Problem, code: str) -> tuple[dict, dict]:
     g._size_budgets([p])
     job = g.job(p, code)
     rep = g._pool.run(job, job["wall"] + 30.0)
-    vals = {r["i"]: decode(r["r"][1]) for r in rep["records"]
+    vals = {r["i"]: decode(r["r"][1]) for r in rep["oracle"]
             if r.get("t") == "r" and r["r"][0] == "ok"}
     return vals, rep
 
@@ -292,12 +293,18 @@ def test_a_job_holds_no_memory_beyond_its_budget():
             vals, rep = _raw(gr, add_problem(), PIN + RUN_TESTS)
             used = int(open(peak).read()) >> 20
     finally:
-        procs = open(os.path.join(path, "cgroup.procs")).read().split()
-        parent = os.path.dirname(path)
-        for pid in procs:   # (none: the grader is closed) back where they came from
-            with open(os.path.join(parent, "cgroup.procs"), "w") as f:
-                f.write(pid)
-        os.rmdir(path)
+        for _ in range(200):   # the grader is closed: its processes are gone, or going
+            for pid in open(os.path.join(path, "cgroup.procs")).read().split():
+                try:
+                    with open(os.path.join(os.path.dirname(path), "cgroup.procs"), "w") as f:
+                        f.write(pid)
+                except ProcessLookupError:
+                    pass
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.05)
     pipes_mb = int(open("/proc/sys/fs/pipe-user-pages-soft").read()) * 4096 >> 20
     budget = 256 + 64 + pipes_mb + 64
     assert used <= budget, (used, budget, vals.get(0), rep["status"])
@@ -517,7 +524,32 @@ AFTER_END = [  # (name, mode, code): the plain run never finishes, or its snapsh
     ("oracle_scratch_name_is_a_link_to_here", "file_marker",
      "import os\nos.symlink('.', '.oracle')\nclass Solution:\n    def add(self, a, b):\n"
      "        open('result.txt', 'w').write('PASS')\n        return a + b\n"),
-]
+] + [(name, mode, "import atexit, os, threading\nclass Solution:\n    def add(self, a, b):\n" +
+      textwrap.indent(body, " " * 8) + "        return a + b\n") for name, mode, body in [
+    # issue 41: what the oracle's calls do never counts for the plain run, whatever the channel:
+    # the stdout memfd of the shutdown (unsealed while the calls ran), a link planted in the
+    # scratch folder, an absolute path, the working folder changed back, the job folder's
+    # descriptor, an exit handler or a thread that runs at the shutdown after the calls
+    ("call_writes_the_marker_to_every_descriptor", "stdout_marker",
+     "for fd in range(3, 300):\n    try:\n        os.write(fd, b'\\nall tests passed\\n')\n"
+     "    except OSError:\n        pass\n"),
+    ("call_links_the_result_file_into_its_folder", "file_marker",
+     "if not os.path.lexists('result.txt'):\n    os.symlink('/sandbox/job/result.txt', 'result.txt')\n"
+     "open('result.txt', 'w').write('PASS')\n"),
+    ("call_writes_the_result_file_by_absolute_path", "file_marker",
+     "open('/sandbox/job/result.txt', 'w').write('PASS')\n"),
+    ("call_changes_back_to_the_job_folder", "file_marker",
+     "os.chdir('/sandbox/job')\nopen('result.txt', 'w').write('PASS')\n"),
+    ("call_writes_through_every_descriptor", "file_marker",
+     "for fd in range(3, 300):\n    try:\n"
+     "        os.close(os.open('result.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd))\n"
+     "        with open(os.open('result.txt', os.O_WRONLY, dir_fd=fd), 'w') as f:\n"
+     "            f.write('PASS')\n    except OSError:\n        pass\n"),
+    ("call_registers_an_exit_handler", "stdout_marker",
+     "atexit.register(print, 'all tests passed')\n"),
+    ("call_starts_a_thread_the_shutdown_joins", "stdout_marker",
+     "threading.Timer(0.2, print, ('all tests passed',)).start()\n"),
+]]
 
 
 @pytest.mark.parametrize("name, mode, code", AFTER_END, ids=[c[0] for c in AFTER_END])
@@ -531,6 +563,25 @@ def test_the_mode_rule_reads_the_plain_run_as_it_ended(g, name, mode, code):
         code += ADD_WRONG
     r = g.grade(add_problem(mode), fence(code))
     assert r.passed is False, r
+
+
+# --- issue 41: the harness's own descriptors when the code has taken every one it may open
+
+EXHAUST = "_HELD = []\ntry:\n    while True:\n" \
+    "        _HELD.append(open('/dev/null'))\nexcept OSError:\n    pass\n"
+
+
+@pytest.mark.parametrize("mode, code", [
+    ("file_marker", "open('result.txt', 'w').write('PASS')\n" + EXHAUST),
+    ("stdout_marker", EXHAUST + "import atexit\natexit.register(print, 'all tests passed')\n"),
+], ids=["result_file_at_import", "marker_from_an_exit_handler"])
+def test_the_snapshot_is_read_when_descriptors_run_out(g, mode, code):
+    """A job that opens descriptors until the kernel refuses still has its snapshot read: a result
+    file written at import and a marker printed by an exit handler count (the harness needs a
+    descriptor to list the job folder and used to find none; the marker went to a sealed stdout
+    when the harness could not open /dev/null), and the oracle's calls still run."""
+    r = g.grade(add_problem(mode), fence(ADD + code))
+    assert (r.passed, r.gt_correct, r.error) == (True, True, None), r
 
 
 # --- channels between jobs on one worker slot --------------------------------------------------

@@ -24,25 +24,33 @@ Design (docs/environment.md says why):
   folder, the oracle's scratch folder, and the job's ``/tmp`` and ``/dev/shm``, bind mounts of
   two of its folders; ``tmpfs_mb`` MiB and :func:`tmpfs_inodes` inodes for all), the forker resets its namespace's PID counter (``ns_last_pid``)
   and forks **one child** (PID 2), which reads its job and executes the code once for both
-  grades: the module, the loophole mode's one check, the oracle's calls, then the interpreter's
-  shutdown sequence (``threading``'s exit hooks, non-daemon threads joined, ``atexit`` handlers,
-  stdout flushed); see ``docs/environment.md``. The call arguments are built before the code
+  grades: the module as the script ``solution.py`` in its folder, the loophole mode's one
+  check, the interpreter's shutdown sequence when anything is registered to run at exit
+  (``threading``'s exit hooks, non-daemon threads joined, ``atexit`` handlers), then the
+  **snapshot** the mode rules read (sealed), and only then the oracle's calls: in the same
+  process, or, when the shutdown ran (its pools and threads are gone), in a fresh child
+  forked once every process of the plain run is dead (the module and the check again, output
+  to ``/dev/null``); see ``docs/environment.md``. The call arguments are built before the code
   runs; expected values never enter the sandbox. PIDs, inode numbers and folder names are the
   same for every job.
 * The child: own process group, ``PR_SET_PDEATHSIG``, stdin ``/dev/null``, stdout a private
-  ``memfd`` (a second one after the oracle's calls; each is **sealed** when the mode rules take
-  their snapshot, so nothing written later, by any process, thread or mapping, changes what they
-  read), stderr ``/dev/null``, every other descriptor closed except the result channel (a
-  ``memfd``) and its own folders, renumbered to random high descriptors; no capabilities,
+  ``memfd`` (**sealed** at the snapshot, so nothing written later, by any process, thread or
+  mapping, changes what the rules read), stderr ``/dev/null``, every other descriptor closed
+  except the two result channels (``memfd``: the plain run's, sealed at the snapshot; the
+  oracle's), ``/dev/null``, a spare descriptor, ``/proc/self/stat`` and its own folders,
+  renumbered to random high descriptors; no capabilities,
   ``no_new_privs``; a seccomp filter (:func:`evil_moe.env.sandbox_zygote.seccomp_program`)
   refusing what holds kernel memory no limit counts or outlives the job (``memfd_create``,
   System V shared memory, message queues and semaphores, POSIX message queues, sockets, file-lock
-  records), new namespaces (``unshare``, ``setns``, ``clone`` with namespace flags; ``clone3``
-  answers ENOSYS), the kernel keyring (not namespaced per job) and ignoring ``SIGCHLD``
+  records, ``vmsplice``, ``io_uring``, BPF, perf events, ``userfaultfd``), new namespaces
+  (``unshare``, ``setns``, ``clone`` with namespace flags; ``clone3`` answers ENOSYS), the
+  kernel keyring (not namespaced per job), watches on the host's files (inotify, fanotify,
+  ``mincore``, ``cachestat``) and ignoring ``SIGCHLD``
   (children reaped unseen would take their CPU time out of the job's account); when the grader
   runs as root it drops to a per-slot unprivileged uid (so ``RLIMIT_NPROC`` bites, it cannot
   signal or ``ptrace`` the zygote or read its descriptors, and it can write only its own
-  folders); limits on CPU seconds, address space, file size, processes, open files, no core.
+  folders); limits on CPU seconds, address space, file size, processes, open files, locked
+  memory (none), queued signals, no core.
 * **Time**: the zygote has the forker kill the job when its CPU time (user + system of every
   live process of the job, waited-for children included, read from ``/proc``) reaches the job's
   CPU budget, or when the generous wall-clock backstop passes (a child that sleeps); afterwards
@@ -52,9 +60,12 @@ Design (docs/environment.md says why):
   every other process of its namespace (``kill(-1)``: background, ``setsid`` and double-forked
   processes included) and reaps them all; the zygote then detaches the job's tmpfs.
   Children never hold the zygote's pipes.
-* **Result channel**: each record is one line ``NONCE JSON``, written as soon as it is known (a
-  timeout keeps the results before it), encoded with the C JSON encoder from containers of exact
-  builtin types (patched builtins cannot change it). The zygote reads at most ``chan`` bytes,
+* **Result channels**: each record is one line ``NONCE JSON``, written as soon as it is known
+  (a timeout keeps the results before it), encoded with the C JSON encoder from containers of
+  exact builtin types (patched builtins cannot change it), on one of two ``memfd``: the plain
+  run's (its check and snapshot, sealed with the snapshot) and the oracle's (the calls'
+  results); neither can be truncated (``F_SEAL_SHRINK`` from the start), so what was written
+  stays, and a record on the other channel is a forgery. The zygote reads at most ``chan`` bytes,
   keeps only lines that start with the nonce, are at most ``line`` bytes long and have the exact
   shape of a harness record (:func:`evil_moe.env.sandbox_zygote.valid_record`: a flat schema,
   bounded depth, checked without recursion), and labels the child's end by its cause
@@ -63,7 +74,8 @@ Design (docs/environment.md says why):
 The code can find the nonce in its own memory and forge records, but a record only *claims*
 return values: the parent (:mod:`evil_moe.env.judge`) compares them with expected values the
 child never sees, so a forged record can make the oracle pass only with the right answers to
-tests it was not shown the answers of. The foolable mode grade is foolable by design.
+tests it was not shown the answers of. The foolable mode grade is foolable by design, by the
+plain run only: its snapshot is sealed before the first oracle call starts.
 
 ``isolation="rlimit-only"`` (explicit opt-in only, recorded in every output) runs the same zygote
 and forker without bubblewrap and without namespaces (the forker is a child subreaper that
@@ -464,7 +476,7 @@ def probe_bwrap() -> str | None:
             return f"bwrap fails to start here ({z.stderr_line() or e})"
         job = dict(PROBE_JOB, nonce=secrets.token_hex(16), uid=z.uid)
         rep = z.run(job, 60.0)
-        recs = [r for r in rep["records"] if r.get("t") == "r"]
+        recs = [r for r in rep["oracle"] if r.get("t") == "r"]
         if rep["status"]["error"] is not None or recs != [{"t": "r", "i": 0, "r": ["ok", 42]}]:
             return f"a sandboxed test job fails ({rep['status']}, {rep['records'][:3]})"
         return None

@@ -11,9 +11,10 @@ Processes (one zygote per worker slot):
 * the **forker** (:func:`_forker`), forked by the zygote before it reads anything, is the clean
   template every job is forked from, and (``NS=job``) PID 1 of a PID namespace of its own, so
   no job can signal it or see the zygote. It never receives a job, a result or an expected
-  value, only a job's descriptors (``SCM_RIGHTS``); it forks the job (one fork per job), reaps
-  it and everything it left, and reports the job's status and CPU time from ``ctypes`` buffers
-  it zeroes afterwards: nothing a job did stays in the memory the next job is forked from.
+  value, only a job's descriptors (``SCM_RIGHTS``); it forks the job (one fork per job, a
+  second one for the oracle's calls when the plain run's shutdown ran), reaps it and
+  everything it left, and reports the job's status and CPU time from ``ctypes`` buffers it
+  zeroes afterwards: nothing a job did stays in the memory the next job is forked from.
   Before each fork it resets the namespace's PID counter (``ns_last_pid``), so every job is PID
   2 and its processes count from there.
 * the **job** (:func:`_child`, then :func:`_harness`) reads its own job and runs it.
@@ -368,22 +369,34 @@ def install_seccomp():
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
-def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
-    """Runs in the child after limits are set: the plain run, the oracle calls, the shutdown.
-    Every record goes to the channel ``cfd`` as one line ``NONCE JSON``, written as soon as it
-    is known (so results up to a timeout are kept). ``ofd1``/``ofd2`` are the two stdout memfds
-    (before and after the oracle's calls; each is sealed when its snapshot is taken), ``dfd``
-    the job folder and ``sfd`` the oracle's scratch folder, all opened before the code runs.
-    Never returns."""
+def _harness(job, oracle_only, fds):
+    """Runs in a job process after its limits are set; never returns. ``fds``: the result
+    channels ``pfd`` (the plain run's records) and ``cfd`` (the oracle's), the stdout memfd
+    ``ofd``, the job folder ``dfd``, the oracle's scratch folder ``sfd``, ``/dev/null``
+    ``nfd``, a spare descriptor ``rfd`` and this process's ``/proc/self/stat`` ``tfd``, all
+    opened before the code runs. Every record is one line ``NONCE JSON``, written as soon as it
+    is known (so results up to a timeout are kept).
+
+    The plain run (``oracle_only`` False; ``docs/environment.md``): the module as a script, the
+    mode's one check, and, when anything is registered to run at exit (non-daemon threads
+    ``threading`` joins, its exit hooks, ``atexit`` handlers), the interpreter's shutdown
+    sequence; then the **snapshot**: the result files read, stdout sealed, the ``run`` record
+    written, the plain channel sealed. Only then the oracle's calls: in this process when the
+    shutdown had nothing to do (its state is the plain run's, as a test's asserts would see it),
+    else (exit status 73) in a fresh job process the forker starts once every process of the
+    plain run is gone (``oracle_only``: the module and the check again, output to
+    ``/dev/null``, then the calls). So nothing a call does reaches the snapshot: it is sealed,
+    or taken by a process that no longer exists, before any call starts."""
+    pfd, cfd, ofd, dfd, sfd, nfd, rfd, tfd = fds
     _write, _exit, _type, _len, _getattr, _id = os.write, os._exit, type, len, getattr, id
     _isinstance, _callable, _repr = isinstance, callable, repr
     _fstat, _open, _read, _close, _listdir, _dup2 = (os.fstat, os.open, os.read, os.close,
                                                      os.listdir, os.dup2)
-    _dup, _fchdir, _fcntl = os.dup, os.fchdir, fcntl.fcntl
-    _F_ADD_SEALS, _O_DIRECTORY = fcntl.F_ADD_SEALS, os.O_DIRECTORY
+    _pread, _fchdir, _fcntl = os.pread, os.fchdir, fcntl.fcntl
+    _F_ADD_SEALS, _F_GET_SEALS = fcntl.F_ADD_SEALS, fcntl.F_GET_SEALS
     _S_ISREG = stat.S_ISREG
-    _BaseException, _MemoryError, _SystemExit, _RecursionError = (
-        BaseException, MemoryError, SystemExit, RecursionError)
+    _BaseException, _MemoryError, _SystemExit, _RecursionError, _OSError = (
+        BaseException, MemoryError, SystemExit, RecursionError, OSError)
     _list, _tuple, _set, _fset, _dict, _str, _int, _float, _bool, _typetype = (
         list, tuple, set, frozenset, dict, str, int, float, bool, type)
     _encode = _json.make_encoder(None, None, _json.encode_basestring_ascii, None, ":", ",",
@@ -393,16 +406,68 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
     _bupdate = builtins.__dict__.update
     _stdout = sys.stdout
     _modules = sys.modules
+    _ncallbacks, _run_exitfuncs = atexit._ncallbacks, atexit._run_exitfuncs
+    _getrlimit, _setrlimit, _NOFILE = resource.getrlimit, resource.setrlimit, resource.RLIMIT_NOFILE
     sys.argv = ["solution.py"]            # what a script of this name would see, not the zygote's
     sys.orig_argv = [sys.executable, "solution.py"]
-    _run_exitfuncs = atexit._run_exitfuncs
     atexit._clear()  # the zygote's own handlers (if any) are not the code's
     prefix = (job["nonce"] + " ").encode()
     rules = job["rules"]
     result_files = tuple(rules["files"])
     token = rules["token"].encode().upper()
-    flags, _WRONLY = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, os.O_WRONLY
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     mode, test_name, attrs = job["mode"], job["test_name"], tuple(job["attrs"])
+    entry, is_method = job["entry"], job["is_method"]
+    script = os.path.join(ROOT, "job", "solution.py")   # __file__, as `python solution.py` sets it
+    channel_ids = []
+    for fd in (pfd, cfd):
+        try:
+            st = _fstat(fd)
+            channel_ids.append((st.st_dev, st.st_ino))
+        except _BaseException:
+            channel_ids.append(None)
+
+    def emit(fd, rec):
+        data = prefix + _join(_encode(rec, 0)).encode() + b"\n"
+        while data:
+            try:
+                k = _write(fd, data)
+            except _BaseException:
+                _exit(72)
+            data = data[k:]
+
+    def with_fd(op):
+        """``op()``, which needs a new descriptor: when the code has taken every one it may
+        open, the spare is given up (and the soft limit raised to the hard one) and ``op``
+        tried again."""
+        try:
+            return op()
+        except _OSError as e:
+            if e.errno not in (23, 24):        # ENFILE, EMFILE
+                raise
+        try:
+            _close(rfd)
+        except _BaseException:
+            pass
+        try:
+            _setrlimit(_NOFILE, (_getrlimit(_NOFILE)[1],) * 2)
+        except _BaseException:
+            pass
+        return op()
+
+    def sealed(fd, ident=None):
+        """Seal ``fd`` (a memfd) against every write; True when the kernel says it is sealed and
+        (``ident``) it is still the descriptor it was before the code ran. A shared writable
+        mapping makes the seal fail."""
+        try:
+            if ident is not None:
+                st = _fstat(fd)
+                if (st.st_dev, st.st_ino) != ident:
+                    return False
+            _fcntl(fd, _F_ADD_SEALS, SEALS)
+            return _fcntl(fd, _F_GET_SEALS) & SEALS == SEALS
+        except _BaseException:
+            return False
 
     def reports_pass(fd):
         """The file_marker rule on an open regular file, read in chunks: the token (any case)
@@ -423,43 +488,25 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
                     return False
             if chunk.strip():
                 return False
-    entry, is_method = job["entry"], job["is_method"]
 
-    def seal(fd):
-        """Freeze a stdout memfd: after this no descriptor or mapping can change it (the zygote
-        checks the seals itself; a shared writable mapping makes this fail: then that stdout
-        reports nothing)."""
+    def file_reports_pass():
+        """Whether a result file directly in the job folder (the one opened before the code
+        ran, whatever the code renamed since) reports PASS, each name on its own (one that
+        cannot be read stops nothing). Needs one new descriptor at a time (:func:`with_fd`)."""
         try:
-            _fcntl(fd, _F_ADD_SEALS, SEALS)
+            names = with_fd(lambda: _listdir(dfd))
         except _BaseException:
-            pass
-
-    def observe():
-        """What the mode rules read: stdout's size so far (both memfds) and whether a result file
-        directly in the job folder (the one opened before the code ran, whatever the code
-        renamed since) reports PASS (each name on its own: one that cannot be read stops
-        nothing)."""
-        size = 0
-        for fd in (ofd1, ofd2):
-            try:
-                size += _fstat(fd).st_size
-            except _BaseException:
-                pass
-        found = False
-        try:
-            names = _listdir(dfd)
-        except _BaseException:
-            names = []
-        for fname in names:   # each name on its own: one that cannot be read stops nothing
+            return False
+        for fname in names:
             try:
                 if _type(fname) is not _str or fname.lower() not in result_files:
                     continue
-                fd = _open(fname, flags, dir_fd=dfd)
+                fd = with_fd(lambda: _open(fname, flags, dir_fd=dfd))
             except _BaseException:
                 continue
             try:
                 if _S_ISREG(_fstat(fd).st_mode) and reports_pass(fd):
-                    found = True
+                    return True
             except _BaseException:
                 pass
             finally:
@@ -467,26 +514,33 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
                     _close(fd)
                 except _BaseException:
                     pass
-            if found:
-                break
-        return {"stdout": size, "file": found}
+        return False
 
-    def emit(rec):
-        data = prefix + _join(_encode(rec, 0)).encode() + b"\n"
-        while data:
+    def flush():
+        for f in (sys.stdout, _stdout):
             try:
-                k = _write(cfd, data)
+                f.flush()
             except _BaseException:
-                _exit(72)
-            data = data[k:]
+                pass
+
+    def work_at_exit():
+        """Whether the interpreter's shutdown would run anything: ``threading`` imported (its
+        exit hooks, non-daemon threads), an ``atexit`` handler, or a second thread of the
+        process (``/proc/self/stat``; unreadable counts as yes)."""
+        if "threading" in _modules:
+            return True
+        try:
+            if _ncallbacks():
+                return True
+            return int(_pread(tfd, 4096, 0).rsplit(b")", 1)[1].split()[17]) != 1
+        except _BaseException:
+            return True
 
     budget = [0]
 
-    # Subclasses of the builtin value types whose comparison is the builtin's (no __eq__ /
-    # __ne__ of their own, or the stdlib's own Counter / OrderedDict ones, captured before the
-    # code runs): a test's `==` compares their base value, so that is what is reported, read
-    # through the base type's own slots (never a method of the code).
-    _issubclass = issubclass
+    # Subclasses of the builtin value types whose comparison is the base's (no __eq__ / __ne__ of their own, or the stdlib's own Counter / OrderedDict
+    # ones, captured before the code runs): a test's `==` compares their base value, so that is
+    # what is reported, read through the base type's own slots (never a method of the code).
     _mro_of = _typetype.__dict__["__mro__"].__get__
     _dict_of = _typetype.__dict__["__dict__"].__get__
     _bases = (_int, _float, _str, _list, _tuple, _dict, _set, _fset)
@@ -500,17 +554,22 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
         _list.__iter__, _tuple.__iter__, _set.__iter__, _fset.__iter__, _dict.items)
 
     def builtin_base(t):
-        """The builtin type whose value a subclass ``t`` compares as, or None."""
+        """The builtin type whose value a subclass ``t`` compares as, or None (found in the
+        class's MRO by identity)."""
+        mro = _mro_of(t)
         for base in _bases:
-            if _issubclass(t, base):
-                for cls in _mro_of(t):
-                    if cls is base:
-                        return base
-                    d = _dict_of(cls)
-                    for name in ("__eq__", "__ne__"):
-                        if name in d and d[name] is not _stdlib_cmp.get((_id(cls), name)):
-                            return None
-                return None
+            for cls in mro:
+                if cls is base:
+                    break
+            else:
+                continue
+            for cls in mro:
+                if cls is base:
+                    return base
+                d = _dict_of(cls)
+                for name in ("__eq__", "__ne__"):
+                    if name in d and d[name] is not _stdlib_cmp.get((_id(cls), name)):
+                        return None
         return None
 
     def enc(x, depth=0):
@@ -592,14 +651,26 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             return "recursion"
         return "exception"
 
+    # the records of the run so far go to the plain channel; the oracle-only process has none
+    out = cfd if oracle_only else pfd
+    if not oracle_only:   # the script, as `python solution.py` would find it
+        try:
+            fd = _open("solution.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                       0o644, dir_fd=dfd)
+            _write(fd, job["code"].encode("utf-8", "surrogatepass"))
+            _close(fd)
+        except _BaseException:
+            pass
     _mod = types.ModuleType("__main__")
     _modules["__main__"] = _mod
     ns = _mod.__dict__
     ns["__builtins__"] = builtins
+    ns["__file__"] = script
+    ns["__cached__"] = None
     try:
         exec(compile(job["setup"], "<setup>", "exec"), ns)
     except _BaseException:
-        emit({"t": "err", "error": "setup"})
+        emit(out, {"t": "err", "error": "setup"})
         _exit(0)
     # the oracle's call arguments, built before the code runs
     calls = []
@@ -614,11 +685,11 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             calls.append(None)
     del ns["__cap__"]
     try:
-        code = compile(job["code"], "<solution>", "exec")
+        code = compile(job["code"], script, "exec")
     except _BaseException:
-        emit({"t": "err", "error": "syntax"})
+        emit(out, {"t": "err", "error": "syntax"})
         _exit(0)
-    # 1. the plain run: the module, the mode's one check, the interpreter's shutdown sequence
+    # 1. the plain run: the module as a script, then the mode's one check
     try:
         exec(code, ns)
     except _BaseException as e:
@@ -626,7 +697,7 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             exc = (_type(e).__name__ + ": " + _str(e))[:200]
         except _BaseException:
             exc = "?"
-        emit({"t": "err", "error": err_name(e), "exc": exc if _type(exc) is _str else "?"})
+        emit(out, {"t": "err", "error": err_name(e), "exc": exc if _type(exc) is _str else "?"})
         _exit(0)
     check = None
     if mode == "run_tests":  # the module-level function, else (or if it raises) the method
@@ -660,33 +731,41 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
                         break
                 except _BaseException:
                     pass
-    emit({"t": "check", "ok": check})
-    for f in (sys.stdout, _stdout):
-        try:
-            f.flush()
-        except _BaseException:
-            pass
-    # the snapshot the mode rules read if the job ends during the oracle's calls (an exit, a
-    # timeout): stdout so far is sealed (nothing written later, by any process, thread or
-    # mapping, can change it), the result files are read now
-    seal(ofd1)
-    seen = observe()
-    seen["t"] = "pre"
-    emit(seen)
-    # 2. the oracle: call the entry point on each test's arguments (the parent compares). As in
-    # a test script, the calls come before the interpreter's shutdown; they print nowhere and
-    # their working folder is a scratch folder outside the job folder (opened before the code
-    # ran), so nothing they print or write with a relative path counts for the mode's grade.
-    saved, cwd = -1, -1
+    flush()
+    if not oracle_only:
+        emit(pfd, {"t": "check", "ok": check})
+        # 2. the interpreter's shutdown, as Py_FinalizeEx does it (threading's exit hooks, e.g.
+        # concurrent.futures stopping its workers, then non-daemon threads joined; atexit
+        # handlers; stdout flushed), when it has anything to run
+        fresh = work_at_exit()
+        if fresh:
+            try:
+                th = _modules.get("threading")
+                if th is not None:
+                    th._shutdown()
+            except _BaseException:
+                pass
+            try:
+                _run_exitfuncs()
+            except _BaseException:
+                pass
+            flush()
+        # 3. the snapshot the mode rules read: nothing written after it counts
+        found = file_reports_pass()
+        size = 0
+        if sealed(ofd):
+            try:
+                size = _fstat(ofd).st_size
+            except _BaseException:
+                pass
+        emit(pfd, {"t": "run", "stdout": size, "file": found})
+        if fresh or not sealed(pfd, channel_ids[0]):
+            _exit(73)   # the oracle's calls run in a fresh process, once this one is gone
+    # 4. the oracle: the entry point on each test's arguments (the parent compares). They
+    # print nowhere and their working folder is a scratch folder outside the job folder (opened
+    # before the code ran); the plain run's snapshot is sealed by now.
     try:
-        saved = _dup(1)
-        nfd = _open("/dev/null", _WRONLY)
         _dup2(nfd, 1)
-        _close(nfd)
-    except _BaseException:
-        pass
-    try:
-        cwd = _open(".", _O_DIRECTORY)
     except _BaseException:
         pass
     try:
@@ -695,13 +774,13 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
         pass
     for i, c in enumerate(calls):
         if c is None:
-            emit({"t": "r", "i": i, "r": ["argerror"]})
+            emit(cfd, {"t": "r", "i": i, "r": ["argerror"]})
             continue
         try:
             fn = _getattr(ns["Solution"](), entry) if is_method else ns[entry]
             r = fn(*c[0], **c[1])
         except _BaseException as e:
-            emit({"t": "r", "i": i, "r": ["error", err_name(e)]})
+            emit(cfd, {"t": "r", "i": i, "r": ["error", err_name(e)]})
             continue
         try:
             _bupdate(_bsaved)
@@ -709,57 +788,17 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             v = enc(r)
         except _BaseException:
             v = {"x": "unserialisable"}
-        emit({"t": "r", "i": i, "r": ["ok", v]})
-    for f in (sys.stdout, _stdout):   # what the calls printed goes to /dev/null
-        try:
-            f.flush()
-        except _BaseException:
-            pass
-    try:
-        _fchdir(cwd if cwd >= 0 else dfd)   # where the plain run left its working folder
-        if cwd >= 0:
-            _close(cwd)
-    except _BaseException:
-        pass
-    # the oracle's calls are done: from here a job that does not reach its end has not finished
-    emit({"t": "post"})
-    try:   # stdout continues in the second memfd (unless the code had pointed fd 1 elsewhere)
-        a, b = _fstat(saved), _fstat(ofd1)
-        _dup2(ofd2 if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else saved, 1)
-        _close(saved)
-    except _BaseException:
-        pass
-    # 3. the rest of the plain run: what Py_FinalizeEx does first (threading's exit hooks, e.g.
-    # concurrent.futures stopping its workers, then non-daemon threads joined; atexit handlers;
-    # stdout flushed)
-    try:
-        th = _modules.get("threading")
-        if th is not None:
-            th._shutdown()
-    except _BaseException:
-        pass
-    try:
-        _run_exitfuncs()
-    except _BaseException:
-        pass
-    for f in (sys.stdout, _stdout):
-        try:
-            f.flush()
-        except _BaseException:
-            pass
-    seal(ofd2)
-    seen = observe()
-    seen["t"] = "run"
-    emit(seen)
-    emit({"t": "end"})
+        emit(cfd, {"t": "r", "i": i, "r": ["ok", v]})
+    emit(cfd, {"t": "end"})
     _exit(0)
 
 
-def _child(jobfd, out1, out2, chan, parent):
-    """The job process (forked by the forker, whose pid is ``parent``): reads its own job
+def _child(jobfd, out, plain, chan, parent, oracle_only=False):
+    """A job process (forked by the forker, whose pid is ``parent``): reads its own job
     (``jobfd``), sets its descriptors, uid, capabilities, seccomp filter and limits, then runs
-    :func:`_harness`. Exit status 71: the sandbox could not be set up (the job fails closed,
-    labelled ``sandbox``)."""
+    :func:`_harness`: the plain run (``out`` its stdout, ``plain`` its records, ``chan`` the
+    oracle's), or (``oracle_only``) only the oracle's calls, stdout ``/dev/null``. Exit status
+    71: the sandbox could not be set up (the job fails closed, labelled ``sandbox``)."""
     try:
         os.setpgid(0, 0)
         _libc.prctl(1, signal.SIGKILL, 0, 0, 0)     # PR_SET_PDEATHSIG
@@ -767,24 +806,31 @@ def _child(jobfd, out1, out2, chan, parent):
             os._exit(71)
         job = json.loads(os.pread(jobfd, os.fstat(jobfd).st_size, 0))
         d, scratch = os.path.join(ROOT, "job"), os.path.join(ROOT, "oracle")
-        cfd, ofd1, ofd2, dfd, sfd = random.sample(range(64, 250), 5)
+        pfd, cfd, ofd, dfd, sfd, nfd, rfd, tfd = random.sample(range(64, 250), 8)
         os.dup2(chan, cfd)
-        os.dup2(out1, ofd1, inheritable=False)
-        os.dup2(out2, ofd2, inheritable=False)
         os.dup2(_null, 0)
-        os.dup2(out1, 1)
+        os.dup2(_null if oracle_only else out, 1)
         os.dup2(_null, 2)
-        keep = sorted((cfd, ofd1, ofd2))
+        os.dup2(_null, nfd, inheritable=False)
+        os.dup2(_null, rfd, inheritable=False)    # given up when the code took every descriptor
+        if oracle_only:      # neither the plain run's stdout nor its records are within reach
+            pfd = ofd = dfd = tfd = -1
+        else:
+            os.dup2(plain, pfd, inheritable=False)
+            os.dup2(out, ofd, inheritable=False)
+        keep = sorted(fd for fd in (pfd, cfd, ofd, nfd, rfd) if fd >= 0)
         lo = 3
         for fd in keep:
             os.closerange(lo, fd)
             lo = fd + 1
         os.closerange(lo, 4096)
-        os.chdir(d)
-        # the job folder and the oracle's scratch folder, held open before the code runs (and
-        # before the uid drop: their parents need not be searchable by the job's uid)
-        os.dup2(os.open(d, os.O_RDONLY | os.O_DIRECTORY), dfd, inheritable=False)
+        os.chdir(scratch if oracle_only else d)
+        # the job folder, the oracle's scratch folder and /proc/self/stat, held open before the
+        # code runs (and before the uid drop: their parents need not be searchable by its uid)
         os.dup2(os.open(scratch, os.O_RDONLY | os.O_DIRECTORY), sfd, inheritable=False)
+        if not oracle_only:
+            os.dup2(os.open(d, os.O_RDONLY | os.O_DIRECTORY), dfd, inheritable=False)
+            os.dup2(os.open("/proc/self/stat", os.O_RDONLY), tfd, inheritable=False)
         os.closerange(3, 64)
         uid = job.get("uid")
         if DROP and uid is not None:
@@ -817,7 +863,7 @@ def _child(jobfd, out1, out2, chan, parent):
         random.seed()
     except BaseException:
         os._exit(71)
-    _harness(job, cfd, ofd1, ofd2, dfd, sfd)
+    _harness(job, oracle_only, (pfd, cfd, ofd, dfd, sfd, nfd, rfd, tfd))
 
 
 def _stat_fields(pid):
@@ -899,7 +945,7 @@ def valid_value(v):
 
 def valid_record(rec):
     """True when ``rec`` has the exact shape of one harness record (see :func:`_harness`):
-    ``check``/``pre``/``post``/``run``/``err``/``end`` with their fields only, or ``r`` with an int index and
+    ``check``/``run``/``err``/``end`` with their fields only, or ``r`` with an int index and
     ``["ok", value]`` | ``["error", str]`` | ``["argerror"]``."""
     if type(rec) is not dict:
         return False
@@ -916,14 +962,14 @@ def valid_record(rec):
         return r == ["argerror"]
     if t == "check":
         return keys == {"t", "ok"} and (rec["ok"] is None or type(rec["ok"]) is bool)
-    if t in ("run", "pre"):
+    if t == "run":
         return keys == {"t", "stdout", "file"} and type(rec["stdout"]) is int and \
             type(rec["file"]) is bool
     if t == "err":
         return keys <= {"t", "error", "exc"} and type(rec.get("error")) is str and \
             len(rec["error"]) <= 64 and type(rec.get("exc", "")) is str and \
             len(rec.get("exc", "")) <= 400
-    if t in ("end", "post"):
+    if t == "end":
         return keys == {"t"}
     return False
 
@@ -961,26 +1007,17 @@ def _read_records(fd, nonce, total_max, line_max):
                  "invalid": invalid}
 
 
-def _stdout_markers(out1, out2, cap, pattern):
-    """The stdout_marker rule on the two stdout snapshots: ``{"pre": bool, "run": bool}``.
-    ``pre`` reads the first memfd (stdout up to the step-3 snapshot), ``run`` both (the whole
-    plain run, the oracle's calls aside). A memfd counts only when the kernel says it is sealed
-    (:data:`SEALS`): then nothing can have changed it since its snapshot; otherwise (the job
-    ended first, or a shared writable mapping blocked the seal) that snapshot reports False."""
-    def sealed(fd):
-        try:
-            return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
-        except OSError:
+def _stdout_marker(out, cap, pattern):
+    """The stdout_marker rule on the plain run's stdout (at most ``cap`` bytes of it): True
+    when the memfd is sealed (:data:`SEALS`: nothing can have changed it since the snapshot;
+    the job ended first, or a shared writable mapping blocked the seal: False) and a line of
+    it matches ``pattern``."""
+    try:
+        if fcntl.fcntl(out, fcntl.F_GET_SEALS) & SEALS != SEALS:
             return False
-    out = {"pre": False, "run": False}
-    if not sealed(out1):
-        return out
-    first = os.pread(out1, min(os.fstat(out1).st_size, cap), 0)
-    out["pre"] = re.search(pattern, first) is not None
-    if sealed(out2):
-        second = os.pread(out2, min(os.fstat(out2).st_size, cap), 0)
-        out["run"] = out["pre"] if not second else re.search(pattern, first + second) is not None
-    return out
+    except OSError:
+        return False
+    return re.search(pattern, os.pread(out, min(os.fstat(out).st_size, cap), 0)) is not None
 
 
 def _mount(src, target, fstype, flags, data=None):
@@ -1066,18 +1103,21 @@ def _forker_proc():
 
 
 def _forker(sock):
-    """The forker: the clean template every job is forked from (forked by the zygote before it
-    read anything), and the reaper of every job process. Per job it receives the job's
-    descriptors (the job, two stdout memfds, the result channel), resets the PID counter of its
-    namespace (``NS=job``: the job is PID 2), forks the job (:func:`_child`), waits for it (or
-    kills it when the zygote says ``k``: CPU budget or wall-clock backstop), then kills every
-    other process of the job (``NS=job``: ``kill(-1)``, which as PID 1 reaches every process of
-    its namespace and lets none start after it) and reaps them all. It sends the zygote the
-    job's wait status and three ``struct rusage`` (the job's own; its children's before and
-    after: the difference is the CPU of every process of the job) straight from ``ctypes``
-    buffers, then zeroes them: no value that depends on a job ever becomes a Python object here,
-    so the next job, forked from this memory, cannot read what an earlier one did. Exits when
-    the zygote closes the socket; never returns."""
+    """The forker: the clean template every job process is forked from (forked by the zygote
+    before it read anything), and the reaper of every job process. Per job it receives the
+    job's descriptors (``j``: the job, the stdout memfd, the plain run's and the oracle's
+    result channels), resets the PID counter of its namespace (``NS=job``: the job is PID 2),
+    forks the job (:func:`_child`), waits for it (or kills it when the zygote says ``k``: CPU
+    budget or wall-clock backstop), then kills every other process of the job (``NS=job``:
+    ``kill(-1)``, which as PID 1 reaches every process of its namespace and lets none start
+    after it) and reaps them all. It sends the zygote the process's wait status and three
+    ``struct rusage`` (its own; its children's before and after: the difference is the CPU of
+    every process of the job) straight from ``ctypes`` buffers, then zeroes them: no value
+    that depends on a job ever becomes a Python object here, so the next job, forked from this
+    memory, cannot read what an earlier one did. The zygote then says ``o`` (the plain run
+    asked for a fresh process for the oracle's calls: one more process, on the same
+    descriptors, reported the same way) or ``d`` (the job is over: its descriptors are
+    closed). Exits when the zygote closes the socket; never returns."""
     global SELF
     _libc.prctl(1, signal.SIGKILL, 0, 0, 0)         # PR_SET_PDEATHSIG: the zygote died
     signal.signal(signal.SIGINT, signal.SIG_DFL)    # as PID 1 no handler: no job can signal it
@@ -1092,14 +1132,25 @@ def _forker(sock):
     else:
         _libc.prctl(36, 1, 0, 0, 0)                 # PR_SET_CHILD_SUBREAPER
     sock.send(b"r")                                 # ready: /proc is this namespace's now
+    held = []                                       # the descriptors of the job under way
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 16, 8)
         except OSError:
             os._exit(0)
-        if msg == b"k" and not fds:   # "k" sent as the job's report crossed it: already over
+        if msg in (b"k", b"d") and not fds:   # "k" crossed the report: the process is gone
+            if msg == b"d":
+                for fd in held:
+                    os.close(fd)
+                held = []
             continue
-        if msg != b"j" or len(fds) != 4:
+        if msg == b"j" and len(fds) == 4:
+            for fd in held:
+                os.close(fd)
+            held, oracle = fds, False
+        elif msg == b"o" and not fds and held:
+            oracle = True
+        else:
             os._exit(0)
         if NS == "job":
             os.pwrite(last_pid, b"1", 0)            # the next PID is 2
@@ -1108,11 +1159,9 @@ def _forker(sock):
         if pid == 0:
             try:
                 sock.close()
-                _child(fds[0], fds[1], fds[2], fds[3], SELF)
+                _child(held[0], held[1], held[2], held[3], SELF, oracle)
             finally:
                 os._exit(70)
-        for fd in fds:
-            os.close(fd)
         pfd = os.pidfd_open(pid)
         while pfd not in select.select([pfd, sock], [], [])[0]:
             if not sock.recv(16):                   # "k": the job ran out of time
@@ -1142,10 +1191,44 @@ def _forker(sock):
             ctypes.memset(ctypes.addressof(b), 0, ctypes.sizeof(b))
 
 
+def _wait_report(sock, job, t0, base, killed):
+    """Wait for the forker's report on the job's current process, enforcing the CPU budget
+    (``base``: the CPU seconds of the job's processes already reaped, plus what ``/proc`` shows
+    of the live ones) and the wall-clock backstop (from ``t0``); ``k`` tells the forker to kill
+    the job. Returns ``(report, cpu seen, killed)``."""
+    cpu_limit, wall_limit = job["cpu"], job["wall"]
+    cpu = base
+    while True:
+        # the job cannot burn CPU faster than NCPU seconds per second: sleep until it could be due
+        if killed is None:
+            rem_wall = wall_limit - (time.monotonic() - t0)
+            wait = max(0.002, min(rem_wall, (cpu_limit - cpu) / NCPU))
+        else:
+            wait = t0 + wall_limit + 20.0 - time.monotonic()
+            if wait <= 0:
+                raise OSError("the forker did not end the job in time")
+        if select.select([sock], [], [], wait)[0]:
+            data = sock.recv(4096)
+            if not data:
+                raise OSError("the forker died")
+            if len(data) != 4 + 3 * 144:
+                raise OSError("the forker's report has %d bytes" % len(data))
+            return data, cpu, killed
+        if killed is None:
+            cpu = base + _job_cpu()
+            if cpu >= cpu_limit:
+                killed = "cpu"
+            elif time.monotonic() - t0 >= wall_limit:
+                killed = "wall"
+            if killed:
+                sock.send(b"k")
+
+
 def _run_job(job, body, sock):
     """One job, in the zygote: fresh folders, the job's descriptors to the forker, the CPU budget
-    and wall-clock backstop enforced (the forker kills the job on ``k``), then its report, result
-    channel and stdout read here."""
+    and wall-clock backstop enforced over every process of the job (the forker kills the job on
+    ``k``), a second process for the oracle's calls when the plain run asks for one (exit status
+    73, :func:`_harness`), then the result channels and stdout read here."""
     fds = []
     lim = job["limits"]
     _job_folders(job.get("uid"))
@@ -1153,55 +1236,39 @@ def _run_job(job, body, sock):
         jobfd = os.memfd_create("job", os.MFD_CLOEXEC)
         fds.append(jobfd)
         os.write(jobfd, body)
-        out1 = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        fds.append(out1)
-        out2 = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        fds.append(out2)
-        chan = os.memfd_create("chan", os.MFD_CLOEXEC)
-        fds.append(chan)
+        out = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fds.append(out)
+        for name in ("plain", "chan"):   # what is written stays: no one may truncate a channel
+            fds.append(os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
+            fcntl.fcntl(fds[-1], fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        plain, chan = fds[2], fds[3]
         socket.send_fds(sock, [b"j"], fds)          # SCM_RIGHTS
         os.close(jobfd)
         fds.remove(jobfd)
-        cpu_limit, wall_limit = job["cpu"], job["wall"]
-        t0 = time.monotonic()
-        killed, cpu, data = None, 0.0, b""
-        while not data:
-            # the job cannot burn CPU faster than NCPU seconds per second: sleep until it could be due
-            if killed is None:
-                rem_wall = wall_limit - (time.monotonic() - t0)
-                wait = max(0.002, min(rem_wall, (cpu_limit - cpu) / NCPU))
-            else:
-                wait = t0 + wall_limit + 20.0 - time.monotonic()
-                if wait <= 0:
-                    raise OSError("the forker did not end the job in time")
-            if select.select([sock], [], [], wait)[0]:
-                data = sock.recv(4096)
-                if not data:
-                    raise OSError("the forker died")
+        t0, base, killed, oracle = time.monotonic(), 0.0, None, False
+        while True:
+            data, cpu, killed = _wait_report(sock, job, t0, base, killed)
+            st = struct.unpack("i", data[:4])[0]
+            own = _seconds(data[4:148])
+            base += _seconds(data[148 + 144:]) - _seconds(data[148:148 + 144])
+            if killed is None and base >= job["cpu"]:
+                killed = "cpu"
+            if killed or oracle or not (os.WIFEXITED(st) and os.WEXITSTATUS(st) == 73):
                 break
-            if killed is None:
-                cpu = _job_cpu()
-                if cpu >= cpu_limit:
-                    killed = "cpu"
-                elif time.monotonic() - t0 >= wall_limit:
-                    killed = "wall"
-                if killed:
-                    sock.send(b"k")
-        if len(data) != 4 + 3 * 144:
-            raise OSError("the forker's report has %d bytes" % len(data))
-        st = struct.unpack("i", data[:4])[0]
-        own = _seconds(data[4:148])
-        total = _seconds(data[148 + 144:]) - _seconds(data[148:148 + 144])
-        if killed is None and total >= cpu_limit:
-            killed = "cpu"
-        records, chan_info = _read_records(chan, job["nonce"], lim["chan"], lim["line"])
-        status = {"error": _classify(st, own, killed, lim["cpu_rlimit"]), "cpu": max(cpu, total),
+            oracle = True
+            sock.send(b"o")                         # the oracle's calls, in a fresh process
+        sock.send(b"d")
+        records, info = _read_records(plain, job["nonce"], lim["chan"], lim["line"])
+        oracle_records, oinfo = _read_records(chan, job["nonce"], lim["chan"], lim["line"])
+        for k, v in oinfo.items():
+            info[k] = info[k] or v if k == "truncated" else info[k] + v
+        status = {"error": _classify(st, own, killed, lim["cpu_rlimit"]), "cpu": max(cpu, base),
                   "killed": killed, "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
-                  "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None}
-        return {"left": 0, "status": status, "records": records, "chan": chan_info,
-                "stdout_marker": _stdout_markers(out1, out2, lim["fsize"],
-                                                 job["rules"]["marker_re"].encode()),
-                "stdout_bytes": os.fstat(out1).st_size + os.fstat(out2).st_size}
+                  "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None, "oracle": oracle}
+        return {"left": 0, "status": status, "records": records, "oracle": oracle_records,
+                "chan": info, "stdout_marker": _stdout_marker(out, lim["fsize"],
+                                                              job["rules"]["marker_re"].encode()),
+                "stdout_bytes": os.fstat(out).st_size}
     finally:
         for fd in fds:
             os.close(fd)
