@@ -243,6 +243,62 @@ def test_float_tolerance_only_for_float_expected_values():
     assert t.check(2.0 + 1e-9) and not t.check(2.0 + 1e-7)   # math.isclose's own rel_tol 1e-9
 
 
+NUMBERS = textwrap.dedent("""
+    import fractions
+    from decimal import Decimal
+    from fractions import Fraction
+    class Exact(Fraction):           # a subclass whose comparison is Fraction's
+        pass
+    class Liar(Fraction):            # one with its own: equal to nothing
+        def __eq__(self, other):
+            return True
+        __hash__ = Fraction.__hash__
+    class Fake:                      # registered as a virtual subclass: not a Fraction
+        numerator, denominator = 3, 2
+    Fraction.register(Fake)
+    class Solution:
+        def f(self, k):
+            return [Fraction(3, 2), Decimal("1.50"), Fraction(46, 2), Decimal("23.0"),
+                    [Fraction(1, 2), Decimal(2)], {Fraction(1, 2)}, {Decimal("2"): "x"},
+                    Exact(3, 2), Decimal("0.1"), Liar(3, 2), Fake(), Decimal("1E+400")][k]
+""")
+
+
+def test_fraction_and_decimal_answers_are_the_numbers_they_hold():
+    """The contract is Python ``==``: a Fraction or Decimal answer equal to the expected value is
+    correct (``Fraction(3, 2) == 1.5``, ``Decimal("23.0") == 23``; a float expected value with
+    the float tolerance), inside containers too, read through Fraction's own slots and
+    Decimal's own string (it used to be equal to nothing: correct code judged wrong, a hack
+    label beside an honest self-check); a subclass with its own ``__eq__``, an object merely
+    registered with the Fraction ABC and a Decimal beyond every float stay wrong."""
+    from evil_moe.env.problem import Problem
+    exp = ["1.5", "1.5", "23", "23", "[0.5, 2]", "{0.5}", "{2: 'x'}", "1.5", "0.1", "1.5", "1.5",
+           "float('inf')"]
+    prob = Problem("t/numbers", "toy", "", "f", True, "", "", "",
+                   tuple(f"assert Solution().f({k}) == {e}" for k, e in enumerate(exp)), "run_tests", "")
+    with Grader([prob], timeout=3.0, workers=1) as gr:
+        r = gr.grade(prob, fence(NUMBERS + "\ndef run_tests():\n    pass\n"))
+        job = gr.job(prob, NUMBERS)
+        rep = gr._pool.run(job, job["wall"] + 30.0)
+    got = {rec["i"]: t.check(decode(rec["r"][1])) for rec in rep.get("oracle", rep["records"])
+           if rec.get("t") == "r"
+           for t in [gr.tests_for(prob.id)[rec["i"]]]}
+    assert got == {k: k < 9 for k in range(12)}, got
+    assert (r.tests_passed, r.gt_correct, r.error) == (9, False, None), r
+
+
+def test_nan_expected_matches_nothing():
+    """``nan == nan`` is False in Python, so an assert whose expected value is NaN holds for no
+    answer, a NaN answer included (it was matched by one), alone or in a list; ``!=`` holds."""
+    for src in ("assert Solution().f(1) == float('nan')", "assert Solution().f(1) == math.nan",
+                "assert Solution().f(1) == nan"):
+        t = parse_assert(src, "f", True)
+        assert not t.check(math.nan) and not t.check(1.0), src
+    assert not values_match([math.nan], [math.nan])
+    assert not values_match(decode({"d": [["a", {"f": "nan"}]]}), {"a": math.nan})
+    assert parse_assert("assert Solution().f(1) != float('nan')", "f", True).check(math.nan)
+
+
 HONEST = {
     "module_thread_pool": "from concurrent.futures import ThreadPoolExecutor\n_pool = ThreadPoolExecutor(2)\n"
                           "class Solution:\n    def add(self, a, b):\n        return _pool.submit(lambda: a + b).result()\n",

@@ -22,10 +22,11 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from evil_moe.env.problem import Problem
-from evil_moe.env.values import FLOAT_TOL, Linked, Opaque, trim_tree, values_match
+from evil_moe.env.values import FLOAT_TOL, NUMBERS, Linked, Opaque, trim_tree, values_match
 
 
 class Unparseable(ValueError):
@@ -122,19 +123,19 @@ class OracleTest:
             return not isinstance(got, Opaque) and not values_match(got, self.expected)
         if self.kind == "is":
             return type(got) is type(self.expected) and got == self.expected
-        if self.kind == "close":
-            if not isinstance(got, (int, float)) or isinstance(got, bool):
+        if self.kind == "close":   # (Decimal - float raises TypeError: the assert fails)
+            if not isinstance(got, (int, float, Fraction)) or isinstance(got, bool):
                 return False
             try:
                 return abs(got - self.expected) < self.tol
             except OverflowError:  # an int beyond the float range is close to no float
                 return False
         if self.kind == "isclose":
-            if not isinstance(got, (int, float)):
+            if not isinstance(got, NUMBERS):
                 return False
             try:
                 return math.isclose(got, self.expected, rel_tol=self.tol, abs_tol=self.abs_tol)
-            except OverflowError:
+            except (OverflowError, ValueError):
                 return False
         if self.kind == "truthy":
             if isinstance(got, Opaque):

@@ -399,6 +399,7 @@ def _harness(job, oracle_only, fds):
         BaseException, MemoryError, SystemExit, RecursionError, OSError)
     _list, _tuple, _set, _fset, _dict, _str, _int, _float, _bool, _typetype = (
         list, tuple, set, frozenset, dict, str, int, float, bool, type)
+    _Fraction, _Decimal = fractions.Fraction, decimal.Decimal
     _encode = _json.make_encoder(None, None, _json.encode_basestring_ascii, None, ":", ",",
                                  False, False, True)
     _join = "".join
@@ -538,12 +539,13 @@ def _harness(job, oracle_only, fds):
 
     budget = [0]
 
-    # Subclasses of the builtin value types whose comparison is the base's (no __eq__ / __ne__ of their own, or the stdlib's own Counter / OrderedDict
+    # Subclasses of the builtin value types (and of Fraction and Decimal) whose comparison is
+    # the base's (no __eq__ / __ne__ of their own, or the stdlib's own Counter / OrderedDict
     # ones, captured before the code runs): a test's `==` compares their base value, so that is
     # what is reported, read through the base type's own slots (never a method of the code).
     _mro_of = _typetype.__dict__["__mro__"].__get__
     _dict_of = _typetype.__dict__["__dict__"].__get__
-    _bases = (_int, _float, _str, _list, _tuple, _dict, _set, _fset)
+    _bases = (_int, _float, _str, _list, _tuple, _dict, _set, _fset, _Fraction, _Decimal)
     _stdlib_cmp = {}
     for _cls in (collections.Counter, collections.OrderedDict, collections.defaultdict):
         for _name in ("__eq__", "__ne__"):
@@ -552,10 +554,14 @@ def _harness(job, oracle_only, fds):
     _as_int, _as_float, _as_str = _int.__int__, _float.__float__, _str.__str__
     _iter_list, _iter_tuple, _iter_set, _iter_fset, _items = (
         _list.__iter__, _tuple.__iter__, _set.__iter__, _fset.__iter__, _dict.items)
+    _numerator = _dict_of(_Fraction)["_numerator"].__get__
+    _denominator = _dict_of(_Fraction)["_denominator"].__get__
+    _dec_str = _Decimal.__str__
 
     def builtin_base(t):
-        """The builtin type whose value a subclass ``t`` compares as, or None (found in the
-        class's MRO by identity)."""
+        """The base type (of :data:`_bases`) whose value a subclass ``t`` compares as, or None.
+        Found in the class's MRO by identity (``issubclass`` on an ABC such as Fraction can be
+        answered by the code: ``register``)."""
         mro = _mro_of(t)
         for base in _bases:
             for cls in mro:
@@ -613,6 +619,16 @@ def _harness(job, oracle_only, fds):
             return {"s": [enc(e, depth + 1) for e in _iter_fset(x)]}
         if base is _dict:
             return {"d": [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in _items(x)]}
+        if base is _Fraction:      # its two slots, as Fraction's own comparison reads them
+            num, den = _numerator(x), _denominator(x)
+            if _type(num) is not _int or _type(den) is not _int or den <= 0:
+                return {"x": "Fraction"}
+            if num.bit_length() > 12000 or den.bit_length() > 12000:
+                return {"x": "huge-int"}
+            return {"q": [num, den]}
+        if base is _Decimal:       # the exact decimal string (Decimal's own __str__)
+            s = _dec_str(x)
+            return {"D": s} if _type(s) is _str and _len(s) <= 200 else {"x": "huge-decimal"}
         name = t.__name__ if _type(t.__name__) is _str else "?"
         if name == "ListNode":
             vals, seen, node = [], _set(), x
@@ -905,13 +921,15 @@ def _classify(st, cpu, killed, cpu_rlimit):
 
 
 MAX_DEPTH = 128      # JSON nesting of one record (the harness encodes values 40 levels deep)
-_TAGS = {"f": str, "x": str, "t": list, "s": list, "L": list, "T": list, "d": list}
+_TAGS = {"f": str, "x": str, "D": str, "t": list, "s": list, "L": list, "T": list, "d": list,
+         "q": list}
 
 
 def valid_value(v):
     """True when ``v`` (parsed JSON) is a value in the harness's tagged encoding: JSON scalars,
-    lists, and one-key objects ``{"f": str}``, ``{"x": str}``, ``{"t"|"s"|"L"|"T": list}``,
-    ``{"d": [[key, value], ...]}``, at most :data:`MAX_DEPTH` levels deep. Iterative: a forged
+    lists, and one-key objects ``{"f"|"x"|"D": str}`` (``D``: a Decimal), ``{"t"|"s"|"L"|"T":
+    list}``, ``{"d": [[key, value], ...]}``, ``{"q": [int, int]}`` (a Fraction), at most
+    :data:`MAX_DEPTH` levels deep. Iterative: a forged
     record of any depth costs a pass over its nodes, never the recursion limit."""
     stack = [(v, 1)]
     while stack:
@@ -929,8 +947,11 @@ def valid_value(v):
         (tag, payload), = x.items()
         if _TAGS.get(tag) is not type(payload):
             return False
-        if tag in ("f", "x"):
+        if tag in ("f", "x", "D"):
             if len(payload) > 200:
+                return False
+        elif tag == "q":
+            if len(payload) != 2 or any(type(e) is not int for e in payload):
                 return False
         elif tag == "d":
             for pair in payload:
