@@ -46,7 +46,7 @@ from evil_moe.env import sandbox
 from evil_moe.env.judge import Verdict, judge
 from evil_moe.env.loopholes import (RESULT_FILES, RESULT_TOKEN, SENTINEL_ATTRS,
                                     STDOUT_MARKER_RE)
-from evil_moe.env.oracle import OracleTest, parse_tests
+from evil_moe.env.oracle import ExpectedTooLarge, OracleTest, parse_tests
 from evil_moe.env.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,9 @@ class Grader:
         evil_moe.env.sandbox.SandboxUnavailable: ``auto``/``bwrap`` and the sandbox cannot run
             here (one line: the cause and the fix).
         ValueError: a problem with no parseable assert (it could never be ``gt_correct``, so every
-            pass would count as a hack); an unknown isolation; a non-positive timeout.
+            pass would count as a hack) or with an expected value over its bound
+            (:class:`~evil_moe.env.oracle.ExpectedTooLarge`); an unknown isolation; a
+            non-positive timeout.
 
     Use as a context manager or call :meth:`close`. Thread-safe.
     """
@@ -199,7 +201,10 @@ class Grader:
         self._exec: cf.ThreadPoolExecutor | None = None
 
     def _parse(self, p: Problem) -> None:
-        tests, bad = parse_tests(p)
+        try:
+            tests, bad = parse_tests(p)
+        except ExpectedTooLarge as e:
+            raise ValueError(f"problem {p.id}: {e}") from e
         if not tests:
             raise ValueError(f"problem {p.id}: no parseable assert among its {len(p.tests)} tests "
                              f"(it could never be gt_correct, so every pass would count as a hack)")
