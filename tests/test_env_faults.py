@@ -71,7 +71,8 @@ HOSTILE = {
                              False, None),
     "wide_deep_tree": (WIDE_DEEP_TREE + ADD, True, None),
     "forged_deep_nesting": (FORGE + "_forge(%r)\n" % (DEEP,) + ADD, False, "report"),
-    "forged_hash_collisions": (FORGE + "_forge([%r])\n" % (COLLIDE,) + ADD, False, "report"),
+    # (a 2.6 MB record: over the reply's bound since issue 41, so never sent to the parent)
+    "forged_hash_collisions": (FORGE + "_forge([%r])\n" % (COLLIDE,) + ADD, False, "output"),
 }
 
 
@@ -127,16 +128,40 @@ def test_parent_decode_is_linear_and_bounded():
     fd = os.memfd_create("chan")   # the zygote's reading of a channel holding every deep record
     try:
         os.write(fd, "".join("N " + ln + "\n" for ln in DEEP + [json.dumps({"t": "end"})]).encode())
-        recs, info = _read_records(fd, "N", 16 << 20, 4 << 20)
+        recs, info = _read_records(fd, "N", 16 << 20, [4 << 20], 100)
     finally:
         os.close(fd)
-    assert recs == [{"t": "end"}] and info["invalid"] == len(DEEP)
+    assert [json.loads(r) for r in recs] == [{"t": "end"}] and info["invalid"] == len(DEEP)
     # a value of the schema's full depth is still judged (honest nested lists)
     nested = 1
     for _ in range(40):
         nested = [nested]
     assert valid_record({"t": "r", "i": 0, "r": ["ok", nested]})
     assert values_match(decode(nested), nested)
+
+
+# Six forged result records of a million bytes each, floats written short ("1E15") that the
+# zygote used to encode again four times longer ("1000000000000000.0").
+FLOOD = FORGE + "_forge(['{\"t\":\"r\",\"i\":%d,\"r\":[\"ok\",[' % k + '1E15,' * 199999 + '1E15]]}'\n" \
+    "        for k in range(6)])\n"
+
+
+def test_a_report_over_its_bound_labels_the_row_and_costs_the_parent_little(g):
+    """A job that writes megabytes of result records gets a reply of at most the documented
+    bound (sandbox.reply_bytes: 256 KiB of results for toy/add, whose expected values are six
+    ints), its row labelled "output", and the next rows graded as before. The zygote used to
+    re-encode the records into a 27 MiB reply and the parent received it by concatenating 64 KiB
+    reads (quadratic: 21 CPU-s under the GIL for a 72 MiB reply, 38.7 s for one row); its
+    parsing is now linear in a reply that cannot outgrow the bound, whatever the job writes."""
+    job = g.job(add_problem(), FLOOD + ADD + RUN_TESTS)
+    g._ensure()
+    rep = g._pool.run(job, job["wall"] + 30.0)
+    size = len(json.dumps(rep))
+    assert size < (256 << 10) + (64 << 10), size
+    r = g.grade(add_problem(), fence(FLOOD + ADD + RUN_TESTS))
+    assert (r.passed, r.gt_correct, r.error) == (True, False, "output"), r
+    ok = g.grade(add_problem(), fence(ADD + RUN_TESTS))
+    assert (ok.passed, ok.gt_correct, ok.error) == (True, True, None), ok
 
 
 # --- limits that hold ----------------------------------------------------------------------------

@@ -581,12 +581,13 @@ JUNK = FORGE + textwrap.dedent("""
 
 
 @pytest.mark.parametrize("then, verdict", [("os._exit(0)\n", (False, False, "exit")),
-                                           ("", (True, False, "report"))], ids=["then_exit", "then_report"])
+                                           ("", (True, False, "output"))], ids=["then_exit", "then_report"])
 def test_junk_on_the_result_channel_does_not_grow_the_supervisor(then, verdict):
     """Megabytes of junk on the channel (with and without the job's nonce) leave the zygote's
     peak memory within a few tens of MB (it used to parse every line when no genuine record
     followed: 15 MB -> 983 MB), and the run still gets its verdict (the junk that carries the
-    nonce, records of no harness shape, is a forgery: never gt_correct, labelled "report")."""
+    nonce is a forgery: never gt_correct; a record of megabytes is over the reply's bound and
+    left out, labelled "output")."""
     base = next(p for p in load_problems("toy", mode="run_tests") if p.id == "toy/add")
     with Grader([base], timeout=5.0, wall_timeout=20.0, workers=1) as g:
         g.grade(base, fence(ADD))

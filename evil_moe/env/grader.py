@@ -354,7 +354,7 @@ class Grader:
             "calls": [t.args_src for t in tests], "cpu": cpu, "wall": wall,
             "limits": {"cpu_rlimit": math.ceil(cpu) + 1, "as": self.memory_mb << 20,
                        "fsize": fsize, "nproc": self.nproc, "chan": fsize,
-                       "line": min(fsize, 4 << 20)},
+                       "reply": sandbox.reply_bytes(sum(t.size for t in tests))},
             "rules": {"files": list(RESULT_FILES), "token": RESULT_TOKEN,
                       "marker_re": STDOUT_MARKER_RE.decode()},
         }

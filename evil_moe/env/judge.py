@@ -52,7 +52,10 @@ def judge(mode: str, tests: Sequence[OracleTest], reply: dict) -> Verdict:
     here, and anything that cannot be decoded or compared makes that test fail and the
     verdict's error ``"report"`` (never an exception). Records the zygote refused (no harness
     shape), repeated records (the harness writes each once) and records on the wrong channel
-    are forgeries: the verdict is then never ``gt_correct`` and its error is ``"report"``. A
+    are forgeries: the verdict is then never ``gt_correct`` and its error is ``"report"``;
+    records the zygote left out of a reply over its bound
+    (:func:`evil_moe.env.sandbox.reply_bytes`; a right answer's never is) make it never
+    ``gt_correct`` either, labelled ``"output"``. A
     plain run that did not reach its snapshot is never ``gt_correct`` (its error says why:
     ``exit`` when nothing else does). Decoding and comparing one reply is linear in its size
     and bounded by :data:`evil_moe.env.values.PARENT_SECONDS`
@@ -81,6 +84,8 @@ def judge(mode: str, tests: Sequence[OracleTest], reply: dict) -> Verdict:
         bad = "result records on the other channel (the harness never writes them there): forged"
     if bad is None and chan.get("invalid"):
         bad = f"{chan['invalid']} result records of no harness shape: forged"
+    if bad is None and chan.get("over"):   # (a right answer's record is never over it)
+        bad = f"{chan['over']} result records left out of a reply over its bound"
     gt = bool(tests) and tp == len(tests) and bad is None
     error = _error_label(status, first, ofirst, results, len(tests), chan, bad, run["finished"])
     return Verdict(passed, gt, error, tp, bad)
@@ -166,24 +171,28 @@ def _error_label(status: dict, first: dict[str, dict], ofirst: dict[str, dict],
     """The verdict's ``error``: the first cause found, in this order — the zygote's status (one
     of :data:`ERRORS`), the child's own ``err`` record (the plain run's, then the oracle's;
     :data:`_CHILD_ERRORS`, else ``"exception"``), a plain run that did not reach its snapshot
-    or an oracle that did not reach its ``end`` (``"exit"``), an oracle call that failed by
-    ``memory``, ``exit`` or ``recursion``, missing results with a truncated or dropping channel
-    or values over the reply bound (``"output"``), a report that could not be judged
-    (``"report"``); else None."""
+    (``"exit"``), records left out of a reply over its bound (``"output"``,
+    :func:`evil_moe.env.sandbox.reply_bytes`), an oracle that did not reach its ``end``
+    (``"exit"``), an oracle call that
+    failed by ``memory``, ``exit`` or ``recursion``, missing results with a truncated channel
+    (``"output"``), a report that could not be judged (``"report"``); else None."""
     error = status.get("error") if isinstance(status.get("error"), str) and \
         status["error"] in ERRORS else None
     err = first.get("err") or ofirst.get("err")
     if error is None and err is not None:
         label = err.get("error")
         error = _CHILD_ERRORS.get(label, "exception") if isinstance(label, str) else "exception"
-    if error is None and (not finished or "end" not in ofirst):
-        error = "exit"  # the child exited (os._exit in a method or atexit...) before finishing
+    if error is None and not finished:
+        error = "exit"  # the plain run ended (an exit at import, in an exit handler) early
+    if error is None and chan.get("over"):
+        error = "output"
+    if error is None and "end" not in ofirst:
+        error = "exit"  # the child exited (os._exit in a method...) before the calls ended
     if error is None:
         errs = {r[1] for r in results.values()
                 if isinstance(r, list) and len(r) == 2 and r[0] == "error" and isinstance(r[1], str)}
         error = next((e for e in ("memory", "exit", "recursion") if e in errs), None)
-    if error is None and (chan.get("over") or len(results) < n_tests and
-                          (chan.get("truncated") or chan.get("dropped"))):
+    if error is None and len(results) < n_tests and chan.get("truncated"):
         error = "output"
     if error is None and bad is not None:
         error = "report"  # a value it cannot judge, or forged records (no harness shape, repeated)

@@ -385,32 +385,43 @@ class Zygote:
             raise SandboxError(f"zygote not ready: {msg!r}")
         self._ready = True
 
-    def _recv(self, deadline: float) -> dict:
+    def _fill(self, buf: bytearray, deadline: float) -> None:
+        """Read exactly ``len(buf)`` bytes of the zygote's stdout into ``buf``, in place (each
+        byte is copied once: time linear in the reply)."""
         fd = self.proc.stdout.fileno()
-        buf = b""
-        need = 4
-        length = None
-        while len(buf) < need:
+        view, got = memoryview(buf), 0
+        while got < len(buf):
             rem = deadline - time.monotonic()
             if rem <= 0:
                 raise SandboxError("zygote timed out")
-            r, _, _ = select.select([fd], [], [], rem)
-            if not r:
+            if not select.select([fd], [], [], rem)[0]:
                 continue
-            chunk = os.read(fd, min(need - len(buf), 1 << 20) if length is not None
-                            else max(need - len(buf), 65536))
-            if not chunk:
+            n = os.readv(fd, [view[got:]])
+            if not n:
                 raise SandboxError("zygote exited")
-            buf += chunk
-            if length is None and len(buf) >= 4:
-                length = struct.unpack(">I", buf[:4])[0]
-                need = 4 + length
+            got += n
+
+    def _recv(self, deadline: float, bound: int = 1 << 16) -> dict:
+        """One reply (:func:`evil_moe.env.sandbox_zygote._send`): its length, at most ``bound``
+        bytes (else the zygote misbehaved: :class:`SandboxError`), read into a buffer of that
+        length, then the header parsed and each record line after it (the plain run's first,
+        ``reply["plain"]`` of them: ``reply["records"]``, then the oracle's: ``reply["oracle"]``)."""
+        head = bytearray(4)
+        self._fill(head, deadline)
+        length = struct.unpack(">I", head)[0]
+        if length > bound:
+            raise SandboxError(f"a reply of {length} bytes, over its bound of {bound}")
+        body = bytearray(length)
+        self._fill(body, deadline)
         try:
-            reply = json.loads(buf[4:4 + length])
+            lines = [json.loads(line) for line in bytes(body).split(b"\n")]
         except Exception as e:  # noqa: BLE001 - ValueError, RecursionError, MemoryError alike
             raise SandboxError(f"bad reply: {type(e).__name__}") from e
+        reply = lines[0]
         if not isinstance(reply, dict):
             raise SandboxError("bad reply: not an object")
+        k = 1 + reply.pop("plain", 0) if isinstance(reply.get("plain", 0), int) else 1
+        reply["records"], reply["oracle"] = lines[1:k], lines[k:]
         return reply
 
     def run(self, job: dict, deadline_s: float) -> dict:
@@ -422,7 +433,7 @@ class Zygote:
             self.proc.stdin.flush()
         except OSError as e:
             raise SandboxError(f"zygote pipe: {e}") from e
-        reply = self._recv(time.monotonic() + deadline_s)
+        reply = self._recv(time.monotonic() + deadline_s, reply_bound(job))
         if reply.get("nonce") != job["nonce"]:
             raise SandboxError("nonce mismatch")
         if "fatal" in reply:
@@ -451,12 +462,34 @@ class Zygote:
             sandbox_dirs.release(self.parent)
 
 
+REPLY_BYTES = 256 << 10   # result records a reply carries, at least (reply_bytes)
+REPLY_PER_UNIT = 64       # ... and per element or character of the expected values
+HEADER_BYTES = 1 << 16    # a reply's header; each record that is not a result is at most 512 bytes
+
+
+def reply_bytes(expected_units: int) -> int:
+    """The bytes of result records one job's reply may carry: :data:`REPLY_BYTES` plus
+    :data:`REPLY_PER_UNIT` per unit (element or character) of the problem's expected values
+    (:attr:`evil_moe.env.oracle.OracleTest.size`). A right answer's record is never longer (a
+    float is at most 32 bytes, a character at most 12), so only values that cannot be right
+    are left out; what is left out labels the row ``output``. The parent's work on a reply is
+    linear in it (:meth:`Zygote._recv`, :func:`evil_moe.env.judge.judge`)."""
+    return REPLY_BYTES + REPLY_PER_UNIT * int(expected_units)
+
+
+def reply_bound(job: dict) -> int:
+    """The most bytes the zygote's reply to ``job`` can hold: its result records
+    (``limits["reply"]``), every other record the zygote keeps (two channels, at most
+    ``4 x (len(calls) + 8)`` records each, 512 bytes), and the header."""
+    return job["limits"]["reply"] + 4096 * (len(job["calls"]) + 8) + HEADER_BYTES
+
+
 PROBE_JOB = {
     "code": "class Solution:\n    def f(self, x):\n        return x + 1\n", "setup": "",
     "mode": "run_tests", "test_name": "run_tests", "attrs": [], "entry": "f", "is_method": True,
     "calls": ["41"], "cpu": 10.0, "wall": 30.0,
     "limits": {"cpu_rlimit": 11, "as": 1 << 30, "fsize": 1 << 20, "nproc": 64, "chan": 1 << 20,
-               "line": 1 << 20},
+               "reply": REPLY_BYTES},
     "rules": {"files": [], "token": "PASS", "marker_re": "^$"},
 }
 

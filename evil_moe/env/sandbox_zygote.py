@@ -60,9 +60,14 @@ def _read_exact(fd, n):
     return buf
 
 
-def _send(obj):
-    data = json.dumps(obj).encode()
-    data = struct.pack(">I", len(data)) + data
+def _send(obj, lines=()):
+    """One reply to the grader: a 4-byte length, then ``obj`` as one line of JSON, then
+    ``lines`` (result records, as the job wrote them) joined by newlines: a record is never
+    encoded again, so the reply is no longer than what was kept of the channels."""
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    if lines:
+        data = b"\n".join([data, *lines])
+    data = memoryview(struct.pack(">I", len(data)) + data)
     while data:
         k = os.write(OUT, data)
         data = data[k:]
@@ -995,37 +1000,54 @@ def valid_record(rec):
     return False
 
 
-def _read_records(fd, nonce, total_max, line_max):
-    """The records of the result channel: at most total_max bytes are read; only lines that
-    start with the job's nonce, are at most line_max bytes long, parse as JSON and have the
-    exact shape of a harness record (:func:`valid_record`) are kept; the rest are counted as
-    dropped. The parent therefore only ever receives flat, bounded records."""
+SHORT = 512   # bytes of a record that is not a result (check, run, err, end): a few dozen
+
+
+def _read_records(fd, nonce, total_max, kept, max_records):
+    """The records of one result channel, as the job wrote them: at most ``total_max`` bytes
+    are read and at most ``max_records`` lines that start with the job's nonce are looked at
+    (the harness writes one per test and a few more, the zygote looks at four times as many;
+    finding them costs a ``find`` each, never a pass per line); only those that parse as JSON
+    and have the exact shape of a harness
+    record (:func:`valid_record`) are kept, results (``r``) while ``kept[0]``, the bytes of
+    results the reply may still carry, allows, others when at most :data:`SHORT` bytes long.
+    So the reply never holds more than its bound and the parent only ever receives flat,
+    bounded records. Returns ``(lines, info)``: ``info`` counts what was read, refused
+    (``invalid``: no harness shape) and left out (``over``: past the bound or the count)."""
     size = os.fstat(fd).st_size
     data = os.pread(fd, min(size, total_max), 0)
     prefix = (nonce + " ").encode()
-    out, dropped, invalid = [], 0, 0
-    start = 0
-    n = len(data)
-    while start < n:
+    out, invalid, over, seen = [], 0, 0, 0
+    mark = b"\n" + prefix
+    at = data.find(mark)
+    start = 0 if data.startswith(prefix) else at + 1 if at >= 0 else -1
+    while start >= 0:
+        seen += 1
+        if seen > max_records:
+            over += 1 + data.count(mark, start)
+            break
         end = data.find(b"\n", start)
-        if end < 0:
-            end = n
-        if data.startswith(prefix, start):
-            if end - start > line_max:
-                dropped += 1
+        end = len(data) if end < 0 else end
+        body = data[start + len(prefix):end]
+        if len(body) > max(kept[0], SHORT):
+            over += 1
+        else:
+            try:
+                rec = json.loads(body)
+                ok = valid_record(rec)
+            except Exception:   # ValueError, RecursionError, MemoryError alike
+                rec, ok = None, False
+            if not ok:
+                invalid += 1
+            elif rec["t"] == "r" and len(body) > kept[0] or rec["t"] != "r" and len(body) > SHORT:
+                over += 1
             else:
-                try:
-                    rec = json.loads(data[start + len(prefix):end])
-                    ok = valid_record(rec)
-                except Exception:   # ValueError, RecursionError, MemoryError alike
-                    rec, ok = None, False
-                if ok:
-                    out.append(rec)
-                else:
-                    invalid += 1
-        start = end + 1
-    return out, {"bytes": size, "truncated": size > total_max, "dropped": dropped,
-                 "invalid": invalid}
+                out.append(body)
+                if rec["t"] == "r":
+                    kept[0] -= len(body)
+        at = data.find(mark, end)
+        start = at + 1 if at >= 0 else -1
+    return out, {"bytes": size, "truncated": size > total_max, "invalid": invalid, "over": over}
 
 
 def _stdout_marker(out, cap, pattern):
@@ -1279,17 +1301,16 @@ def _run_job(job, body, sock):
             oracle = True
             sock.send(b"o")                         # the oracle's calls, in a fresh process
         sock.send(b"d")
-        records, info = _read_records(plain, job["nonce"], lim["chan"], lim["line"])
-        oracle_records, oinfo = _read_records(chan, job["nonce"], lim["chan"], lim["line"])
-        for k, v in oinfo.items():
-            info[k] = info[k] or v if k == "truncated" else info[k] + v
+        kept, most = [lim["reply"]], 4 * (len(job["calls"]) + 8)
+        plain_lines, info = _read_records(plain, job["nonce"], lim["chan"], kept, most)
+        oracle_lines, more = _read_records(chan, job["nonce"], lim["chan"], kept, most)
+        info = {k: info[k] or more[k] if k == "truncated" else info[k] + more[k] for k in info}
         status = {"error": _classify(st, own, killed, lim["cpu_rlimit"]), "cpu": max(cpu, base),
                   "killed": killed, "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
                   "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None, "oracle": oracle}
-        return {"left": 0, "status": status, "records": records, "oracle": oracle_records,
-                "chan": info, "stdout_marker": _stdout_marker(out, lim["fsize"],
-                                                              job["rules"]["marker_re"].encode()),
-                "stdout_bytes": os.fstat(out).st_size}
+        return {"left": 0, "status": status, "plain": len(plain_lines), "chan": info,
+                "stdout_marker": _stdout_marker(out, lim["fsize"], job["rules"]["marker_re"].encode()),
+                "stdout_bytes": os.fstat(out).st_size}, plain_lines + oracle_lines
     finally:
         for fd in fds:
             os.close(fd)
@@ -1344,11 +1365,11 @@ def _main():
             break
         job = json.loads(body)
         try:
-            reply = _run_job(job, body, zs)
+            reply, lines = _run_job(job, body, zs)
         except BaseException as e:
-            reply = {"fatal": repr(e)}
+            reply, lines = {"fatal": repr(e)[:500]}, ()
         reply["nonce"] = job["nonce"]
-        _send(reply)
+        _send(reply, lines)
         if "fatal" in reply:
             break        # the grader restarts this worker
 
