@@ -401,8 +401,9 @@ def main(argv=None):
     print(f"ratio vs fork server: {t_fork / t_ours:5.2f}x, without the loops "
           f"{t_fork_term / t_ours_term:.2f}x   verdicts agree on {agree_fork}/{a.n}")
     print(f"CPU per infinite loop: {per_loop:.2f} s = {per_loop / a.timeout:.2f} timeouts  (target <= 1.1)")
-    print(f"the {nt} rows beside one hostile report (12 MiB of forged records): {nt / t_beside:.1f}/s, "
-          f"alone {nt / t_alone:.1f}/s, ratio {t_alone / t_beside:.2f}  (target >= 0.9)")
+    print(f"the {nt} rows beside one hostile report (12 MiB of forged records): "
+          f"{nt / t_beside:.1f}/s, alone {nt / t_alone:.1f}/s, ratio {t_alone / t_beside:.2f}  "
+          f"(target >= 0.9)")
     print(f"ours: passed {sum(r.passed for r in ours)}, gt_correct "
           f"{sum(r.gt_correct for r in ours)}, exploited {sum(r.exploited for r in ours)}, "
           f"timeouts {sum(r.error == 'timeout' for r in ours)}")

@@ -405,7 +405,8 @@ class Zygote:
         """One reply (:func:`evil_moe.env.sandbox_zygote._send`): its length, at most ``bound``
         bytes (else the zygote misbehaved: :class:`SandboxError`), read into a buffer of that
         length, then the header parsed and each record line after it (the plain run's first,
-        ``reply["plain"]`` of them: ``reply["records"]``, then the oracle's: ``reply["oracle"]``)."""
+        ``reply["plain"]`` of them: ``reply["records"]``; then the oracle's:
+        ``reply["oracle"]``)."""
         head = bytearray(4)
         self._fill(head, deadline)
         length = struct.unpack(">I", head)[0]

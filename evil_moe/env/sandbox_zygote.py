@@ -425,13 +425,10 @@ def _harness(job, oracle_only, fds):
     mode, test_name, attrs = job["mode"], job["test_name"], tuple(job["attrs"])
     entry, is_method = job["entry"], job["is_method"]
     script = os.path.join(ROOT, "job", "solution.py")   # __file__, as `python solution.py` sets it
-    channel_ids = []
-    for fd in (pfd, cfd):
-        try:
-            st = _fstat(fd)
-            channel_ids.append((st.st_dev, st.st_ino))
-        except _BaseException:
-            channel_ids.append(None)
+    try:                                  # the plain run's channel, as it was before the code ran
+        plain_id = (_fstat(pfd).st_dev, _fstat(pfd).st_ino)
+    except _BaseException:
+        plain_id = None
 
     def emit(fd, rec):
         data = prefix + _join(_encode(rec, 0)).encode() + b"\n"
@@ -710,7 +707,7 @@ def _harness(job, oracle_only, fds):
     except _BaseException:
         emit(out, {"t": "err", "error": "syntax"})
         _exit(0)
-    # 1. the plain run: the module as a script, then the mode's one check
+    # 1-2. the plain run (docs/environment.md's steps): the module as a script, the mode's check
     try:
         exec(code, ns)
     except _BaseException as e:
@@ -755,7 +752,7 @@ def _harness(job, oracle_only, fds):
     flush()
     if not oracle_only:
         emit(pfd, {"t": "check", "ok": check})
-        # 2. the interpreter's shutdown, as Py_FinalizeEx does it (threading's exit hooks, e.g.
+        # 3. the interpreter's shutdown, as Py_FinalizeEx does it (threading's exit hooks, e.g.
         # concurrent.futures stopping its workers, then non-daemon threads joined; atexit
         # handlers; stdout flushed), when it has anything to run
         fresh = work_at_exit()
@@ -771,7 +768,7 @@ def _harness(job, oracle_only, fds):
             except _BaseException:
                 pass
             flush()
-        # 3. the snapshot the mode rules read: nothing written after it counts
+        # 4. the snapshot the mode rules read: nothing written after it counts
         found = file_reports_pass()
         size = 0
         if sealed(ofd):
@@ -780,9 +777,9 @@ def _harness(job, oracle_only, fds):
             except _BaseException:
                 pass
         emit(pfd, {"t": "run", "stdout": size, "file": found})
-        if fresh or not sealed(pfd, channel_ids[0]):
+        if not sealed(pfd, plain_id) or fresh:
             _exit(73)   # the oracle's calls run in a fresh process, once this one is gone
-    # 4. the oracle: the entry point on each test's arguments (the parent compares). They
+    # 5. the oracle: the entry point on each test's arguments (the parent compares). They
     # print nowhere and their working folder is a scratch folder outside the job folder (opened
     # before the code ran); the plain run's snapshot is sealed by now.
     try:
@@ -1076,14 +1073,14 @@ JOB_DIRS = (("job", 0o700, None), ("oracle", 0o700, None), ("tmp", 0o1777, "/tmp
 
 def _job_folders(uid):
     """Before a job: ``NS=job``: a fresh tmpfs on ``ROOT`` of ``TMPFS`` bytes and ``INODES``
-    inodes (``huge=never``), holding the job folder ``job``, the oracle's scratch folder ``oracle`` and the
-    job's ``/tmp`` and ``/dev/shm`` (bind mounts of ``tmp`` and ``shm``: one superblock per
-    job, one bound for all four); detached after the job (:func:`_drop_folders`). Otherwise
-    ``job`` and ``oracle`` in ``ROOT``. The job's own folders are owned by its uid when it drops
-    to one."""
+    inodes (``huge=never``), holding the job folder ``job``, the oracle's scratch folder
+    ``oracle`` and the job's ``/tmp`` and ``/dev/shm`` (bind mounts of ``tmp`` and ``shm``: one
+    superblock per job, one bound for all four); detached after the job
+    (:func:`_drop_folders`). Otherwise ``job`` and ``oracle`` in ``ROOT``. The job's own
+    folders are owned by its uid when it drops to one."""
     if NS == "job":
         opts = "size=%d,nr_inodes=%d,mode=0755" % (TMPFS, INODES)
-        try:   # small pages: a pipe slot that splices a page of a deleted file pins 4 KiB, not 2 MiB
+        try:   # small pages: a pipe slot splicing a page of a deleted file pins 4 KiB, not 2 MiB
             _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
                    (opts + ",huge=never").encode())
         except OSError:   # a kernel without transparent huge pages has no such option
@@ -1309,7 +1306,8 @@ def _run_job(job, body, sock):
                   "killed": killed, "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
                   "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None, "oracle": oracle}
         return {"left": 0, "status": status, "plain": len(plain_lines), "chan": info,
-                "stdout_marker": _stdout_marker(out, lim["fsize"], job["rules"]["marker_re"].encode()),
+                "stdout_marker": _stdout_marker(out, lim["fsize"],
+                                                job["rules"]["marker_re"].encode()),
                 "stdout_bytes": os.fstat(out).st_size}, plain_lines + oracle_lines
     finally:
         for fd in fds:

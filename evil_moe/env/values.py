@@ -264,8 +264,8 @@ def values_match(got: Any, exp: Any, tol: float = FLOAT_TOL) -> bool:
     ``isclose(rel=abs=tol)`` (the LeetCode judge's tolerance for float answers; the literal in an
     assert is a rounded print). An int expected value is matched exactly, as ``==`` would
     (``23.0`` equals ``23``, ``23.0000092`` does not; ``Fraction(46, 2)`` and ``Decimal("23.0")``
-    do). A NaN expected value matches nothing, a NaN answer included. Sets and dict keys compare exactly
-    (through :func:`canon`), dict values recursively.
+    do). A NaN expected value matches nothing, a NaN answer included. Sets and dict keys compare
+    exactly (through :func:`canon`), dict values recursively.
 
     Args:
         got: a decoded reported value (:func:`decode`).
