@@ -157,7 +157,7 @@ class Grader:
         nproc: process limit per child uid (enforced when running as root via uid drop).
         tmpfs_mb: size of the private tmpfs the bubblewrap sandbox makes afresh for every job
             (its folder, ``/tmp`` and ``/dev/shm`` together), MiB; it also holds at most
-            :func:`evil_moe.env.sandbox.tmpfs_inodes` inodes (64 per MiB).
+            :func:`evil_moe.env.sandbox_bwrap.tmpfs_inodes` inodes (64 per MiB).
     Raises:
         evil_moe.env.sandbox.SandboxUnavailable: ``auto``/``bwrap`` and the sandbox cannot run
             here (one line: the cause and the fix).

