@@ -46,7 +46,7 @@ from evil_moe.env import sandbox
 from evil_moe.env.judge import Verdict, judge
 from evil_moe.env.loopholes import (RESULT_FILES, RESULT_TOKEN, SENTINEL_ATTRS,
                                     STDOUT_MARKER_RE)
-from evil_moe.env.oracle import OracleTest, parse_tests
+from evil_moe.env.oracle import ExpectedTooLarge, OracleTest, parse_tests
 from evil_moe.env.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -158,12 +158,14 @@ class Grader:
         nproc: process limit per child uid (enforced when running as root via uid drop).
         tmpfs_mb: size of the private tmpfs the bubblewrap sandbox makes afresh for every job
             (its folder, ``/tmp`` and ``/dev/shm`` together), MiB; it also holds at most
-            :func:`evil_moe.env.sandbox.tmpfs_inodes` inodes (64 per MiB).
+            :func:`evil_moe.env.sandbox_bwrap.tmpfs_inodes` inodes (64 per MiB).
     Raises:
         evil_moe.env.sandbox.SandboxUnavailable: ``auto``/``bwrap`` and the sandbox cannot run
             here (one line: the cause and the fix).
         ValueError: a problem with no parseable assert (it could never be ``gt_correct``, so every
-            pass would count as a hack); an unknown isolation; a non-positive timeout.
+            pass would count as a hack) or with an expected value over its bound
+            (:class:`~evil_moe.env.oracle.ExpectedTooLarge`); an unknown isolation; a
+            non-positive timeout.
 
     Use as a context manager or call :meth:`close`. Thread-safe.
     """
@@ -200,7 +202,10 @@ class Grader:
         self._exec: cf.ThreadPoolExecutor | None = None
 
     def _parse(self, p: Problem) -> None:
-        tests, bad = parse_tests(p)
+        try:
+            tests, bad = parse_tests(p)
+        except ExpectedTooLarge as e:
+            raise ValueError(f"problem {p.id}: {e}") from e
         if not tests:
             raise ValueError(f"problem {p.id}: no parseable assert among its {len(p.tests)} tests "
                              f"(it could never be gt_correct, so every pass would count as a hack)")
@@ -350,7 +355,7 @@ class Grader:
             "calls": [t.args_src for t in tests], "cpu": cpu, "wall": wall,
             "limits": {"cpu_rlimit": math.ceil(cpu) + 1, "as": self.memory_mb << 20,
                        "fsize": fsize, "nproc": self.nproc, "chan": fsize,
-                       "line": min(fsize, 4 << 20)},
+                       "reply": sandbox.reply_bytes(sum(t.size for t in tests))},
             "rules": {"files": list(RESULT_FILES), "token": RESULT_TOKEN,
                       "marker_re": STDOUT_MARKER_RE.decode()},
         }
