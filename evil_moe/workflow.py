@@ -192,6 +192,27 @@ def put_own_bin_on_path(environ: dict | None = None) -> str:
     return own
 
 
+def report_docutils(report_dir: str | Path, environ: dict | None = None) -> str:
+    """Render the report with ``report_dir/docutils.conf`` (raw HTML and file insertion off):
+    point ``DOCUTILSCONFIG`` (``os.environ`` unless ``environ`` is given) at it and return the
+    path. Snakemake renders ``report/workflow.rst`` and every caption with docutils' defaults,
+    under which a config string placed in the page could run a script in whoever opens the
+    shared report (``.. raw:: html``) or paste a file of the machine into it (``.. include::``);
+    docutils reads its settings from the files ``DOCUTILSCONFIG`` names, in the Snakemake
+    process that builds the report. The text itself is escaped where it enters the page
+    (:mod:`evil_moe.gate.rst`); this is the second wall.
+
+    Raises:
+        FileNotFoundError: no ``docutils.conf`` in ``report_dir``.
+    """
+    import os
+
+    conf = files.require_file(Path(report_dir) / "docutils.conf", "the report's docutils settings")
+    env = os.environ if environ is None else environ
+    env["DOCUTILSCONFIG"] = str(conf.resolve())
+    return env["DOCUTILSCONFIG"]
+
+
 def stage_sections(config: Mapping, stage: str) -> dict:
     """The config a stage reads (:data:`evil_moe.cluster.stages.STAGE_SECTIONS`: whole sections
     or single ``section.key`` values), so that editing anything else does not rerun it; the

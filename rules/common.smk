@@ -27,6 +27,7 @@ from evil_moe.workflow import (
     check_inputs,
     per_job,
     put_own_bin_on_path,
+    report_docutils,
     sized_config,
     stage_config_param,
     stage_sections,
@@ -34,6 +35,9 @@ from evil_moe.workflow import (
 
 # The rules call `evil-moe`: found beside this Snakemake without activating .venv.
 put_own_bin_on_path()
+# The report renders config and result text as text: docutils' raw and include off
+# (report/docutils.conf), the text escaped where it enters (evil_moe/gate/rst.py).
+report_docutils(Path(workflow.basedir) / "report")
 
 # ---- config ---------------------------------------------------------------------------------
 # evil_moe.workflow.check_config (the schema, then the cross-key checks the CLI makes too) gives
