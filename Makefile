@@ -26,8 +26,9 @@ check-bwrap: $(BIN)/.installed
 	@$(BIN)/python -c "import sys; from evil_moe.env.sandbox import preflight; sys.exit(preflight())"
 	@echo "check-bwrap: the grader's sandbox (bubblewrap) works here"
 
-# The verdict in plain words (evil_moe/gate/verdict.py plain_verdict), the last line of make run.
-export EVIL_MOE_PRINT_VERDICT := import json; from evil_moe.gate.verdict import plain_verdict; print('verdict:', plain_verdict(json.load(open('results/compare/gate.json'))))
+# The verdict in plain words (evil_moe/gate/verdict.py plain_verdict), the last line of make run;
+# a damaged gate.json is one line naming it (evil-moe verdict).
+VERDICT := $(BIN)/evil-moe verdict --gate results/compare/gate.json
 
 # After a failed job (e.g. one pilot arm), compare and report on what finished
 # (config/allow_missing.yaml: the verdict is 'invalid' and names the failed pilot), then fail.
@@ -40,12 +41,12 @@ run: $(BIN)/.installed check-bwrap
 	  echo "make run: a job failed (its log is named above); comparing the pilots that finished" >&2; \
 	  $(BIN)/snakemake --profile profiles/local --cores $(CORES) --configfile config/allow_missing.yaml \
 	    && $(BIN)/snakemake --profile profiles/local --configfile config/allow_missing.yaml --report results/report.html; \
-	  $(BIN)/python -c "$$EVIL_MOE_PRINT_VERDICT" || true; \
+	  $(VERDICT) || true; \
 	  exit 1; \
 	fi
 	$(BIN)/snakemake --profile profiles/local --report results/report.html
 	@echo "report: $(CURDIR)/results/report.html"
-	@$(BIN)/python -c "$$EVIL_MOE_PRINT_VERDICT"
+	@$(VERDICT)
 
 # After `make run`: the README's figure, table and verdict line from that run (docs/development.md).
 readme-figure: $(BIN)/.installed

@@ -76,6 +76,22 @@ def check_inputs(config: Mapping) -> None:
     _check_audit_seeds(config)
 
 
+def check_gate(path: str | Path) -> None:
+    """The comparison's ``gate.json``, when there is one, is intact and JSON
+    (:func:`evil_moe.files.read_json`): every Snakemake command of the workflow (a run, a dry
+    run, the report) reads it while it builds the DAG, so a damaged one is named before
+    anything else, with the way out (remove it and run again: compare remakes it).
+
+    Raises:
+        WorkflowError: one line naming the file, the cause and what to do.
+    """
+    if Path(path).is_file():
+        try:
+            files.read_json(path, "gate")
+        except files.DamagedFile as err:
+            raise WorkflowError(str(err)) from None
+
+
 def _check_planted(config: Mapping) -> None:
     """toy.plant needs the toy models; an arm that erases along the planted direction needs the
     plant (:func:`check_inputs`)."""

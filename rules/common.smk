@@ -8,13 +8,13 @@ against config/schema.yaml (unknown or wrong-typed keys fail before any job runs
 and filled with the schema's defaults.
 """
 
-import json
 import shlex
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from evil_moe.files import DamagedFile, read_json
 from evil_moe.rl.arms import ARMS as ARM_REGISTRY
 from evil_moe.rl.pilot_inputs import pilot_inputs, uses_detector
 from evil_moe.gate.verdict import decision_text, verdict_line
@@ -24,6 +24,7 @@ from evil_moe.workflow import (
     ConfigFiles,
     JobSizes,
     check_config,
+    check_gate,
     check_inputs,
     per_job,
     put_own_bin_on_path,
@@ -50,6 +51,8 @@ check_inputs(config)
 MAKE_TEACHER = config["teacher"]["make"] == "sft"
 
 RESULTS = config["results"]
+# compare/gate.json is read while the DAG is built: a damaged one is named before anything else.
+check_gate(f"{RESULTS}/compare/gate.json")
 ARMS = list(config["pilot"]["arms"])
 SEEDS = list(config["pilot"]["seeds"])
 MODES = (
@@ -552,9 +555,14 @@ def get_gate(wildcards):
 
 
 def _read_gate(path):
+    """compare/gate.json's content (None before compare ran); a damaged one stops the workflow
+    with one line naming it and how to recover (evil_moe.files.read_json)."""
     if not path or not Path(path).is_file():
         return None
-    return json.loads(Path(path).read_text())
+    try:
+        return read_json(path, "gate")
+    except DamagedFile as err:
+        raise WorkflowError(str(err)) from None
 
 
 def _fold_modes():

@@ -184,6 +184,30 @@ def test_invalid_pilots_are_named(tmp_path):
     assert (tmp_path / "out" / "figures" / "heldout.svg").is_file()  # a report is still possible
 
 
+def test_a_pilot_file_changed_since_it_was_written_is_never_judged(tmp_path):
+    """Issue 41, item 12: one held-out outcome flipped in a pilot's outcomes.tsv after the pilot
+    wrote it (its SHA-256, recorded beside it, no longer matches), and a status.json cut short:
+    the gate is invalid and names both pilots, the files and the cause; the other pilots'
+    numbers are still reported. On 09ede95 the flipped outcome was judged as the pilot's."""
+    root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
+    outcomes = root / "erase" / "s1" / "outcomes.tsv"
+    lines = outcomes.read_text().splitlines()
+    header = lines[0].split("\t")
+    cells = lines[1].split("\t")
+    i = header.index("hack")
+    cells[i] = "0" if cells[i] == "1" else "1"
+    outcomes.write_text("\n".join([lines[0], "\t".join(cells), *lines[2:]]) + "\n")
+    status = root / "vanilla" / "s2" / "status.json"
+    status.write_text(status.read_text()[:10])
+    gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
+    assert gate["verdict"] == "invalid"
+    bad = {(c["arm"], c["seed"]): c["note"] for c in gate["criteria"] if c["name"] == "valid" and not c["passed"]}
+    assert set(bad) == {("erase", 1), ("vanilla", 2)}
+    assert bad[("erase", 1)].startswith(f"invalid: {outcomes} is damaged: its SHA-256 is "), bad
+    assert f"status unreadable ({status} is damaged: its SHA-256 is " in bad[("vanilla", 2)], bad
+    assert "erase s1" in gate["sentence"] and "vanilla s2" in gate["sentence"]
+
+
 def test_pilot_list_expects_full_grid(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
     runs = [root / a / f"s{s}" for a in BASE_ARMS for s in range(3) if (a, s) != ("erase", 1)]
@@ -199,6 +223,7 @@ def test_errors_name_the_path_and_column(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, n_seeds=1, **QUIET))
     d = root / "vanilla" / "s0"
     pd.read_csv(d / "outcomes.tsv", sep="\t").drop(columns=["hack"]).to_csv(d / "outcomes.tsv", sep="\t", index=False)
+    files.hash_record(d / "outcomes.tsv").unlink()  # a file written so, not one changed since
     with pytest.raises(ValueError, match=r"outcomes\.tsv: missing column 'hack'"):
         run_compare(root, tmp_path / "out", cfg_for(seeds=[0]))
 
@@ -256,7 +281,7 @@ def test_the_static_twin_note_says_which_way_the_change_goes():
 def test_rlimit_only_isolation_is_flagged(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
     st = root / "erase" / "s1" / "status.json"
-    st.write_text(st.read_text().replace("bwrap", "rlimit-only"))
+    files.atomic_write_bytes(st, st.read_text().replace("bwrap", "rlimit-only").encode())  # as a pilot writes
     gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
     assert gate["isolation"] == ["bwrap", "rlimit-only"]
     assert any("isolation rlimit-only" in n for n in gate["notes"])

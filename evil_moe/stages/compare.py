@@ -20,8 +20,9 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
 The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``):
 
 1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
-   ``steps.tsv``, ``outcomes.tsv``), has ``status == "ok"``, a non-empty ``steps.tsv`` and a
-   largest ``frac_clipped`` ≤ ``pilot.max_frac_clipped``. Otherwise the verdict is ``invalid``
+   ``steps.tsv``, ``outcomes.tsv``) as the pilot wrote them (their recorded SHA-256), has
+   ``status == "ok"``, a non-empty ``steps.tsv`` and a largest ``frac_clipped`` ≤
+   ``pilot.max_frac_clipped``. Otherwise the verdict is ``invalid``
    and one ``valid`` criterion per pilot names it and why; the arms' numbers are still computed
    from the data present, for information. Expected pilots: given a pilots folder,
    ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every listed seed.
@@ -50,7 +51,6 @@ grader's isolation level when it was not the bubblewrap sandbox.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -129,8 +129,9 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     """Load one pilot folder and decide whether it is valid.
 
     Returns:
-        A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, no steps, or a
-        clip fraction over the bound / not recorded) or ``missing`` (no folder, ``status.json``,
+        A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, no steps, a
+        clip fraction over the bound / not recorded, a file changed since it was
+        written: :func:`evil_moe.files.check_intact`) or ``missing`` (no folder, ``status.json``,
         ``steps.tsv`` or ``outcomes.tsv``), with ``reason`` saying why.
 
     Raises:
@@ -143,17 +144,22 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     for name in ("status.json", "steps.tsv", "outcomes.tsv"):
         if not (p / name).is_file():
             return _Pilot(run, "missing", f"no {p / name}")
-    steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
-    outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+    try:
+        steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
+        outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+    except files.DamagedFile as err:  # changed since the pilot wrote it: never judged
+        return _Pilot(run, "invalid", str(err))
     outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
     pilot = _Pilot(run, "ok", "ok", steps, outcomes, fc_max)
     try:
-        status = json.loads((p / "status.json").read_text())
+        status = files.read_json(p / "status.json", "pilot status")
         state, why = str(status.get("status")), status.get("reason")
         pilot.isolation = status.get("isolation")
-    except (json.JSONDecodeError, AttributeError, OSError) as err:
+    except files.DamagedFile as err:  # cut short, or changed since the pilot wrote it
+        state, why = "unreadable", str(err)
+    except (AttributeError, OSError) as err:
         state, why = "unreadable", f"{p / 'status.json'} is not a JSON object ({err})"
     trains = ARMS[run.arm].trains if run.arm in ARMS else True
     if state != "ok":
@@ -405,8 +411,8 @@ def router_audit(by: dict[str, dict[int, "_Pilot"]], arms: Sequence[str], cc) ->
                 continue
             from safetensors.numpy import load_file
 
-            df = pd.read_csv(rows_path, sep="\t")
-            arr = load_file(str(arr_path)).get("placebo")
+            df = files.read_tsv(rows_path, ())
+            arr = load_file(str(files.check_intact(arr_path))).get("placebo")
             keep = (df["scored"].fillna(0) == 1) & df["score_router"].notna()
             frames.append(df[keep])
             plac.append(arr[keep.to_numpy()] if arr is not None else None)
