@@ -208,6 +208,32 @@ def test_a_pilot_file_changed_since_it_was_written_is_never_judged(tmp_path):
     assert "erase s1" in gate["sentence"] and "vanilla s2" in gate["sentence"]
 
 
+def test_a_collapsed_pilot_is_refused_like_a_nan(tmp_path):
+    """Issue 41, item 11: a pilot whose steps show a collapsed policy (no parseable code from
+    step 1 on, as pilot.lr 100 gives) but whose status.json says ok (written before the rule, or
+    with it off): the gate is invalid and names the pilot, the step and the cause, as it does a
+    pilot stopped by a NaN. On 09ede95 it was judged as a result."""
+    from evil_moe.config import load_config
+
+    root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
+    steps = root / "erase" / "s1" / "steps.tsv"
+    rows = files.read_tsv_rows(steps)
+    for i, r in enumerate(rows):
+        r.update(parse_rate=0.79 if i == 0 else 0.0, entropy=0.2)
+    tables.write_tsv(steps, tables.STEPS, rows)
+    gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
+    assert gate["verdict"] == "invalid"
+    bad = {(c["arm"], c["seed"]): c["note"] for c in gate["criteria"] if c["name"] == "valid" and not c["passed"]}
+    assert bad == {("erase", 1): "invalid: collapsed at step 3: no rollout's code parses at steps 1-3 (72 "
+                                 "rollouts), though 0.790 of step 0's did: at that rate so long a run has "
+                                 "probability 1.6e-49, below pilot.collapse_parse_p 1e-06"}
+    assert "erase s1: invalid: collapsed at step 3" in gate["sentence"]
+    # the rule off: the same steps are judged
+    off = cfg_for()
+    off = load_config(data={**off.raw, "pilot": {**off.raw["pilot"], "collapse_parse_p": None}})
+    assert run_compare(root, tmp_path / "out2", off, figures=False)["verdict"] != "invalid"
+
+
 def test_pilot_list_expects_full_grid(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
     runs = [root / a / f"s{s}" for a in BASE_ARMS for s in range(3) if (a, s) != ("erase", 1)]

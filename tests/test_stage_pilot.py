@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import signal
 import subprocess
 import time
@@ -283,6 +284,28 @@ def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch)
         run_pilot(cfg_of(), **pilot_kwargs(world, tmp_path))
     st = json.loads((tmp_path / "status.json").read_text())
     assert st["status"] == "invalid" and st["step"] == step and "non-finite" in st["reason"]
+
+
+def test_a_collapsed_pilot_stops_naming_the_step(world, tmp_path):
+    """Issue 41, item 11: pilot.lr 100 wrecks the student at its first update (on the embedded
+    default: no parseable code from step 1 on; here the tests' toy samples noise, its entropy 4x
+    step 0's and more). The pilot stops as on a non-finite loss: PilotInvalid naming the step and
+    the cause, status.json invalid with them (the gate refuses an invalid status:
+    test_stage_compare.py). On 09ede95 it ran all its steps and wrote status ok."""
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.rl.trainer import PilotInvalid
+
+    cfg = cfg_of("pilot.lr=100", "pilot.steps=6", "pilot.checkpoint_every=10")
+    with pytest.raises(PilotInvalid, match=r"^collapsed at step (\d+): ") as err:
+        run_pilot(cfg, **pilot_kwargs(world, tmp_path / "vanilla" / "s0", arm="vanilla"))
+    st = json.loads((tmp_path / "vanilla" / "s0" / "status.json").read_text())
+    step = int(re.match(r"collapsed at step (\d+)", str(err.value)).group(1))
+    assert st["status"] == "invalid" and st["reason"] == str(err.value) and st["step"] == step
+    rows = read_tsv(tmp_path / "vanilla" / "s0" / "steps.partial.tsv")  # the steps before it
+    from evil_moe.rl.collapse import collapsed
+
+    assert len(rows) == step and collapsed(rows, cfg.pilot) is None
+    assert not (tmp_path / "vanilla" / "s0" / "steps.tsv").exists()  # never looks complete
 
 
 def _pilot_args(world, out, arm="erase", *extra_sets):

@@ -21,8 +21,8 @@ The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``
 
 1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
    ``steps.tsv``, ``outcomes.tsv``) as the pilot wrote them (their recorded SHA-256), has
-   ``status == "ok"``, a non-empty ``steps.tsv`` and a largest ``frac_clipped`` ≤
-   ``pilot.max_frac_clipped``. Otherwise the verdict is ``invalid``
+   ``status == "ok"``, a non-empty ``steps.tsv``, a largest ``frac_clipped`` ≤
+   ``pilot.max_frac_clipped`` and no collapse (:mod:`evil_moe.rl.collapse`). Otherwise the verdict is ``invalid``
    and one ``valid`` criterion per pilot names it and why; the arms' numbers are still computed
    from the data present, for information. Expected pilots: given a pilots folder,
    ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every listed seed.
@@ -63,6 +63,7 @@ import pandas as pd
 from evil_moe import files, tables
 from evil_moe.env.loopholes import MODES
 from evil_moe.rl.arms import ARMS
+from evil_moe.rl.collapse import collapsed
 from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, side_rate
 from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
 from evil_moe.gate.power import finite
@@ -125,12 +126,13 @@ def pilot_from_path(path: str | Path) -> PilotRun:
                      f".../{{arm}}/s{{seed}} or a steps.tsv with arm and seed columns")
 
 
-def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
-    """Load one pilot folder and decide whether it is valid.
+def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5, pilot_config=None) -> _Pilot:
+    """Load one pilot folder and decide whether it is valid (with ``pilot_config``, the config's
+    ``pilot`` section, its steps must pass the collapse rule: :func:`evil_moe.rl.collapse.collapsed`).
 
     Returns:
         A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, no steps, a
-        clip fraction over the bound / not recorded, a file changed since it was
+        clip fraction over the bound / not recorded, a collapse, a file changed since it was
         written: :func:`evil_moe.files.check_intact`) or ``missing`` (no folder, ``status.json``,
         ``steps.tsv`` or ``outcomes.tsv``), with ``reason`` saying why.
 
@@ -172,6 +174,9 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
         pilot.status, pilot.reason = "invalid", "frac_clipped not recorded"
     elif fc_max > max_frac_clipped + EPS:
         pilot.status, pilot.reason = "invalid", f"frac_clipped {fc_max:.2f} > {max_frac_clipped:g}"
+    elif pilot_config is not None and (why := collapsed(
+            steps.astype(object).where(steps.notna(), None).to_dict("records"), pilot_config)):
+        pilot.status, pilot.reason = "invalid", why
     return pilot
 
 
@@ -503,7 +508,7 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
 
     arms = list(dict.fromkeys(r.arm for r in expected))
     seeds = sorted({r.seed for r in expected})
-    loaded, by, validity = _load(expected, unlisted, max_fc)
+    loaded, by, validity = _load(expected, unlisted, max_fc, cfg.pilot)
     outcomes = last_step_outcomes(p for p in loaded if p.outcomes is not None)
     audit = detector_audit(audit_path, cfg.pilot.detector)
     routers = router_audit(by, arms, cc)
@@ -540,12 +545,12 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     return gate
 
 
-def _load(expected: Sequence[PilotRun], unlisted: set[str], max_fc: float
+def _load(expected: Sequence[PilotRun], unlisted: set[str], max_fc: float, pc
           ) -> tuple[list[_Pilot], dict[str, dict[int, _Pilot]], list[dict]]:
-    """Load the expected pilots (an unlisted cell is missing): the records, those with steps by
-    arm and seed, and one ``valid`` criterion row per pilot."""
+    """Load the expected pilots (an unlisted cell is missing; ``pc``: the ``pilot`` section):
+    the records, those with steps by arm and seed, and one ``valid`` criterion row per pilot."""
     loaded = [_Pilot(r, "missing", "not among the pilots given, though other arms ran this seed")
-              if f"{r.arm}/s{r.seed}" in unlisted else load_pilot(r, max_fc) for r in expected]
+              if f"{r.arm}/s{r.seed}" in unlisted else load_pilot(r, max_fc, pc) for r in expected]
     by: dict[str, dict[int, _Pilot]] = {}
     for p in loaded:
         if p.steps is not None:

@@ -15,7 +15,9 @@ checkpoint and produces the same ``steps.tsv`` (every column but the ``seconds*`
 uninterrupted run.
 
 Stop rules: a step with ``frac_clipped > pilot.max_frac_clipped`` makes the run invalid
-(``status.json`` says why, exit non-zero); a non-finite loss stops the run naming the step.
+(``status.json`` says why, exit non-zero); a non-finite loss stops the run naming the step, and so
+does a collapsed policy (:mod:`evil_moe.rl.collapse`: no parseable code, the sampling entropy
+blown up, a norm not finite).
 SIGTERM / SIGUSR1 (Slurm's warnings) write a checkpoint at the end of the current step; SIGTERM
 then exits (143) so a requeued job resumes.
 """
@@ -36,6 +38,7 @@ from evil_moe import files, tables
 
 from evil_moe.cluster import runlock
 from evil_moe.rl.arms import FlagRateMatch, get_arm
+from evil_moe.rl.collapse import check_collapse
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
 from evil_moe.rl.evaluation import evaluate
 from evil_moe.rl.pilot_inputs import pilot_inputs
@@ -402,13 +405,16 @@ def _train(trainer: Trainer, run: _RunDir, progress: _Progress, sig: _Signals, h
     ``stop_after`` ends the invocation early, else None.
 
     Raises:
-        PilotInvalid: a stop rule fired (``status.json`` written). PilotInterrupted: SIGTERM.
+        PilotInvalid: a stop rule fired (the trainer's, or the collapse rule,
+            :func:`evil_moe.rl.collapse.check_collapse`; ``status.json`` written).
+        PilotInterrupted: SIGTERM.
     """
     pc = trainer.pc
     n_steps = pc.steps if trainer.arm.trains else 0  # the untrained reference is evaluated only
     for step in range(progress.start, n_steps):
         try:
             row, recs = trainer.train_step(step)
+            check_collapse(progress.rows + [row], pc)
         except PilotInvalid as err:
             _write_status(run.status_path, "invalid", str(err), step)
             raise
