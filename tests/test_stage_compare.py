@@ -232,6 +232,16 @@ def test_a_collapsed_pilot_is_refused_like_a_nan(tmp_path):
     off = cfg_for()
     off = load_config(data={**off.raw, "pilot": {**off.raw["pilot"], "collapse_parse_p": None}})
     assert run_compare(root, tmp_path / "out2", off, figures=False)["verdict"] != "invalid"
+    # a pilot the rule stopped leaves only its status.json (as one stopped by a NaN): the gate
+    # names it with the reason, not as a pilot whose tables are missing (09ede95)
+    stopped = root / "vanilla" / "s2"
+    for name in ("steps.tsv", "outcomes.tsv", "eval.tsv"):
+        files.remove(stopped / name)
+    reason = "collapsed at step 3: no rollout's code parses at steps 1-3 (72 rollouts)"
+    files.write_json(stopped / "status.json", {"status": "invalid", "reason": reason, "step": 3})
+    gate = run_compare(root, tmp_path / "out3", cfg_for(), figures=False)
+    (note,) = [c["note"] for c in gate["criteria"] if (c["name"], c["arm"], c.get("seed")) == ("valid", "vanilla", 2)]
+    assert note == f"invalid: status invalid ({reason})"
 
 
 def test_pilot_list_expects_full_grid(tmp_path):

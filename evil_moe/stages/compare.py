@@ -131,9 +131,9 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5, pilot_config=None) 
     ``pilot`` section, its steps must pass the collapse rule: :func:`evil_moe.rl.collapse.collapsed`).
 
     Returns:
-        A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, no steps, a
-        clip fraction over the bound / not recorded, a collapse, a file changed since it was
-        written: :func:`evil_moe.files.check_intact`) or ``missing`` (no folder, ``status.json``,
+        A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, also where a
+        stop rule left no tables; no steps, a clip fraction over the bound / not recorded, a
+        collapse, a file changed since it was written) or ``missing`` (no folder, ``status.json``,
         ``steps.tsv`` or ``outcomes.tsv``), with ``reason`` saying why.
 
     Raises:
@@ -143,8 +143,12 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5, pilot_config=None) 
     p = Path(run.path)
     if not p.is_dir():
         return _Pilot(run, "missing", f"no pilot folder {p}")
+    state, why, isolation = _status(p / "status.json")
+    stopped = f"status {state}" + (f" ({why})" if why else "")
     for name in ("status.json", "steps.tsv", "outcomes.tsv"):
         if not (p / name).is_file():
+            if state not in ("ok", "missing"):  # a stop rule (a NaN, a collapse) left no tables
+                return _Pilot(run, "invalid", stopped)
             return _Pilot(run, "missing", f"no {p / name}")
     try:
         steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
@@ -154,18 +158,10 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5, pilot_config=None) 
     outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
-    pilot = _Pilot(run, "ok", "ok", steps, outcomes, fc_max)
-    try:
-        status = files.read_json(p / "status.json", "pilot status")
-        state, why = str(status.get("status")), status.get("reason")
-        pilot.isolation = status.get("isolation")
-    except files.DamagedFile as err:  # cut short, or changed since the pilot wrote it
-        state, why = "unreadable", str(err)
-    except (AttributeError, OSError) as err:
-        state, why = "unreadable", f"{p / 'status.json'} is not a JSON object ({err})"
+    pilot = _Pilot(run, "ok", "ok", steps, outcomes, fc_max, isolation)
     trains = ARMS[run.arm].trains if run.arm in ARMS else True
     if state != "ok":
-        pilot.status, pilot.reason = "invalid", f"status {state}" + (f" ({why})" if why else "")
+        pilot.status, pilot.reason = "invalid", stopped
     elif not trains:  # the untrained reference: evaluated only, no steps to check
         pass
     elif steps.empty:
@@ -178,6 +174,20 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5, pilot_config=None) 
             steps.astype(object).where(steps.notna(), None).to_dict("records"), pilot_config)):
         pilot.status, pilot.reason = "invalid", why
     return pilot
+
+
+def _status(path: Path) -> tuple[str, str | None, str | None]:
+    """A pilot's ``status.json`` as ``(status, reason, isolation)``; ``missing``, or ``unreadable``
+    (the reason says why: cut short, changed since it was written, not a JSON object)."""
+    if not path.is_file():
+        return "missing", None, None
+    try:
+        status = files.read_json(path, "pilot status")
+        return str(status.get("status")), status.get("reason"), status.get("isolation")
+    except files.DamagedFile as err:
+        return "unreadable", str(err), None
+    except (AttributeError, OSError) as err:
+        return "unreadable", f"{path} is not a JSON object ({err})", None
 
 
 def last_step_outcomes(pilots: Iterable[_Pilot]) -> pd.DataFrame:
