@@ -167,11 +167,11 @@ def _commit(tmp: str, path: Path, digest: str | None) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, record: bool = True) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """For writers that take a path (``savefig``, ``torch.save``, safetensors): yield a temporary
     path in ``path``'s folder (parents created); when the block finishes, give it the umask's
-    mode (whatever mode the writer created it with), record its SHA-256 (:func:`hash_record`;
-    ``record=False``: none) and rename it to ``path``; when it raises, remove it and re-raise. A
+    mode (whatever mode the writer created it with), record its SHA-256 (:func:`hash_record`)
+    and rename it to ``path``; when it raises, remove it and re-raise. A
     writer that can give its bytes (``torch.save`` to a buffer, ``safetensors.torch.save``)
     should use :func:`atomic_write_bytes`, whose errors name the file.
 
@@ -187,7 +187,7 @@ def atomic_path(path: str | os.PathLike, record: bool = True) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.chmod(tmp, _umask_mode())
-        digest = sha256_of(tmp) if record else None
+        digest = sha256_of(tmp)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
