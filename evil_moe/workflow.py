@@ -76,6 +76,22 @@ def check_inputs(config: Mapping) -> None:
     _check_audit_seeds(config)
 
 
+def check_gate(path: str | Path) -> None:
+    """The comparison's ``gate.json``, when there is one, is intact and JSON
+    (:func:`evil_moe.files.read_json`): every Snakemake command of the workflow (a run, a dry
+    run, the report) reads it while it builds the DAG, so a damaged one is named before
+    anything else, with the way out (remove it and run again: compare remakes it).
+
+    Raises:
+        WorkflowError: one line naming the file, the cause and what to do.
+    """
+    if Path(path).is_file():
+        try:
+            files.read_json(path, "gate")
+        except files.DamagedFile as err:
+            raise WorkflowError(str(err)) from None
+
+
 def _check_planted(config: Mapping) -> None:
     """toy.plant needs the toy models; an arm that erases along the planted direction needs the
     plant (:func:`check_inputs`)."""
@@ -237,6 +253,27 @@ def put_own_bin_on_path(environ: dict | None = None) -> str:
     if path.split(os.pathsep)[0] != own:  # idempotent: the Snakefile may be read more than once
         env["PATH"] = os.pathsep.join([own, path])
     return own
+
+
+def report_docutils(report_dir: str | Path, environ: dict | None = None) -> str:
+    """Render the report with ``report_dir/docutils.conf`` (raw HTML and file insertion off):
+    point ``DOCUTILSCONFIG`` (``os.environ`` unless ``environ`` is given) at it and return the
+    path. Snakemake renders ``report/workflow.rst`` and every caption with docutils' defaults,
+    under which a config string placed in the page could run a script in whoever opens the
+    shared report (``.. raw:: html``) or paste a file of the machine into it (``.. include::``);
+    docutils reads its settings from the files ``DOCUTILSCONFIG`` names, in the Snakemake
+    process that builds the report. The text itself is escaped where it enters the page
+    (:mod:`evil_moe.gate.rst`); this is the second wall.
+
+    Raises:
+        FileNotFoundError: no ``docutils.conf`` in ``report_dir``.
+    """
+    import os
+
+    conf = files.require_file(Path(report_dir) / "docutils.conf", "the report's docutils settings")
+    env = os.environ if environ is None else environ
+    env["DOCUTILSCONFIG"] = str(conf.resolve())
+    return env["DOCUTILSCONFIG"]
 
 
 def stage_sections(config: Mapping, stage: str) -> dict:

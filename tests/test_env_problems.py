@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from evil_moe import files
+
 from evil_moe.env.loopholes import MODES, PHRASE, assign_modes
 from evil_moe.env.oracle import parse_tests
 from evil_moe.env.problem import Problem
@@ -147,6 +149,7 @@ def test_bad_written_problem_set_is_one_clear_error(tmp_path, case):
     else:
         write_problems(str(path), probs)
         path.write_text(path.read_text() + "{oops\n")
+        files.hash_record(path).unlink()  # a file written so (with its record: "damaged", tests/test_files.py)
         needle = ":4: not a JSON line"
     with pytest.raises(ValueError) as e:
         read_problems(str(path))

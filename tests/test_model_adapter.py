@@ -216,18 +216,22 @@ def test_svd_cache_by_content(tmp_path):
 
 def test_svd_disk_cache_is_atomic_and_repairs_a_broken_entry(tmp_path, monkeypatch):
     """A fresh process (empty in-memory cache) reads the disk entry bit-exactly; a truncated or
-    garbage entry is recomputed and replaced, never trusted; no temp file is left behind."""
+    garbage entry, or one with a changed byte (its SHA-256 is not the recorded one), is recomputed
+    and replaced, never trusted; no temp file is left behind."""
     import evil_moe.model.svd as svd_mod
 
     w = torch.randn(12, 20)
     ref = torch.linalg.svd(w, full_matrices=False)
     a = thin_svd(w, cache_dir=tmp_path)
     (entry,) = tmp_path.glob("*.safetensors")
-    assert [p.name for p in tmp_path.iterdir()] == [entry.name]  # no .tmp left
+    # no .tmp left; the entry's SHA-256 beside it (evil_moe/files.py)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([entry.name, f".{entry.name}.sha256"])
     monkeypatch.setattr(svd_mod, "_SVD_CACHE", {})
     b = thin_svd(w, cache_dir=tmp_path)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
-    for broken in (b"not a safetensors file", entry.read_bytes()[:40]):
+    flipped = bytearray(entry.read_bytes())
+    flipped[-1] ^= 0x40  # a value of Vh: still a safetensors file, other numbers (trusted on 09ede95)
+    for broken in (b"not a safetensors file", entry.read_bytes()[:40], bytes(flipped)):
         entry.write_bytes(broken)
         monkeypatch.setattr(svd_mod, "_SVD_CACHE", {})
         U, S, Vh = thin_svd(w, cache_dir=tmp_path)

@@ -473,6 +473,47 @@ def test_report_sections_are_numbered_once_in_pipeline_order():
     assert ", ".join(sorted(sections)) in " ".join((REPO / "docs" / "running.md").read_text().split())
 
 
+def test_the_report_shows_config_text_as_text(tmp_path):
+    """Issue 41, class 9: with models.build none, models.student and models.teacher are pasted
+    into the report's first page (report/workflow.rst). A student name holding a raw-HTML script
+    and an include of a file: the report Snakemake builds (a target with no result, so that
+    only the first page is rendered) shows the text, not a script, not the file. On 09ede95 it
+    held ``<script>window.EVIL41=1`` as HTML and the file's line."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret-marker-4141\n")
+    hostile = (f"m\n\n.. raw:: html\n\n   <script>window.EVIL41=1</script>\n\n.. include:: {secret}\n\n"
+               "`x <javascript:alert(41)>`_ ``y``")
+    overlay = tmp_path / "hostile.yaml"
+    overlay.write_text(yaml.safe_dump({"results": str(tmp_path / "results"), "models": {
+        "build": "none", "student": hostile, "teacher": hostile, "params": 1.5e6}}))
+    report = tmp_path / "report.html"
+    proc = _run([SNAKEMAKE, "--configfile", str(DEFAULT_CONFIG), str(overlay), "--report", str(report),
+                 str(tmp_path / "results" / "problems.jsonl")])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = report.read_text()
+    assert "secret-marker-4141" not in html
+    assert "<script>window.EVIL41" not in html and not re.search(r'href=\\?"javascript:alert', html)
+    # the student and the teacher, each shown once as a literal (JSON's escapes: \u003cscript)
+    assert len(re.findall(r'<tt class=\\"docutils literal\\">&quot;m\\\\n\\\\n.. raw:: html[^<]*'
+                          r"\\\\u003cscript\\\\u003ewindow.EVIL41=1", html)) == 2
+
+
+def test_the_report_renders_without_raw_html_or_file_insertion(tmp_path):
+    """The second wall (report/docutils.conf, evil_moe.workflow.report_docutils): whatever text
+    reaches docutils in the Snakemake process that builds the report, a raw block and an
+    include are refused (docutils prints a warning in their place)."""
+    (tmp_path / "secret.txt").write_text("secret-marker-4141\n")
+    code = ("import sys; from docutils.core import publish_parts; from evil_moe.workflow import report_docutils; "
+            f"report_docutils({str(REPO / 'report')!r}); "
+            "print(publish_parts(sys.stdin.read(), writer='html')['body'])")
+    proc = _run([str(BIN / "python"), "-c", code], cwd=tmp_path,
+                input=".. raw:: html\n\n   <script>window.EVIL41=1</script>\n\n.. include:: secret.txt\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "<script>" not in proc.stdout and "secret-marker-4141" not in proc.stdout
+    assert "&quot;raw&quot; directive disabled" in proc.stdout
+    assert "&quot;include&quot; directive disabled" in proc.stdout
+
+
 # Each stage file of rules/ and the words report/workflow.rst's "Stages" list names it by.
 STAGE_WORDS = {"problems.smk": "problems", "models.smk": "real model", "toy.smk": "toy student",
                "teacher.smk": "teacher's rollouts", "extract.smk": "v_hack`` extraction",

@@ -22,7 +22,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from evil_moe.files import atomic_path
+from evil_moe.files import atomic_path, check_intact
 
 _SVD_CACHE: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 _MEM_CACHE_MAX_NUMEL = 1 << 22  # in-memory cache only for weights up to 4M entries
@@ -38,10 +38,12 @@ def weight_hash(weight: torch.Tensor) -> str:
 
 
 def _read_svd(path: Path, shape) -> tuple | None:
-    """A cached SVD, or None when the file is unreadable or of the wrong shape (recomputed)."""
+    """A cached SVD, or None when the file is unreadable, not what was written
+    (:func:`evil_moe.files.check_intact`) or of the wrong shape (recomputed)."""
     from safetensors.torch import load_file
 
     try:
+        check_intact(path)
         d = load_file(str(path))
         out = (d["U"], d["S"], d["Vh"])
     except Exception:  # noqa: BLE001 - a broken cache entry is recomputed and replaced

@@ -27,7 +27,6 @@ the calibration runs and writes, in ``out_dir``:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -95,11 +94,12 @@ class CalibrationRows:
             for name in ("status.json", "rows.tsv"):
                 if not (d / name).is_file():
                     raise FileNotFoundError(f"calibration run output not found: {d / name}")
-            status = json.loads((d / "status.json").read_text()).get("status")
+            status = files.read_json(d / "status.json", "calibration run status").get("status")
             if status != "ok":
                 raise ValueError(f"calibration run {d} did not finish ok (status {status!r})")
             df = files.read_tsv(d / "rows.tsv", tables.names(tables.AUDIT_ROWS)).astype({"problem_id": str})
-            arrays = load_file(str(d / "scores.safetensors")) if (d / "scores.safetensors").is_file() else {}
+            scores = d / "scores.safetensors"
+            arrays = load_file(str(files.check_intact(scores))) if scores.is_file() else {}
             for key, acc in (("placebo", plac), ("hidden", hid)):
                 if key in arrays:
                     if len(arrays[key]) != len(df):

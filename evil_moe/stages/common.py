@@ -42,7 +42,7 @@ def keep_resume_state(work: Path, key: str, stale: str = "*") -> Path:
     if not key_file.exists() or key_file.read_text() != key:
         for old in work.iterdir():
             if old.is_file() and fnmatch.fnmatch(old.name, stale):
-                old.unlink()
+                files.remove(old)
         files.atomic_write_bytes(key_file, key.encode())
     return key_file
 

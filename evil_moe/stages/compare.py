@@ -20,8 +20,9 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
 The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``):
 
 1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
-   ``steps.tsv``, ``outcomes.tsv``), has ``status == "ok"``, a non-empty ``steps.tsv`` and a
-   largest ``frac_clipped`` ≤ ``pilot.max_frac_clipped``. Otherwise the verdict is ``invalid``
+   ``steps.tsv``, ``outcomes.tsv``) as the pilot wrote them (their recorded SHA-256), has
+   ``status == "ok"``, a non-empty ``steps.tsv``, a largest ``frac_clipped`` ≤
+   ``pilot.max_frac_clipped`` and no collapse (:mod:`evil_moe.rl.collapse`). Otherwise the verdict is ``invalid``
    and one ``valid`` criterion per pilot names it and why; the arms' numbers are still computed
    from the data present, for information. Expected pilots: given a pilots folder,
    ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every listed seed.
@@ -50,7 +51,6 @@ grader's isolation level when it was not the bubblewrap sandbox.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -63,6 +63,7 @@ import pandas as pd
 from evil_moe import files, tables
 from evil_moe.env.loopholes import MODES
 from evil_moe.rl.arms import ARMS
+from evil_moe.rl.collapse import collapsed
 from evil_moe.gate.effects import OUTCOME_COLUMNS, Effect, side_rate
 from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
 from evil_moe.gate.power import finite
@@ -125,12 +126,14 @@ def pilot_from_path(path: str | Path) -> PilotRun:
                      f".../{{arm}}/s{{seed}} or a steps.tsv with arm and seed columns")
 
 
-def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
-    """Load one pilot folder and decide whether it is valid.
+def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5, pilot_config=None) -> _Pilot:
+    """Load one pilot folder and decide whether it is valid (with ``pilot_config``, the config's
+    ``pilot`` section, its steps must pass the collapse rule: :func:`evil_moe.rl.collapse.collapsed`).
 
     Returns:
-        A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, no steps, or a
-        clip fraction over the bound / not recorded) or ``missing`` (no folder, ``status.json``,
+        A record whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, also where a
+        stop rule left no tables; no steps, a clip fraction over the bound / not recorded, a
+        collapse, a file changed since it was written) or ``missing`` (no folder, ``status.json``,
         ``steps.tsv`` or ``outcomes.tsv``), with ``reason`` saying why.
 
     Raises:
@@ -140,24 +143,25 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
     p = Path(run.path)
     if not p.is_dir():
         return _Pilot(run, "missing", f"no pilot folder {p}")
+    state, why, isolation = _status(p / "status.json")
+    stopped = f"status {state}" + (f" ({why})" if why else "")
     for name in ("status.json", "steps.tsv", "outcomes.tsv"):
         if not (p / name).is_file():
+            if state not in ("ok", "missing"):  # a stop rule (a NaN, a collapse) left no tables
+                return _Pilot(run, "invalid", stopped)
             return _Pilot(run, "missing", f"no {p / name}")
-    steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
-    outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+    try:
+        steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
+        outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+    except files.DamagedFile as err:  # changed since the pilot wrote it: never judged
+        return _Pilot(run, "invalid", str(err))
     outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
-    pilot = _Pilot(run, "ok", "ok", steps, outcomes, fc_max)
-    try:
-        status = json.loads((p / "status.json").read_text())
-        state, why = str(status.get("status")), status.get("reason")
-        pilot.isolation = status.get("isolation")
-    except (json.JSONDecodeError, AttributeError, OSError) as err:
-        state, why = "unreadable", f"{p / 'status.json'} is not a JSON object ({err})"
+    pilot = _Pilot(run, "ok", "ok", steps, outcomes, fc_max, isolation)
     trains = ARMS[run.arm].trains if run.arm in ARMS else True
     if state != "ok":
-        pilot.status, pilot.reason = "invalid", f"status {state}" + (f" ({why})" if why else "")
+        pilot.status, pilot.reason = "invalid", stopped
     elif not trains:  # the untrained reference: evaluated only, no steps to check
         pass
     elif steps.empty:
@@ -166,7 +170,24 @@ def load_pilot(run: PilotRun, max_frac_clipped: float = 0.5) -> _Pilot:
         pilot.status, pilot.reason = "invalid", "frac_clipped not recorded"
     elif fc_max > max_frac_clipped + EPS:
         pilot.status, pilot.reason = "invalid", f"frac_clipped {fc_max:.2f} > {max_frac_clipped:g}"
+    elif pilot_config is not None and (why := collapsed(
+            steps.astype(object).where(steps.notna(), None).to_dict("records"), pilot_config)):
+        pilot.status, pilot.reason = "invalid", why
     return pilot
+
+
+def _status(path: Path) -> tuple[str, str | None, str | None]:
+    """A pilot's ``status.json`` as ``(status, reason, isolation)``; ``missing``, or ``unreadable``
+    (the reason says why: cut short, changed since it was written, not a JSON object)."""
+    if not path.is_file():
+        return "missing", None, None
+    try:
+        status = files.read_json(path, "pilot status")
+        return str(status.get("status")), status.get("reason"), status.get("isolation")
+    except files.DamagedFile as err:
+        return "unreadable", str(err), None
+    except (AttributeError, OSError) as err:
+        return "unreadable", f"{path} is not a JSON object ({err})", None
 
 
 def last_step_outcomes(pilots: Iterable[_Pilot]) -> pd.DataFrame:
@@ -405,8 +426,8 @@ def router_audit(by: dict[str, dict[int, "_Pilot"]], arms: Sequence[str], cc) ->
                 continue
             from safetensors.numpy import load_file
 
-            df = pd.read_csv(rows_path, sep="\t")
-            arr = load_file(str(arr_path)).get("placebo")
+            df = files.read_tsv(rows_path, ())
+            arr = load_file(str(files.check_intact(arr_path))).get("placebo")
             keep = (df["scored"].fillna(0) == 1) & df["score_router"].notna()
             frames.append(df[keep])
             plac.append(arr[keep.to_numpy()] if arr is not None else None)
@@ -497,7 +518,7 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
 
     arms = list(dict.fromkeys(r.arm for r in expected))
     seeds = sorted({r.seed for r in expected})
-    loaded, by, validity = _load(expected, unlisted, max_fc)
+    loaded, by, validity = _load(expected, unlisted, max_fc, cfg.pilot)
     outcomes = last_step_outcomes(p for p in loaded if p.outcomes is not None)
     audit = detector_audit(audit_path, cfg.pilot.detector)
     routers = router_audit(by, arms, cc)
@@ -534,12 +555,12 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     return gate
 
 
-def _load(expected: Sequence[PilotRun], unlisted: set[str], max_fc: float
+def _load(expected: Sequence[PilotRun], unlisted: set[str], max_fc: float, pc
           ) -> tuple[list[_Pilot], dict[str, dict[int, _Pilot]], list[dict]]:
-    """Load the expected pilots (an unlisted cell is missing): the records, those with steps by
-    arm and seed, and one ``valid`` criterion row per pilot."""
+    """Load the expected pilots (an unlisted cell is missing; ``pc``: the ``pilot`` section):
+    the records, those with steps by arm and seed, and one ``valid`` criterion row per pilot."""
     loaded = [_Pilot(r, "missing", "not among the pilots given, though other arms ran this seed")
-              if f"{r.arm}/s{r.seed}" in unlisted else load_pilot(r, max_fc) for r in expected]
+              if f"{r.arm}/s{r.seed}" in unlisted else load_pilot(r, max_fc, pc) for r in expected]
     by: dict[str, dict[int, _Pilot]] = {}
     for p in loaded:
         if p.steps is not None:

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.env.loopholes import MODES
 from evil_moe.gate.effects import paired_effect
 from evil_moe.rl.arms import ARMS
@@ -49,10 +49,10 @@ def _load(path: Path, tag: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     for name in ("outcomes.tsv", "steps.tsv"):
         if not (path / name).is_file():
             raise FileNotFoundError(f"no {path / name}")
-    o = pd.read_csv(path / "outcomes.tsv", sep="\t").astype({"arm": str, "view": str, "problem_id": str,
-                                                                "mode": str})
+    o = files.read_tsv(path / "outcomes.tsv", ()).astype({"arm": str, "view": str, "problem_id": str,
+                                                           "mode": str})
     last = o.groupby("view")["step"].transform("max")
-    steps = pd.read_csv(path / "steps.tsv", sep="\t")
+    steps = files.read_tsv(path / "steps.tsv", ())
     return o[o["step"] == last].assign(arm=tag), steps
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.files import require_file
 from evil_moe.rl.pairs import template_pairs
@@ -210,7 +210,7 @@ def along_switch_rows(plant, pilots: list[str]) -> list[dict]:
         if not path.is_file():
             continue
         run = pilot_from_path(d)
-        t = load_file(str(path))
+        t = load_file(str(files.check_intact(path)))
         for name, V in plant.V.items():
             ds = t[f"{name}.delta_s"].double()
             along = float(ds @ (-V[0].double()))

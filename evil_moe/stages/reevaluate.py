@@ -31,8 +31,6 @@ isolation), written last.
 
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,7 +156,7 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
     vhack = VHack.load(require_file(vhack_path, "v_hack")).to(device) if vhack_path else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "status.json").unlink(missing_ok=True)  # complete only when it says so
+    files.remove(out / "status.json")  # complete only when it says so
     with make_grader(problems, cfg) as grader:
         policy = _EvalPolicy(pc=pc, tok=tok, arm=arm_obj, model=model, adapter=adapter, seed=seed,
                              grader=grader, ds=adapter.delta_s_params(), vhack=vhack,
@@ -171,7 +169,7 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
         isolation = grader.isolation
     tables.write_tsv(out / "eval.tsv", tables.EVAL, evals)
     tables.write_tsv(out / "outcomes.tsv", tables.OUTCOMES, outcomes)
-    shutil.copyfile(steps_path, out / "steps.tsv")
+    files.atomic_write_bytes(out / "steps.tsv", steps_path.read_bytes())  # the pilot's, checked above
     new = {**status, "reevaluate": {"source": str(src), "samples": int(samples),
                                     "seed_offset": int(seed_offset),
                                     "torch_threads": torch.get_num_threads(),
@@ -193,7 +191,8 @@ def _finished_pilot(src: Path, samples: int) -> tuple[dict, dict, str, int]:
              "outcomes": require_file(src / "outcomes.tsv", "pilot outcomes")}
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    status = json.loads(paths["status"].read_text())
+    status = files.read_json(paths["status"], "pilot status")
+    files.check_intact(paths["adapter"])  # before any model is loaded
     if status.get("status") != "ok":
         raise ValueError(f"{paths['status']}: the pilot did not finish (status {status.get('status')!r})")
     first = next(iter(files.read_tsv_rows(paths["steps"])), None)
@@ -265,7 +264,7 @@ def reevaluate_tree(cfg: Config, *, pilots_dir: str, out_dir: str, arms, seeds, 
             dst = Path(out_dir) / arm / f"s{seed}"
             st = dst / "status.json"
             if skip_done and st.is_file():
-                kept = json.loads(st.read_text())
+                kept = files.read_json(st, "re-evaluation status")
                 old = kept.get("reevaluate") or {}
                 if (old.get("samples"), old.get("seed_offset")) == (samples, seed_offset):
                     log(f"{arm} s{seed}: done before, kept")

@@ -88,8 +88,8 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     files.write_json(out / "meta.json", {"isolation": isolation, "model": str(model_path),
                                           "n_problems": len(train), "config": cfg.raw["teacher"]})
     for b in range(len(batches)):
-        (work / f"part_{b:05d}.jsonl").unlink(missing_ok=True)
-    key_file.unlink(missing_ok=True)
+        files.remove(work / f"part_{b:05d}.jsonl")
+    files.remove(key_file)
     try:
         work.rmdir()  # empty now: a finished stage leaves no resume state
     except OSError:
