@@ -407,7 +407,8 @@ def test_jobs_sharing_the_svd_cache_take_each_svd_once(tmp_path):
         j.join()
     assert len(calls) == 1 and len(got) == 4
     assert all(torch.equal(a, b) for g in got for a, b in zip(g, got[0]))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["key.safetensors"]  # the mark is gone
+    # the mark is gone; the entry and its content hash stay (evil_moe.files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".key.safetensors.sha256", "key.safetensors"]
     dead = tmp_path / "other.safetensors"
     (tmp_path / "other.safetensors.computing").write_text("node7 4242\n")
     t0 = time.monotonic()

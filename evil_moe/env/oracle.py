@@ -122,26 +122,7 @@ def _eval(node: ast.AST, limit: int) -> tuple[Any, int]:
             return not v, 1
         raise Unparseable("unary op")
     if isinstance(node, ast.BinOp):
-        (a, ua), (b, ub) = _eval(node.left, limit), _eval(node.right, limit)
-        seqs = (str, list, tuple)
-        if isinstance(node.op, ast.Mult) and isinstance(a, int) and isinstance(b, seqs):
-            (a, ua), (b, ub) = (b, ub), (a, ua)
-        if isinstance(node.op, ast.Mult) and isinstance(a, seqs) and isinstance(b, int):
-            n = max(0, int(b))       # sized before it is built: n copies of what a holds
-            units = fits(max(1, n * len(a)) if isinstance(a, str) else 1 + n * (ua - 1))
-            return a * n, units
-        if isinstance(node.op, ast.Add) and isinstance(a, seqs) and type(a) is type(b):
-            return a + b, fits(max(1, len(a) + len(b)) if isinstance(a, str) else ua + ub - 1)
-        if isinstance(node.op, ast.Mod) and isinstance(a, (str, bytes)):
-            raise ExpectedTooLarge("string formatting (%) in an expected value: its size cannot "
-                                   f"be known before it is computed ({ast.unparse(node)[:60]})")
-        ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
-               ast.Mult: lambda x, y: x * y, ast.Div: lambda x, y: x / y,
-               ast.FloorDiv: lambda x, y: x // y, ast.Mod: lambda x, y: x % y}
-        if type(node.op) not in ops:
-            raise Unparseable("bin op")
-        v = ops[type(node.op)](a, b)
-        return v, fits(_size(v) if isinstance(v, (str, list, tuple, set, frozenset, dict)) else 1)
+        return _eval_binop(node, limit, fits)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         f = node.func.id
         if f == "float" and len(node.args) == 1:
@@ -158,6 +139,31 @@ def _eval(node: ast.AST, limit: int) -> tuple[Any, int]:
             out = {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}[f](v)
             return out, fits(u + 1 if isinstance(v, str) else u)
     raise Unparseable(ast.dump(node)[:60])
+
+
+def _eval_binop(node: ast.BinOp, limit: int, fits) -> tuple[Any, int]:
+    """``(value, units)`` of a binary operation in an expected value (:func:`_eval`); a sequence
+    repeated or joined is sized before it is built, and ``fits`` refuses one over ``limit``."""
+    (a, ua), (b, ub) = _eval(node.left, limit), _eval(node.right, limit)
+    seqs = (str, list, tuple)
+    if isinstance(node.op, ast.Mult) and isinstance(a, int) and isinstance(b, seqs):
+        (a, ua), (b, ub) = (b, ub), (a, ua)
+    if isinstance(node.op, ast.Mult) and isinstance(a, seqs) and isinstance(b, int):
+        n = max(0, int(b))       # sized before it is built: n copies of what a holds
+        units = fits(max(1, n * len(a)) if isinstance(a, str) else 1 + n * (ua - 1))
+        return a * n, units
+    if isinstance(node.op, ast.Add) and isinstance(a, seqs) and type(a) is type(b):
+        return a + b, fits(max(1, len(a) + len(b)) if isinstance(a, str) else ua + ub - 1)
+    if isinstance(node.op, ast.Mod) and isinstance(a, (str, bytes)):
+        raise ExpectedTooLarge("string formatting (%) in an expected value: its size cannot "
+                               f"be known before it is computed ({ast.unparse(node)[:60]})")
+    ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
+           ast.Mult: lambda x, y: x * y, ast.Div: lambda x, y: x / y,
+           ast.FloorDiv: lambda x, y: x // y, ast.Mod: lambda x, y: x % y}
+    if type(node.op) not in ops:
+        raise Unparseable("bin op")
+    v = ops[type(node.op)](a, b)
+    return v, fits(_size(v) if isinstance(v, (str, list, tuple, set, frozenset, dict)) else 1)
 
 
 @dataclass(frozen=True)

@@ -1202,33 +1202,41 @@ def _forker(sock):
                 _child(held[0], held[1], held[2], held[3], SELF, oracle)
             finally:
                 os._exit(70)
-        pfd = os.pidfd_open(pid)
-        while pfd not in select.select([pfd, sock], [], [])[0]:
-            if not sock.recv(16):                   # "k": the job ran out of time
-                os._exit(0)
-            if NS == "job":
-                lib.kill(-1, signal.SIGKILL)
-            else:
-                for kill in (os.killpg, os.kill):
-                    try:
-                        kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-        os.close(pfd)
-        lib.wait4(pid, ctypes.byref(status), 0, ctypes.byref(ru_job))
-        if NS == "job":
-            while True:                             # every other process of the namespace
-                lib.kill(-1, signal.SIGKILL)
-                ctypes.set_errno(0)
-                lib.waitpid(-1, None, 0)
-                if ctypes.get_errno() == 10:         # ECHILD: none is left
-                    break
-        else:
-            _kill_all()
+        _reap_job(lib, sock, pid, status, ru_job)
         lib.getrusage(-1, ctypes.byref(ru1))
         sock.sendmsg(bufs)
         for b in bufs:
             ctypes.memset(ctypes.addressof(b), 0, ctypes.sizeof(b))
+
+
+def _reap_job(lib, sock, pid, status, ru_job):
+    """The forker's wait for one job process ``pid`` (:func:`_forker`): until it ends, or kill it
+    when the zygote says ``k`` (exit when the zygote closed the socket); then its wait status and
+    ``struct rusage`` into the ``ctypes`` buffers ``status`` and ``ru_job``, and every other
+    process of the job killed and reaped (``NS=job``: ``kill(-1)`` as PID 1)."""
+    pfd = os.pidfd_open(pid)
+    while pfd not in select.select([pfd, sock], [], [])[0]:
+        if not sock.recv(16):                   # "k": the job ran out of time
+            os._exit(0)
+        if NS == "job":
+            lib.kill(-1, signal.SIGKILL)
+        else:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    os.close(pfd)
+    lib.wait4(pid, ctypes.byref(status), 0, ctypes.byref(ru_job))
+    if NS == "job":
+        while True:                             # every other process of the namespace
+            lib.kill(-1, signal.SIGKILL)
+            ctypes.set_errno(0)
+            lib.waitpid(-1, None, 0)
+            if ctypes.get_errno() == 10:         # ECHILD: none is left
+                break
+    else:
+        _kill_all()
 
 
 def _wait_report(sock, job, t0, base, killed):
