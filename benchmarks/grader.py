@@ -6,8 +6,10 @@ starts a fresh ``python -I -S`` per completion under the same rlimits (CPU, addr
 size, processes), own process group, wall-clock timeout, and runs the module, the mode check and
 the oracle calls in that one process, with the same mode rules (generous to the baseline: no
 bwrap, no per-job IPC namespace, no nonce, no CPU accounting). Prints completions/s for both and
-the ratio on the whole mix and on the mix without its infinite loops (target >= 4x), and the CPU
-seconds one infinite loop costs the grader, in timeouts (target <= 1.1). A second, stronger
+the ratio on the whole mix and on the mix without its infinite loops (target >= 4x), the CPU
+seconds one infinite loop costs the grader, in timeouts (target <= 1.1), and the throughput of
+the mix without its loops beside one completion that forges 12 MiB of result records against
+without it (target >= 0.9: one report never stalls the others, issue 41). A second, stronger
 baseline is a fork server (issue 22): one pre-started interpreter per worker that forks a child
 per completion under the same rlimits and timeout (the grader's own zygote design without bwrap,
 the IPC namespace or the nonce); its throughput and ratio are printed beside the first.
@@ -253,6 +255,37 @@ def make_completions(n, seed=0):
     return probs, out
 
 
+# A completion that forges 12 MiB of result records (floats written short, "1E15", which
+# 09ede95's zygote encoded again 4.5 times longer) before its honest module: issue 41's stall.
+HOSTILE_REPORT = """
+import gc, os
+_n = next((o["nonce"] for o in gc.get_objects() if type(o) is dict
+           and type(o.get("nonce")) is str and "calls" in o), "?")
+_rec = (_n + ' {"t":"r","i":0,"r":["ok",[' + '1E15,' * 199999 + '1E15]]}\\n').encode()
+for _fd in range(3, 300):
+    try:
+        for _ in range(12):
+            os.write(_fd, _rec)
+    except OSError:
+        pass
+"""
+
+
+def beside_hostile(g, honest, rounds=2):
+    """Seconds to grade ``honest`` alone and with one hostile report (:data:`HOSTILE_REPORT`)
+    in its middle, alternated ``rounds`` times: the medians of both."""
+    p = honest[0][0]
+    hostile = (p, fence(HOSTILE_REPORT + extract_code(clean_completion(p))))
+    mixed = honest[:len(honest) // 2] + [hostile] + honest[len(honest) // 2:]
+    alone, beside = [], []
+    for _ in range(rounds):
+        for items, out in ((honest, alone), (mixed, beside)):
+            t = time.perf_counter()
+            g.grade_many(items)
+            out.append(time.perf_counter() - t)
+    return sorted(alone)[rounds // 2], sorted(beside)[rounds // 2]
+
+
 def _zygote_pids(g):
     """Host pids of the grader's long-lived sandbox processes: each zygote (under bwrap: the
     child of each bwrap process) and its children alive now (the forker jobs are forked from),
@@ -321,6 +354,7 @@ def main(argv=None):
         loop_items = loops or [(probs[0], fence("while True:\n    pass\n"))]
         k = 2 * len(loop_items)
         per_loop = (grader_cpu(g, loop_items * 2) - grader_cpu(g, terminating[:k])) / k
+        t_alone, t_beside = beside_hostile(g, terminating)
 
     def baseline(items):
         t0 = time.perf_counter()
@@ -367,6 +401,9 @@ def main(argv=None):
     print(f"ratio vs fork server: {t_fork / t_ours:5.2f}x, without the loops "
           f"{t_fork_term / t_ours_term:.2f}x   verdicts agree on {agree_fork}/{a.n}")
     print(f"CPU per infinite loop: {per_loop:.2f} s = {per_loop / a.timeout:.2f} timeouts  (target <= 1.1)")
+    print(f"the {nt} rows beside one hostile report (12 MiB of forged records): "
+          f"{nt / t_beside:.1f}/s, alone {nt / t_alone:.1f}/s, ratio {t_alone / t_beside:.2f}  "
+          f"(target >= 0.9)")
     print(f"ours: passed {sum(r.passed for r in ours)}, gt_correct "
           f"{sum(r.gt_correct for r in ours)}, exploited {sum(r.exploited for r in ours)}, "
           f"timeouts {sum(r.error == 'timeout' for r in ours)}")

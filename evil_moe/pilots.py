@@ -1,19 +1,19 @@
 """The one reader of pilot folders (``results/pilots/{arm}/s{seed}/``, and the re-evaluation's,
 the detector sweep's and the calibration runs' of the same shape): what a finished pilot left —
 ``status.json``, ``steps.tsv``, ``outcomes.tsv``, ``rows.tsv`` and ``scores.safetensors`` — read
-and checked in one place, for the gate (:mod:`evil_moe.stages.compare`), the planted world's
-checks, the detector sweep, the re-evaluation and the detector audit. Like :mod:`evil_moe.tables`
-it sits low: it imports only :mod:`evil_moe.files` (the arm registry's answers, where needed,
-come in as arguments).
+and checked in one place (each file against the SHA-256 recorded beside it when it was written:
+:func:`evil_moe.files.check_intact`), for the gate (:mod:`evil_moe.stages.compare`), the planted
+world's checks, the detector sweep, the re-evaluation and the detector audit. Like
+:mod:`evil_moe.tables` it sits low: it imports only :mod:`evil_moe.files` (the arm registry's
+answers and the collapse rule, where needed, come in as arguments).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -81,18 +81,25 @@ def pilot_from_path(path: str | Path, arms: Collection[str]) -> PilotRun:
                      f".../{{arm}}/s{{seed}} or a steps.tsv with arm and seed columns")
 
 
-def read_pilot(run: PilotRun, max_frac_clipped: float = 0.5, *, trains: bool = True) -> Pilot:
+def read_pilot(run: PilotRun, max_frac_clipped: float = 0.5, *, trains: bool = True,
+               collapsed: Callable[[list[dict]], str | None] | None = None) -> Pilot:
     """Read one pilot folder and decide whether it is valid.
 
     Args:
         run: the folder.
         max_frac_clipped: a step clipping more makes the pilot invalid (``pilot.max_frac_clipped``).
         trains: the arm trains (False: the untrained reference, evaluated only: no steps to check).
+        collapsed: the collapse rule applied to the steps' rows (``steps.tsv`` rows in step order
+            as dicts, empty cells None), returning why they show a collapse or None
+            (:func:`evil_moe.rl.trainer.collapse.collapsed` under the config's ``pilot``
+            section); None: not applied.
 
     Returns:
-        A :class:`Pilot` whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, no
-        steps, or a clip fraction over the bound / not recorded) or ``missing`` (no folder,
-        ``status.json``, ``steps.tsv`` or ``outcomes.tsv``), with ``reason`` saying why.
+        A :class:`Pilot` whose ``status`` is ``ok``, ``invalid`` (``status.json`` says so, also
+        where a stop rule left no tables; no steps, a clip fraction over the bound / not
+        recorded, a collapse; a file changed since it was written, then without data) or
+        ``missing`` (no folder, ``status.json``, ``steps.tsv`` or ``outcomes.tsv``), with
+        ``reason`` saying why.
 
     Raises:
         ValueError: ``steps.tsv`` lacks a column in :data:`STEPS_REQUIRED`, or ``outcomes.tsv``
@@ -101,23 +108,24 @@ def read_pilot(run: PilotRun, max_frac_clipped: float = 0.5, *, trains: bool = T
     p = Path(run.path)
     if not p.is_dir():
         return Pilot(run, "missing", f"no pilot folder {p}")
+    state, why, isolation = _status(p / "status.json")
+    stopped = f"status {state}" + (f" ({why})" if why else "")
     for name in ("status.json", "steps.tsv", "outcomes.tsv"):
         if not (p / name).is_file():
+            if state not in ("ok", "missing"):  # a stop rule (a NaN, a collapse) left no tables
+                return Pilot(run, "invalid", stopped)
             return Pilot(run, "missing", f"no {p / name}")
-    steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
-    outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+    try:
+        steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
+        outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+    except files.DamagedFile as err:  # changed since the pilot wrote it: never judged
+        return Pilot(run, "invalid", str(err))
     outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
-    pilot = Pilot(run, "ok", "ok", steps, outcomes, fc_max)
-    try:
-        status = json.loads((p / "status.json").read_text())
-        state, why = str(status.get("status")), status.get("reason")
-        pilot.isolation = status.get("isolation")
-    except (json.JSONDecodeError, AttributeError, OSError) as err:
-        state, why = "unreadable", f"{p / 'status.json'} is not a JSON object ({err})"
+    pilot = Pilot(run, "ok", "ok", steps, outcomes, fc_max, isolation)
     if state != "ok":
-        pilot.status, pilot.reason = "invalid", f"status {state}" + (f" ({why})" if why else "")
+        pilot.status, pilot.reason = "invalid", stopped
     elif not trains:  # the untrained reference: evaluated only, no steps to check
         pass
     elif steps.empty:
@@ -126,7 +134,24 @@ def read_pilot(run: PilotRun, max_frac_clipped: float = 0.5, *, trains: bool = T
         pilot.status, pilot.reason = "invalid", "frac_clipped not recorded"
     elif fc_max > max_frac_clipped + _EPS:
         pilot.status, pilot.reason = "invalid", f"frac_clipped {fc_max:.2f} > {max_frac_clipped:g}"
+    elif collapsed is not None and (why := collapsed(
+            steps.astype(object).where(steps.notna(), None).to_dict("records"))):
+        pilot.status, pilot.reason = "invalid", why
     return pilot
+
+
+def _status(path: Path) -> tuple[str, str | None, str | None]:
+    """A pilot's ``status.json`` as ``(status, reason, isolation)``; ``missing``, or ``unreadable``
+    (the reason says why: cut short, changed since it was written, not a JSON object)."""
+    if not path.is_file():
+        return "missing", None, None
+    try:
+        status = files.read_json(path, "pilot status")
+        return str(status.get("status")), status.get("reason"), status.get("isolation")
+    except files.DamagedFile as err:
+        return "unreadable", str(err), None
+    except (AttributeError, OSError) as err:
+        return "unreadable", f"{path} is not a JSON object ({err})", None
 
 
 def last_step_outcomes(pilots: Iterable[Pilot]) -> pd.DataFrame:
@@ -151,6 +176,8 @@ def finished_pilot(path: str | Path) -> tuple[dict[str, Path], dict, str, int]:
     Raises:
         FileNotFoundError: the folder or one of the files is missing (names the path).
         ValueError: the pilot did not finish (``status`` not ``ok``); its ``steps.tsv`` is empty.
+        evil_moe.files.DamagedFile: its ``status.json``, adapter or ``steps.tsv`` changed since
+            the pilot wrote it (names it).
     """
     src = Path(path)
     if not src.is_dir():
@@ -159,7 +186,8 @@ def finished_pilot(path: str | Path) -> tuple[dict[str, Path], dict, str, int]:
              "adapter": files.require_file(src / "adapter.safetensors", "pilot adapter"),
              "steps": files.require_file(src / "steps.tsv", "pilot steps"),
              "outcomes": files.require_file(src / "outcomes.tsv", "pilot outcomes")}
-    status = json.loads(paths["status"].read_text())
+    status = files.read_json(paths["status"], "pilot status")
+    files.check_intact(paths["adapter"])  # before any model is loaded
     if status.get("status") != "ok":
         raise ValueError(f"{paths['status']}: the pilot did not finish (status {status.get('status')!r})")
     first = next(iter(files.read_tsv_rows(paths["steps"])), None)
@@ -176,13 +204,15 @@ def scored_rows(path: str | Path, required: Sequence[str] = ()
 
     Raises:
         ValueError: a required column is missing (names the file and the column).
+        evil_moe.files.DamagedFile: either file changed since it was written (names it).
     """
     from safetensors.numpy import load_file
 
     rows_path, arr_path = Path(path) / "rows.tsv", Path(path) / "scores.safetensors"
     if not rows_path.is_file():
         return None
-    return files.read_tsv(rows_path, required), load_file(str(arr_path)) if arr_path.is_file() else None
+    arrays = load_file(str(files.check_intact(arr_path))) if arr_path.is_file() else None
+    return files.read_tsv(rows_path, required), arrays
 
 
 __all__ = ["OUTCOME_COLUMNS", "STEPS_REQUIRED", "PilotRun", "Pilot", "pilot_from_path", "read_pilot",

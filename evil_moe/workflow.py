@@ -77,6 +77,22 @@ def check_inputs(config: Mapping) -> None:
     _check_audit_seeds(config)
 
 
+def check_gate(path: str | Path) -> None:
+    """The comparison's ``gate.json``, when there is one, is intact and JSON
+    (:func:`evil_moe.files.read_json`): every Snakemake command of the workflow (a run, a dry
+    run, the report) reads it while it builds the DAG, so a damaged one is named before
+    anything else, with the way out (remove it and run again: compare remakes it).
+
+    Raises:
+        WorkflowError: one line naming the file, the cause and what to do.
+    """
+    if Path(path).is_file():
+        try:
+            files.read_json(path, "gate")
+        except files.DamagedFile as err:
+            raise WorkflowError(str(err)) from None
+
+
 def _check_planted(config: Mapping) -> None:
     """toy.plant needs the toy models; an arm that erases along the planted direction needs the
     plant (:func:`check_inputs`)."""
@@ -101,6 +117,53 @@ def _check_audit_seeds(config: Mapping) -> None:
             "invalid config: audit.seeds must be disjoint from pilot.seeds and sweep.seeds "
             f"(shared: {sorted(shared)}): a detector threshold fitted on a seed's rollouts would "
             "be judged on them")
+
+
+def vllm_warning(config: Mapping) -> str | None:
+    """One line for a run whose pilots sample with vLLM (``pilot.sampler: vllm``) from a Python
+    without it (``None`` otherwise). The jobs run the ``evil-moe`` of the Python that runs
+    Snakemake (:func:`put_own_bin_on_path`; a Slurm job inherits the environment), so every pilot
+    would stop at its start (:func:`evil_moe.rl.policy.vllm_sampler.require_vllm`). Looked up, not
+    imported (``importlib.util.find_spec``: every Snakemake call reads the Snakefile);
+    ``evil-moe slurm-check`` imports it."""
+    import importlib.util
+    import sys
+
+    from evil_moe.rl.policy.vllm_sampler import GPU_ENV_COMMAND
+
+    if config["pilot"]["sampler"] != "vllm" or importlib.util.find_spec("vllm") is not None:
+        return None
+    return (f"WARNING: pilot.sampler is vllm but vLLM is not installed in {sys.executable}, the "
+            "Python the jobs run: every pilot would stop at its start; build the GPU environment "
+            f"with `{GPU_ENV_COMMAND}` and run snakemake from it (docs/gpu.md), or set "
+            "pilot.sampler: hf")
+
+
+def share_svd_cache(config: Mapping, environ: dict | None = None) -> str | None:
+    """Where the jobs keep the SVD factors of a student too large for the default cache: when
+    ``EVIL_MOE_SVD_CACHE`` is unset and the adapter's fp32 ``U`` and ``Vh`` (from the config's
+    shape: Qwen3-4B's 31.6 GiB) exceed :data:`evil_moe.stages.common.SVD_CACHE_DEFAULT_MAX_BYTES`,
+    set it (``os.environ`` unless ``environ`` is given; every job inherits it, Slurm's too) to
+    ``<results>/svd_cache``: on the filesystem every job already shares, so the factors are
+    computed once per run by the first job that misses them (:func:`evil_moe.model.svd.cached_or_computed`)
+    and read by the rest, where each of ~60 jobs took 253 SVDs before. Returns the folder set,
+    or None (a smaller model keeps ``~/.cache``; a user's setting is kept)."""
+    import os
+
+    from evil_moe.cluster.shapes import adapter_linears, model_shape
+    from evil_moe.stages.common import SVD_CACHE_DEFAULT_MAX_BYTES
+
+    env = os.environ if environ is None else environ
+    if "EVIL_MOE_SVD_CACHE" in env:
+        return None
+    try:
+        dims = adapter_linears(model_shape(config), list(config["adapter"]["target_modules"]))
+    except ResourceError:  # an unsizable hub id: the job sizes name models.params
+        return None
+    if 4 * sum(min(o, i) * (o + i) for o, i in dims) <= SVD_CACHE_DEFAULT_MAX_BYTES:
+        return None
+    env["EVIL_MOE_SVD_CACHE"] = str((Path(config["results"]) / "svd_cache").resolve())
+    return env["EVIL_MOE_SVD_CACHE"]
 
 
 def per_job(func: Callable) -> Callable:
@@ -191,6 +254,27 @@ def put_own_bin_on_path(environ: dict | None = None) -> str:
     if path.split(os.pathsep)[0] != own:  # idempotent: the Snakefile may be read more than once
         env["PATH"] = os.pathsep.join([own, path])
     return own
+
+
+def report_docutils(report_dir: str | Path, environ: dict | None = None) -> str:
+    """Render the report with ``report_dir/docutils.conf`` (raw HTML and file insertion off):
+    point ``DOCUTILSCONFIG`` (``os.environ`` unless ``environ`` is given) at it and return the
+    path. Snakemake renders ``report/workflow.rst`` and every caption with docutils' defaults,
+    under which a config string placed in the page could run a script in whoever opens the
+    shared report (``.. raw:: html``) or paste a file of the machine into it (``.. include::``);
+    docutils reads its settings from the files ``DOCUTILSCONFIG`` names, in the Snakemake
+    process that builds the report. The text itself is escaped where it enters the page
+    (:mod:`evil_moe.gate.rst`); this is the second wall.
+
+    Raises:
+        FileNotFoundError: no ``docutils.conf`` in ``report_dir``.
+    """
+    import os
+
+    conf = files.require_file(Path(report_dir) / "docutils.conf", "the report's docutils settings")
+    env = os.environ if environ is None else environ
+    env["DOCUTILSCONFIG"] = str(conf.resolve())
+    return env["DOCUTILSCONFIG"]
 
 
 def stage_sections(config: Mapping, stage: str) -> dict:

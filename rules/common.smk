@@ -8,13 +8,14 @@ against config/schema.yaml (unknown or wrong-typed keys fail before any job runs
 and filled with the schema's defaults.
 """
 
-import json
 import shlex
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from evil_moe.files import DamagedFile, read_json
 from evil_moe.rl.arms.registry import ARMS as ARM_REGISTRY
 from evil_moe.rl.arms.pilot_inputs import pilot_inputs, uses_detector
 from evil_moe.gate.verdict import decision_text, verdict_line
@@ -24,16 +25,23 @@ from evil_moe.workflow import (
     ConfigFiles,
     JobSizes,
     check_config,
+    check_gate,
     check_inputs,
     per_job,
     put_own_bin_on_path,
+    share_svd_cache,
+    report_docutils,
     sized_config,
     stage_config_param,
     stage_sections,
+    vllm_warning,
 )
 
 # The rules call `evil-moe`: found beside this Snakemake without activating .venv.
 put_own_bin_on_path()
+# The report renders config and result text as text: docutils' raw and include off
+# (report/docutils.conf), the text escaped where it enters (evil_moe/gate/rst.py).
+report_docutils(Path(workflow.basedir) / "report")
 
 # ---- config ---------------------------------------------------------------------------------
 # evil_moe.workflow.check_config (the schema, then the cross-key checks the CLI makes too) gives
@@ -43,9 +51,16 @@ put_own_bin_on_path()
 check_config(config)
 validate(config, "../config/schema.yaml")
 check_inputs(config)
+# pilot.sampler vllm from a Python without vLLM: said once, before any job (the pilots refuse too)
+if not workflow.remote_exec and (_vllm := vllm_warning(config)):
+    print(_vllm, file=sys.stderr)
+# a large student's SVD factors: computed once per run into <results>/svd_cache (the jobs inherit it)
+share_svd_cache(config)
 MAKE_TEACHER = config["teacher"]["make"] == "sft"
 
 RESULTS = config["results"]
+# compare/gate.json is read while the DAG is built: a damaged one is named before anything else.
+check_gate(f"{RESULTS}/compare/gate.json")
 ARMS = list(config["pilot"]["arms"])
 SEEDS = list(config["pilot"]["seeds"])
 MODES = (
@@ -548,9 +563,14 @@ def get_gate(wildcards):
 
 
 def _read_gate(path):
+    """compare/gate.json's content (None before compare ran); a damaged one stops the workflow
+    with one line naming it and how to recover (evil_moe.files.read_json)."""
     if not path or not Path(path).is_file():
         return None
-    return json.loads(Path(path).read_text())
+    try:
+        return read_json(path, "gate")
+    except DamagedFile as err:
+        raise WorkflowError(str(err)) from None
 
 
 def _fold_modes():

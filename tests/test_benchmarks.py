@@ -31,16 +31,47 @@ def _run(args: list[str], timeout: int = 1200) -> str:
 
 @pytest.mark.slow
 def test_gpu_pilot_tiny_runs_on_cpu(tmp_path):
-    """One tiny step on the CPU through every phase, on the path the GPU run takes by default
-    (behaviour log-probs from the decode loop). ``--behaviour forward`` changes only the
-    argument the script hands to ``rollout.generate``, whose forward path test_rl_policy_rollout.py
-    checks against the loop's own scores."""
-    out = _run([str(BENCH / "gpu_pilot.py"), "--tiny", "--steps", "1", "--max-new", "8",
-                "--json", str(tmp_path / "g.json")])
-    assert "generation" in out and "loss+backward" in out and "projection" in out
-    assert "of the bound" in out and "tok/s" in out
-    assert "behaviour log-probs: generate" in out
-    assert (tmp_path / "g.json").exists()
+    """The device check's tiny CPU mode: one real trainer step of each arm family (vanilla,
+    route with the gradient detector, filter with the probe, moe) with every phase timed, the
+    behaviour/score gap, the table and the budget line; route and filter flagged rows and
+    every arm had a loss (the spread rewards give every row a gradient)."""
+    import json
+
+    out = _run([str(BENCH / "gpu_pilot.py"), "--tiny", "--max-new", "8", "--json",
+                str(tmp_path / "g.json")])
+    for arm in ("vanilla", "route", "filter", "moe"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"{arm}: step "))
+        assert all(f"{k} " in line for k in ("sample", "grade", "loss", "arm", "optimiser"))
+        assert "behaviour/score gap p95" in line and "vs memory model" in line
+    assert "within the 600 s budget" in out
+    arms = json.loads((tmp_path / "g.json").read_text())["arms"]
+    assert set(arms) == {"vanilla", "route", "filter", "moe"}
+    assert arms["route"]["row"]["flag_rate"] > 0 and arms["filter"]["row"]["flag_rate"] > 0
+    assert all(a["row"]["sampler_gap_max"] < 1e-4 for a in arms.values())  # fp32: float noise
+    assert arms["moe"]["row"]["router_w_hack"] is not None or arms["moe"]["row"]["router_w_clean"] is not None
+
+
+def test_gpu_pilot_memory_model_is_the_pilots_for_each_arm_family():
+    """The device check compares each arm's peak with the memory model of config/pilot.yaml's
+    4B student at the check's rows, max_new, targets (lm_head among them) and 128-token toy
+    prompts, the HF sampler: moe's hooked forward and the merged forward of the others."""
+    import argparse
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gpu_pilot", BENCH / "gpu_pilot.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = argparse.Namespace(group=6, prompts=4, max_new=1024, micro_rows=None, tiny=False)
+    cfg = mod.check_config(args, torch.device("cuda"))
+    assert (cfg.pilot.sampler, cfg.problems.source, cfg.pilot.micro_batch, cfg.models.dtype) == \
+        ("hf", "toy", 1, "bfloat16") and "lm_head" in cfg.adapter.target_modules
+    from evil_moe.cluster.gpu_memory import pilot_gpu_memory
+
+    for arm in mod.ARM_FAMILIES:
+        gib = mod.memory_model_gib(cfg, arm)
+        assert gib["peak"] == pilot_gpu_memory(cfg.raw, arm).peak / 2**30 < 78  # one H100
+    assert mod.memory_model_gib(cfg, "moe", tiny=True) is None
 
 
 def test_gpu_pilot_4b_config_and_behaviour_paths():

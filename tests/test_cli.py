@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 COMMANDS = {"problems", "toy-models", "convert-smollm2", "teacher", "make-teacher", "extract",
             "planted-vhack", "planted-checks", "distill", "pilot", "compare", "detector-sweep",
             "front-page", "grade", "install-profiles", "slurm-check", "cancel-run", "reevaluate",
-            "calibrate", "audit", "readme-figure"}
+            "calibrate", "audit", "readme-figure", "verdict"}
 CONFIG_COMMANDS = {"problems", "toy-models", "teacher", "make-teacher", "extract", "planted-vhack",
                    "planted-checks", "distill", "pilot", "compare", "detector-sweep", "reevaluate",
                    "calibrate", "audit"}

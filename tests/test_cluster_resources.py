@@ -130,7 +130,8 @@ def test_real_pilot_asks_for_a_4b_models_host_memory():
     for stage in ("teacher", "extract", "distill", "pilot"):
         size = job_size(cfg, stage)
         assert size.gpu == 1 and size.threads == 8
-        assert weights_mb + 3000 <= size.mem_mb <= 2 * weights_mb + 5000
+        engine = 6000 + 8 * 500 if stage == "pilot" else 0  # the vLLM engine (pilot.sampler vllm)
+        assert weights_mb + 3000 <= size.mem_mb - engine <= 2 * weights_mb + 5000
 
 
 def test_hub_id_without_params_names_the_key():
@@ -432,9 +433,10 @@ def test_slurm_check_refuses_a_pilot_that_does_not_fit(tmp_path):
 
 def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
     """pilot.sampler vllm: the engine's gpu_memory_utilization x gpu_mem_gb is added to every
-    phase; sampling then costs our no-grad scoring forward (8 rows x 1024 tokens x 151936 x
-    (2 + 12) B), not HF generate's KV cache. The lm_head knob stays (the engine gets an untied
-    view of the checkpoint)."""
+    phase; sampling then costs our no-grad scoring forward's worst chunk, not HF generate's KV
+    cache: one prompt's rows (the 6 of a group; 8 of a held-out problem's 16 samples), the
+    logits of 1025 positions in bf16 and the fp32 z, softmax and p·z of 1024, by hand. The
+    lm_head knob stays (the engine gets an untied view of the checkpoint)."""
     from evil_moe.cluster.gpu_memory import pilot_gpu_memory
 
     sets = ["models.gpu_mem_gb=141", "pilot.micro_batch=1", "pilot.sampler=hf"]
@@ -445,8 +447,61 @@ def test_vllm_sampler_holds_its_share_of_the_gpu_in_every_phase():
     share = 0.25 * 141e9
     assert vl.train - hf.train == pytest.approx(share)
     assert vl.resident - hf.resident == pytest.approx(share)
-    score = 8 * 1024 * 151936 * 14
+    score = 6 * 151936 * (1025 * 2 + 1024 * 12)  # 13.07 GB; 8 rows of two prompts: up to ~28 GB
     assert vl.sample == pytest.approx(hf.sample - _hf_generate(hf) + share + score)
+    assert vl.evaluate - vl.sample == pytest.approx((8 - 6) * 151936 * (1025 * 2 + 1024 * 12))
+
+
+def test_the_scoring_forward_stays_inside_its_memory_model():
+    """The no-grad forward that scores sampled ids (the vLLM sampler's behaviour log-probs) forms
+    logits for at most ``min(FORWARD_ROWS, n)`` rows x (``max_new`` + 1) positions at a time, the
+    chunk the memory model charges (gpu_memory.scoring_forward_bytes), whatever the prompts'
+    lengths: its chunks hold one prompt's rows. On 09ede95 8 rows mixing a 3-token and a
+    61-token prompt spanned 58 positions more than max_new (a 4B pilot: ~1,650 for 1,024,
+    28 GB where 17.4 were modelled)."""
+    from evil_moe.cluster import gpu_memory
+    from evil_moe.model import logprobs
+    from evil_moe.model.load import build_tiny
+    from evil_moe.rl.policy import rollout
+
+    assert rollout.FORWARD_ROWS == gpu_memory.FORWARD_ROWS
+    model, tok = build_tiny(seed=1)
+    prompts = [[5, 6, 7], list(range(10, 71)), [8, 9, 10, 11, 12]]
+    seen = []
+    forward = logprobs._forward_logits
+
+    def spy(model, batch, start):
+        out = forward(model, batch, start)
+        seen.append(tuple(out.shape[:2]))
+        return out
+
+    logprobs._forward_logits = spy
+    try:
+        for n in (3, 10):
+            seen.clear()
+            rolls = rollout.generate(model, tok, prompts, n=n, max_new=12, temperature=1.0,
+                                     seed=3, behaviour="forward")
+            assert len(rolls) == 3 * n
+            rows = min(rollout.FORWARD_ROWS, n)
+            assert max(b for b, _ in seen) == rows
+            assert max(b * k for b, k in seen) <= rows * (12 + 1), seen
+    finally:
+        logprobs._forward_logits = forward
+
+
+def test_a_vllm_pilot_asks_for_the_engines_host_memory():
+    """A pilot (and a re-evaluation) with the vLLM sampler asks for the engine and its compile
+    workers on the host, by hand for config/pilot.yaml: 800 + 3000 (CUDA) + 6000 (the engine) +
+    8 x 500 (Inductor's workers, one per pilot.threads) + the bf16 weights (7,672 MiB) = 21,472
+    MiB, rounded up to 21,500 (11,500 with the HF sampler, the engine's 10,000 MiB left out on
+    09ede95)."""
+    cfg = raw_config(REPO / "config" / "pilot.yaml")
+    weights = 4022468096 * 2 / 2**20
+    assert job_size(cfg, "pilot").mem_mb == 21500 == -(-(800 + 3000 + 6000 + 8 * 500 + weights) // 100) * 100
+    assert job_size(cfg, "reevaluate").mem_mb == 21500
+    hf = raw_config(REPO / "config" / "pilot.yaml", sets=["pilot.sampler=hf"])
+    assert job_size(hf, "pilot").mem_mb == 11500
+    assert job_size(cfg, "extract").mem_mb == job_size(hf, "extract").mem_mb  # no engine there
 
 
 def test_pilot_yaml_runs_moe_with_vllm_and_the_tied_head_knob():

@@ -171,6 +171,7 @@ def test_run_check_offline_with_the_shipped_profile():
     lines, report = run_check(REPO / "profiles" / "slurm", [], run=fake)
     assert "planned jobs" in report and "toy_model" in report
     assert "grader sandbox (bubblewrap) probed on a node of: cpu, gpu" in report
+    assert "GPUs (GRES types and node features): gpu: a100 (40 or 80 GB) on 1 node(s)" in report
     # The shipped profile's partitions are named cpu and gpu: only the status command is wrong.
     assert len(lines) == 1 and "slurm-status-command is sacct" in lines[0]
 
@@ -312,3 +313,82 @@ def test_a_controller_that_does_not_answer_in_time_is_the_same_line():
     with pytest.raises(CheckError, match=r"^`scontrol show node -o` failed: scontrol: error: "
                        r"Access denied$"):
         read_cluster(lambda cmd: next(answers))
+
+
+MIXED_NODES = NODES + (
+    "NodeName=g02 Arch=x86_64 CPUTot=64 Gres=gpu:h100:8(S:0-1) AvailableFeatures=h100,nvlink "
+    "RealMemory=512000 State=IDLE Partitions=gpu\n"
+    "NodeName=g03 Arch=x86_64 CPUTot=32 Gres=gpu:a10:2 AvailableFeatures=a10 RealMemory=256000 "
+    "State=IDLE Partitions=gpu\n"
+    "NodeName=g04 Arch=x86_64 CPUTot=32 Gres=gpu:a100_80gb:4 AvailableFeatures=(null) "
+    "RealMemory=256000 State=IDLE Partitions=gpu\n")
+
+
+def test_gpu_types_and_their_memory_from_what_slurm_shows():
+    """Each partition's GPU types with the memory Slurm shows: a size in the type or a feature
+    (a100_80gb), a known type (h100 80 GB, a10 24 GB; a100 40 or 80 GB), or unknown."""
+    from evil_moe.cluster.slurm_gpu import memory_gb
+
+    gpu = parse_cluster(PARTITIONS, MIXED_NODES, "", SACCT_OK).partitions["gpu"]
+    assert [k.describe() for k in gpu.gpu_kinds] == [
+        "a10 (24 GB) on 1 node(s)", "a100 (40 or 80 GB) on 1 node(s)",
+        "a100_80gb (80 GB) on 1 node(s)", "h100 (80 GB) on 1 node(s)"]
+    assert memory_gb("exotic") is None and memory_gb("", "gpu80gb") == (80, 80)
+    assert parse_cluster(PARTITIONS, MIXED_NODES, "", SACCT_OK).partitions["cpu"].gpu_kinds == ()
+
+
+def test_a_mixed_gpu_partition_needs_a_gpu_type_or_constraint():
+    """A pilot planned for 80 GB (config/pilot.yaml) sent to a partition with 24 GB a10s among
+    its H100s could get one: a mismatch naming the type, its memory and the profile keys; the
+    profile's gpu_model h100 (or constraint h100) narrows the jobs to the H100s; a gpu_model the
+    partition lacks is named with the partition's types."""
+    c = parse_cluster(PARTITIONS, MIXED_NODES, "", SACCT_OK)
+    cfg = raw_config(REPO / "config" / "pilot.yaml")
+    prof = site_profile()
+    lines = check(c, planned_requests(cfg, prof), prof, cfg)
+    assert len(lines) == 1 and lines[0].startswith(
+        "partition 'gpu' (rule(s) make_teacher, teacher, extract, distill, pilot, fold_pilot, "
+        "reevaluate, calibrate): a job can get a10 (24 GB) on 1 node(s), less than "
+        "models.gpu_mem_gb 80 GB") and "gpu_model (EDIT" in lines[0], lines
+    for key, value in (("gpu_model", "h100"), ("constraint", "h100|nvlink")):
+        narrowed = site_profile()
+        for rule in ("make_teacher", "teacher", "extract", "distill", "pilot", "fold_pilot",
+                     "reevaluate", "calibrate"):
+            narrowed["set-resources"][rule][key] = value
+        assert check(c, planned_requests(cfg, narrowed), narrowed, cfg) == []
+    narrowed["set-resources"]["pilot"] = {"slurm_partition": "gpu", "gpu_model": "a40"}
+    lines = check(c, planned_requests(cfg, narrowed), narrowed, cfg)
+    assert lines == ["partition 'gpu' (rule(s) pilot): the profile's gpu_model 'a40' is not a GPU "
+                     "type there (its types: a10, a100, a100_80gb, h100; sinfo -o \"%P %G\"): set "
+                     "gpu_model (EDIT) to one of them"]
+    # the toy default asks no GPU: nothing to check
+    assert check(c, planned_requests(raw_config(), prof), prof, raw_config()) == []
+
+
+def test_a_vllm_run_is_refused_where_vllm_does_not_import_in_the_jobs_python():
+    """pilot.sampler vllm and a Python where `import vllm` fails: one mismatch naming that
+    Python, the import error and `make gpu-env`; nothing when it imports, nothing for the HF
+    sampler (no probe run) or a run without pilots."""
+    from evil_moe.cluster.slurm_gpu import check_vllm
+
+    calls = []
+
+    def probe(rc, err=""):
+        def run(cmd, **kw):
+            calls.append(cmd)
+            return subprocess.CompletedProcess(cmd, rc, "", err)
+        return run
+
+    cfg = raw_config(REPO / "config" / "pilot.yaml")
+    lines = check_vllm(cfg, ["pilot", "calibrate"], "/site/.venv/bin/python",
+                       probe(1, "Traceback ...\nModuleNotFoundError: No module named 'vllm'\n"))
+    assert lines == ["pilot.sampler is vllm but vLLM does not import in the jobs' Python "
+                     "(/site/.venv/bin/python: ModuleNotFoundError: No module named 'vllm'), so "
+                     "rule(s) pilot, calibrate would stop at their start: build the GPU "
+                     "environment with `make gpu-env` and run slurm-check and snakemake from it "
+                     "(source .venv-gpu/bin/activate; docs/gpu.md), or set pilot.sampler: hf"]
+    assert calls == [["/site/.venv/bin/python", "-c", "import vllm"]]
+    assert check_vllm(cfg, ["pilot"], "p", probe(0)) == []
+    hf = raw_config(REPO / "config" / "pilot.yaml", sets=["pilot.sampler=hf"])
+    assert check_vllm(hf, ["pilot"], "p", probe(1)) == [] and check_vllm(cfg, [], "p", probe(1)) == []
+    assert len(calls) == 2

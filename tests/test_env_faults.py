@@ -71,7 +71,8 @@ HOSTILE = {
                              False, None),
     "wide_deep_tree": (WIDE_DEEP_TREE + ADD, True, None),
     "forged_deep_nesting": (FORGE + "_forge(%r)\n" % (DEEP,) + ADD, False, "report"),
-    "forged_hash_collisions": (FORGE + "_forge([%r])\n" % (COLLIDE,) + ADD, False, "report"),
+    # (a 2.6 MB record: over the reply's bound since issue 41, so never sent to the parent)
+    "forged_hash_collisions": (FORGE + "_forge([%r])\n" % (COLLIDE,) + ADD, False, "output"),
 }
 
 
@@ -119,23 +120,48 @@ def test_parent_decode_is_linear_and_bounded():
     rec = json.loads(COLLIDE)
     tests = [OracleTest("1", "eq", {1, 2})]
     t = time.process_time()   # CPU time: the parent's own work, whatever the machine's load
-    v = judge("run_tests", tests, {"status": {"error": None}, "records": [rec, {"t": "end"}]})
+    v = judge("run_tests", tests, {"status": {"error": None}, "oracle": [rec, {"t": "end"}],
+                                   "records": [{"t": "run", "stdout": 0, "file": False}]})
     assert time.process_time() - t < 1.0   # 0.11 s here; 60 000 of them took 28 s before
     assert (v.gt_correct, v.tests_passed) == (False, 0)
     assert valid_record(rec)
     fd = os.memfd_create("chan")   # the zygote's reading of a channel holding every deep record
     try:
         os.write(fd, "".join("N " + ln + "\n" for ln in DEEP + [json.dumps({"t": "end"})]).encode())
-        recs, info = _read_records(fd, "N", 16 << 20, 4 << 20)
+        recs, info = _read_records(fd, "N", 16 << 20, [4 << 20], 100)
     finally:
         os.close(fd)
-    assert recs == [{"t": "end"}] and info["invalid"] == len(DEEP)
+    assert [json.loads(r) for r in recs] == [{"t": "end"}] and info["invalid"] == len(DEEP)
     # a value of the schema's full depth is still judged (honest nested lists)
     nested = 1
     for _ in range(40):
         nested = [nested]
     assert valid_record({"t": "r", "i": 0, "r": ["ok", nested]})
     assert values_match(decode(nested), nested)
+
+
+# Six forged result records of a million bytes each, floats written short ("1E15") that the
+# zygote used to encode again four times longer ("1000000000000000.0").
+FLOOD = FORGE + "_forge(['{\"t\":\"r\",\"i\":%d,\"r\":[\"ok\",[' % k + '1E15,' * 199999 + '1E15]]}'\n" \
+    "        for k in range(6)])\n"
+
+
+def test_a_report_over_its_bound_labels_the_row_and_costs_the_parent_little(g):
+    """A job that writes megabytes of result records gets a reply of at most the documented
+    bound (sandbox.reply_bytes: 256 KiB of results for toy/add, whose expected values are six
+    ints), its row labelled "output", and the next rows graded as before. The zygote used to
+    re-encode the records into a 27 MiB reply and the parent received it by concatenating 64 KiB
+    reads (quadratic: 21 CPU-s under the GIL for a 72 MiB reply, 38.7 s for one row); its
+    parsing is now linear in a reply that cannot outgrow the bound, whatever the job writes."""
+    job = g.job(add_problem(), FLOOD + ADD + RUN_TESTS)
+    g._ensure()
+    rep = g._pool.run(job, job["wall"] + 30.0)
+    size = len(json.dumps(rep))
+    assert size < (256 << 10) + (64 << 10), size
+    r = g.grade(add_problem(), fence(FLOOD + ADD + RUN_TESTS))
+    assert (r.passed, r.gt_correct, r.error) == (True, False, "output"), r
+    ok = g.grade(add_problem(), fence(ADD + RUN_TESTS))
+    assert (ok.passed, ok.gt_correct, ok.error) == (True, True, None), ok
 
 
 # --- limits that hold ----------------------------------------------------------------------------
@@ -240,6 +266,62 @@ def test_float_tolerance_only_for_float_expected_values():
     assert t.check(2.0015) and not t.check(2.003)
     t = parse_assert("assert math.isclose(Solution().f(1), 2.0)", "f", True)
     assert t.check(2.0 + 1e-9) and not t.check(2.0 + 1e-7)   # math.isclose's own rel_tol 1e-9
+
+
+NUMBERS = textwrap.dedent("""
+    import fractions
+    from decimal import Decimal
+    from fractions import Fraction
+    class Exact(Fraction):           # a subclass whose comparison is Fraction's
+        pass
+    class Liar(Fraction):            # one with its own: equal to nothing
+        def __eq__(self, other):
+            return True
+        __hash__ = Fraction.__hash__
+    class Fake:                      # registered as a virtual subclass: not a Fraction
+        numerator, denominator = 3, 2
+    Fraction.register(Fake)
+    class Solution:
+        def f(self, k):
+            return [Fraction(3, 2), Decimal("1.50"), Fraction(46, 2), Decimal("23.0"),
+                    [Fraction(1, 2), Decimal(2)], {Fraction(1, 2)}, {Decimal("2"): "x"},
+                    Exact(3, 2), Decimal("0.1"), Liar(3, 2), Fake(), Decimal("1E+400")][k]
+""")
+
+
+def test_fraction_and_decimal_answers_are_the_numbers_they_hold():
+    """The contract is Python ``==``: a Fraction or Decimal answer equal to the expected value is
+    correct (``Fraction(3, 2) == 1.5``, ``Decimal("23.0") == 23``; a float expected value with
+    the float tolerance), inside containers too, read through Fraction's own slots and
+    Decimal's own string (it used to be equal to nothing: correct code judged wrong, a hack
+    label beside an honest self-check); a subclass with its own ``__eq__``, an object merely
+    registered with the Fraction ABC and a Decimal beyond every float stay wrong."""
+    from evil_moe.env.problem import Problem
+    exp = ["1.5", "1.5", "23", "23", "[0.5, 2]", "{0.5}", "{2: 'x'}", "1.5", "0.1", "1.5", "1.5",
+           "float('inf')"]
+    prob = Problem("t/numbers", "toy", "", "f", True, "", "", "",
+                   tuple(f"assert Solution().f({k}) == {e}" for k, e in enumerate(exp)), "run_tests", "")
+    with Grader([prob], timeout=3.0, workers=1) as gr:
+        r = gr.grade(prob, fence(NUMBERS + "\ndef run_tests():\n    pass\n"))
+        job = gr.job(prob, NUMBERS)
+        rep = gr._pool.run(job, job["wall"] + 30.0)
+    got = {rec["i"]: t.check(decode(rec["r"][1])) for rec in rep.get("oracle", rep["records"])
+           if rec.get("t") == "r"
+           for t in [gr.tests_for(prob.id)[rec["i"]]]}
+    assert got == {k: k < 9 for k in range(12)}, got
+    assert (r.tests_passed, r.gt_correct, r.error) == (9, False, None), r
+
+
+def test_nan_expected_matches_nothing():
+    """``nan == nan`` is False in Python, so an assert whose expected value is NaN holds for no
+    answer, a NaN answer included (it was matched by one), alone or in a list; ``!=`` holds."""
+    for src in ("assert Solution().f(1) == float('nan')", "assert Solution().f(1) == math.nan",
+                "assert Solution().f(1) == nan"):
+        t = parse_assert(src, "f", True)
+        assert not t.check(math.nan) and not t.check(1.0), src
+    assert not values_match([math.nan], [math.nan])
+    assert not values_match(decode({"d": [["a", {"f": "nan"}]]}), {"a": math.nan})
+    assert parse_assert("assert Solution().f(1) != float('nan')", "f", True).check(math.nan)
 
 
 HONEST = {

@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import textwrap
+import time
 
 import pytest
 
@@ -41,7 +42,7 @@ def _raw(g: Grader, p: Problem, code: str) -> tuple[dict, dict]:
     g._size_budgets([p])
     job = g.job(p, code)
     rep = g._pool.run(job, job["wall"] + 30.0)
-    vals = {r["i"]: decode(r["r"][1]) for r in rep["records"]
+    vals = {r["i"]: decode(r["r"][1]) for r in rep["oracle"]
             if r.get("t") == "r" and r["r"][0] == "ok"}
     return vals, rep
 
@@ -117,16 +118,191 @@ DOORS = textwrap.dedent("""
 """)
 
 
-def test_no_door_to_kernel_memory_outside_the_limits(g):
+MORE_DOORS = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    X86 = os.uname().machine == "x86_64"
+    NR = {"vmsplice": 278 if X86 else 75, "io_uring_setup": 425, "bpf": 321 if X86 else 280,
+          "perf_event_open": 298 if X86 else 241, "userfaultfd": 323 if X86 else 282,
+          "inotify_init1": 294 if X86 else 26, "fanotify_init": 300 if X86 else 262,
+          "mincore": 27 if X86 else 232, "cachestat": 451}
+    r, w = os.pipe()
+    buf = ctypes.create_string_buffer(4096)
+    iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 1)
+    params = ctypes.create_string_buffer(120)
+    attr = ctypes.create_string_buffer(128)
+    attr[4] = 128
+    vec = ctypes.create_string_buffer(1)
+    ARGS = {"vmsplice": (w, ctypes.addressof(iov), 1, 0), "io_uring_setup": (4, ctypes.addressof(params)),
+            "bpf": (0, ctypes.addressof(attr), 128), "perf_event_open": (ctypes.addressof(attr), 0, -1, -1, 0),
+            "userfaultfd": (0,), "inotify_init1": (0,), "fanotify_init": (0x200, 0),
+            "mincore": (ctypes.addressof(buf) & ~4095, 4096, ctypes.addressof(vec)),
+            "cachestat": (r, 0, 0, 0)}
+    OPEN = []
+    for name, args in ARGS.items():
+        ctypes.set_errno(0)
+        if libc.syscall(NR[name], *args) != -1 or ctypes.get_errno() != 1:   # EPERM
+            OPEN.append(name)
+    class Solution:
+        def add(self, a, b):
+            return OPEN
+""")
+
+
+@pytest.mark.parametrize("doors", ["DOORS", "MORE_DOORS"])
+def test_no_door_to_kernel_memory_outside_the_limits(g, doors):
     """A job may not make user, network, mount or IPC namespaces (with a user namespace it could
     open packet-socket rings: 1.25 GiB of kernel memory under memory_mb 1024), nor any socket
     (Unix socket buffers queued 1.25 GiB at an 18 MiB address-space limit), System V semaphore
     arrays (355 MiB a CPU-second here, 2 MB each) or POSIX file-lock records (one per locked
     range, without a count limit). Every door is shut, whatever the route (unshare, clone,
-    clone3)."""
-    vals, rep = _raw(g, add_problem(), DOORS + RUN_TESTS)
+    clone3). MORE_DOORS (issue 41; each worked on 09ede95): the calls that pin memory no limit
+    counts (vmsplice: a pipe slot holds the page it was given; io_uring's registered buffers and
+    rings), that make kernel objects of their own (BPF maps, perf rings, userfaultfd), and that
+    watch the host (inotify and fanotify report other workers' imports of the shared standard
+    library; mincore and cachestat the page cache) all answer EPERM."""
+    vals, rep = _raw(g, add_problem(), globals()[doors] + RUN_TESTS)
     assert rep["status"]["error"] is None, rep["status"]
     assert vals.get(0) == [], vals.get(0)
+
+
+PIN = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    HP, HELD, KEPT = 2 << 20, {"thp": 0, "written": 0, "spliced": 0}, []
+
+    class _Iov(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    def _fill(kind, put):
+        # a pipe (its read end kept, so what it holds stays) filled by put(write end)
+        r, w = os.pipe()
+        KEPT.append(r)
+        os.set_blocking(w, False)
+        try:
+            while True:
+                n = put(w)
+                if n <= 0:
+                    break
+                HELD[kind] += n
+        except (BlockingIOError, OSError):
+            pass
+        os.close(w)
+
+    def _thp(w):
+        # a transparent huge page, one byte of it given to vmsplice, then unmapped
+        if HELD["thp"] >= (768 << 20):
+            return 0
+        p = libc.mmap(None, 2 * HP, 3, 0x22, -1, 0)
+        a = (p + HP - 1) & ~(HP - 1)
+        libc.madvise(a, HP, 14)                 # MADV_HUGEPAGE
+        ctypes.memset(a, 1, HP)
+        n = libc.vmsplice(w, ctypes.byref(_Iov(a, 1)), 1, 2)   # SPLICE_F_NONBLOCK
+        libc.munmap(p, 2 * HP)
+        return HP if n == 1 else 0
+    try:
+        while HELD["thp"] < (768 << 20) and _fill("thp", _thp) is None and HELD["thp"]:
+            pass
+        for _ in range(100):                    # pipes filled by plain writes
+            _fill("written", lambda w: os.write(w, b"x" * 65536))
+        for _ in range(100):                    # pages of a tmpfs file spliced into a pipe, then deleted
+            with open("f", "wb") as f:
+                f.write(b"y" * (1 << 20))
+            fd = os.open("f", os.O_RDONLY)
+            _fill("spliced", lambda w: os.splice(fd, w, 1 << 20, flags=os.SPLICE_F_NONBLOCK))
+            os.close(fd)
+            os.unlink("f")
+    except OSError:
+        pass
+    class Solution:
+        def add(self, a, b):
+            return [HELD["thp"], HELD["written"], HELD["spliced"]]
+""")
+
+
+def _memory_cgroup():
+    """A fresh memory cgroup below this process's own (v1 or v2), or None where none can be made
+    (not root, no memory controller, read-only): ``(path, peak file)``."""
+    lines = open("/proc/self/cgroup").read().splitlines()
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        if "memory" in ctrls.split(","):
+            base, peak = "/sys/fs/cgroup/memory" + path, "memory.max_usage_in_bytes"
+            break
+    else:
+        path = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), None)
+        base, peak = "/sys/fs/cgroup" + (path or ""), "memory.peak"
+        try:
+            if path is None or "memory" not in open(base + "/cgroup.subtree_control").read().split():
+                return None
+        except OSError:
+            return None
+    child = os.path.join(base, "evil_moe_test_" + secrets.token_hex(4))
+    try:
+        os.mkdir(child)
+    except OSError:
+        return None
+    if not os.path.exists(os.path.join(child, peak)):
+        os.rmdir(child)
+        return None
+    return child, os.path.join(child, peak)
+
+
+def _host_descendants(pid):
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in os.listdir(f"/proc/{p}/task"):
+            try:
+                todo += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+            except OSError:
+                pass
+    return out
+
+
+def test_a_job_holds_no_memory_beyond_its_budget():
+    """A job maps transparent huge pages, vmsplices one byte of each into pipes and unmaps them
+    (each pipe slot kept a 2 MiB page that no limit counted: 1.76 GiB from 17 MiB of address
+    space), fills pipes with writes and splices pages of a tmpfs file into pipes before deleting
+    it. Its peak host memory, measured by a memory cgroup around the sandbox, stays within what
+    the docs name: one process's address space (memory_mb), its tmpfs (tmpfs_mb) and the
+    per-user pipe allowance (fs.pipe-user-pages-soft), plus the interpreter's own tables."""
+    cg = _memory_cgroup()
+    if cg is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    path, peak = cg
+    try:
+        with Grader([add_problem()], timeout=8.0, wall_timeout=30.0, workers=1, memory_mb=256) as gr:
+            gr.grade(add_problem(), fence(ADD + RUN_TESTS))      # start the worker
+            for pid in _host_descendants(gr._pool._all[0].proc.pid):
+                with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                    f.write(str(pid))
+            vals, rep = _raw(gr, add_problem(), PIN + RUN_TESTS)
+            used = int(open(peak).read()) >> 20
+    finally:
+        for _ in range(200):   # the grader is closed: its processes are gone, or going
+            for pid in open(os.path.join(path, "cgroup.procs")).read().split():
+                try:
+                    with open(os.path.join(os.path.dirname(path), "cgroup.procs"), "w") as f:
+                        f.write(pid)
+                except ProcessLookupError:
+                    pass
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.05)
+    pipes_mb = int(open("/proc/sys/fs/pipe-user-pages-soft").read()) * 4096 >> 20
+    budget = 256 + 64 + pipes_mb + 64
+    assert used <= budget, (used, budget, vals.get(0), rep["status"])
+    assert vals.get(0) is not None and vals[0][0] == 0, vals.get(0)   # no huge page was pinned
 
 
 SOCKET_FILL = textwrap.dedent("""
@@ -342,7 +518,32 @@ AFTER_END = [  # (name, mode, code): the plain run never finishes, or its snapsh
     ("oracle_scratch_name_is_a_link_to_here", "file_marker",
      "import os\nos.symlink('.', '.oracle')\nclass Solution:\n    def add(self, a, b):\n"
      "        open('result.txt', 'w').write('PASS')\n        return a + b\n"),
-]
+] + [(name, mode, "import atexit, os, threading\nclass Solution:\n    def add(self, a, b):\n" +
+      textwrap.indent(body, " " * 8) + "        return a + b\n") for name, mode, body in [
+    # issue 41: what the oracle's calls do never counts for the plain run, whatever the channel:
+    # the stdout memfd of the shutdown (unsealed while the calls ran), a link planted in the
+    # scratch folder, an absolute path, the working folder changed back, the job folder's
+    # descriptor, an exit handler or a thread that runs at the shutdown after the calls
+    ("call_writes_the_marker_to_every_descriptor", "stdout_marker",
+     "for fd in range(3, 300):\n    try:\n        os.write(fd, b'\\nall tests passed\\n')\n"
+     "    except OSError:\n        pass\n"),
+    ("call_links_the_result_file_into_its_folder", "file_marker",
+     "if not os.path.lexists('result.txt'):\n    os.symlink('/sandbox/job/result.txt', 'result.txt')\n"
+     "open('result.txt', 'w').write('PASS')\n"),
+    ("call_writes_the_result_file_by_absolute_path", "file_marker",
+     "open('/sandbox/job/result.txt', 'w').write('PASS')\n"),
+    ("call_changes_back_to_the_job_folder", "file_marker",
+     "os.chdir('/sandbox/job')\nopen('result.txt', 'w').write('PASS')\n"),
+    ("call_writes_through_every_descriptor", "file_marker",
+     "for fd in range(3, 300):\n    try:\n"
+     "        os.close(os.open('result.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd))\n"
+     "        with open(os.open('result.txt', os.O_WRONLY, dir_fd=fd), 'w') as f:\n"
+     "            f.write('PASS')\n    except OSError:\n        pass\n"),
+    ("call_registers_an_exit_handler", "stdout_marker",
+     "atexit.register(print, 'all tests passed')\n"),
+    ("call_starts_a_thread_the_shutdown_joins", "stdout_marker",
+     "threading.Timer(0.2, print, ('all tests passed',)).start()\n"),
+]]
 
 
 @pytest.mark.parametrize("name, mode, code", AFTER_END, ids=[c[0] for c in AFTER_END])
@@ -356,6 +557,25 @@ def test_the_mode_rule_reads_the_plain_run_as_it_ended(g, name, mode, code):
         code += ADD_WRONG
     r = g.grade(add_problem(mode), fence(code))
     assert r.passed is False, r
+
+
+# --- issue 41: the harness's own descriptors when the code has taken every one it may open
+
+EXHAUST = "_HELD = []\ntry:\n    while True:\n" \
+    "        _HELD.append(open('/dev/null'))\nexcept OSError:\n    pass\n"
+
+
+@pytest.mark.parametrize("mode, code", [
+    ("file_marker", "open('result.txt', 'w').write('PASS')\n" + EXHAUST),
+    ("stdout_marker", EXHAUST + "import atexit\natexit.register(print, 'all tests passed')\n"),
+], ids=["result_file_at_import", "marker_from_an_exit_handler"])
+def test_the_snapshot_is_read_when_descriptors_run_out(g, mode, code):
+    """A job that opens descriptors until the kernel refuses still has its snapshot read: a result
+    file written at import and a marker printed by an exit handler count (the harness needs a
+    descriptor to list the job folder and used to find none; the marker went to a sealed stdout
+    when the harness could not open /dev/null), and the oracle's calls still run."""
+    r = g.grade(add_problem(mode), fence(ADD + code))
+    assert (r.passed, r.gt_correct, r.error) == (True, True, None), r
 
 
 # --- channels between jobs on one worker slot --------------------------------------------------

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from evil_moe import files
+
 from evil_moe.env.loopholes import MODES, PHRASE, assign_modes
 from evil_moe.env.oracle import parse_tests
 from evil_moe.env.problem import Problem
@@ -147,6 +149,7 @@ def test_bad_written_problem_set_is_one_clear_error(tmp_path, case):
     else:
         write_problems(str(path), probs)
         path.write_text(path.read_text() + "{oops\n")
+        files.hash_record(path).unlink()  # a file written so (with its record: "damaged", tests/test_files.py)
         needle = ":4: not a JSON line"
     with pytest.raises(ValueError) as e:
         read_problems(str(path))
@@ -167,3 +170,85 @@ def test_problems_stage_refuses_an_empty_file(tmp_path):
                                   "--set", f"problems.path={empty}", "--out", str(out)])
     assert r.exit_code == 1 and str(empty) in r.output and "no problems" in r.output, r.output
     assert "Traceback" not in r.output and not out.exists()
+
+
+# --- issue 41: a hostile problems file (semi-trusted input) ---------------------------------------
+
+def _leetcode_row(pid, tests, func="Solution().f"):
+    return {"id": pid, "func_name": func, "prompt": [{"role": "user", "content": "x"}],
+            "gt_answer": tests, "setup_code": "", "canonical_solution": ""}
+
+
+@pytest.mark.parametrize("expected", ["[0] * 10000 * 1000000", "'%1000000000d' % 0",
+                                      "('ab' * 3000, [[0] * 2000] * 2000)"])
+def test_a_huge_expected_value_is_one_error_naming_file_line_and_id(tmp_path, expected):
+    """An expected value whose literal would build billions of elements (or a string formatted to
+    a gigabyte) is refused with one error naming the file, the line and the problem id, before
+    anything of that size is built (it ended `evil-moe grade` and the dry-run check with a
+    MemoryError traceback, or kept ~1 GB in the parent): the dry-run check, the loaders of
+    `evil-moe grade` (a raw file and a written problem set) and the grader itself."""
+    import tracemalloc
+
+    from evil_moe.env.grade_cli import load_for_grading
+    from evil_moe.env.grader import Grader
+
+    good = _leetcode_row("1", ["assert Solution().f(1) == 2"])
+    bad = _leetcode_row("hostile", ["assert Solution().f(1) == 2",
+                                    f"assert Solution().f(2) == {expected}"])
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    tracemalloc.start()
+    try:
+        for check in (lambda: check_problem_file("leetcode", str(raw)),
+                      lambda: load_for_grading("leetcode", str(raw))):
+            with pytest.raises(ValueError) as e:
+                check()
+            assert f"{raw}:2: problem 'hostile'" in str(e.value) and "\n" not in str(e.value), e.value
+        written = tmp_path / "written.jsonl"
+        p = dataclasses.replace(load_problems("toy")[0], id="hostile",
+                                tests=("assert Solution().add(1, 2) == 3",
+                                       f"assert Solution().add(2, 2) == {expected}"))
+        written.write_text(json.dumps(dataclasses.asdict(load_problems("toy")[1])) + "\n" +
+                           json.dumps(dataclasses.asdict(p)) + "\n")
+        with pytest.raises(ValueError, match=f"{written}:2: problem 'hostile'"):
+            read_problems(str(written))
+        with pytest.raises(ValueError, match="problem hostile"):
+            Grader([p], workers=1, isolation="rlimit-only")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 << 20, peak
+
+
+def test_expected_values_are_bounded_by_their_text():
+    """An expected value holds at most 1000 + 64 elements and characters per character of its
+    assert (and at most a million): a repetition or concatenation is sized before it is built;
+    string formatting, whose size only the formatting knows, is refused; honest uses fit."""
+    from evil_moe.env.oracle import ExpectedTooLarge, expected_limit, parse_assert
+    src = "assert Solution().f(1) == [0] * 1000 + [1]"
+    t = parse_assert(src, "f", True)
+    assert t.expected == [0] * 1000 + [1] and t.size == 1002 <= expected_limit(src)
+    assert parse_assert("assert f(3 * 19 * 3) == (3 + 5, 'ab' * 3)", "f", False).expected == (8, "ababab")
+    for big in ("[0] * 3000", "'x' * 5000", "[[1] * 60] * 60", "[0] * 2000 + [1] * 2000",
+                "'%d' % 5", "list('a' * 4000)"):
+        with pytest.raises(ExpectedTooLarge):
+            parse_assert(f"assert f(1) == {big}", "f", False)
+    assert expected_limit("x" * 10 ** 6) == 1_000_000
+
+
+@pytest.mark.parametrize("pid", ["=HYPERLINK(\"http://x\")", "+1", "-2", "@SUM(A1)", "\tx"])
+def test_a_problem_id_a_spreadsheet_would_run_is_refused(tmp_path, pid):
+    """Problem ids go into the workflow's TSV tables as they are; one starting with =, +, -, @,
+    a tab or a carriage return is a formula in a spreadsheet (CSV injection), so the problems
+    file is refused, naming the file, the line and the id (it was written into the tables)."""
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text(json.dumps(_leetcode_row("1", ["assert Solution().f(1) == 2"])) + "\n" +
+                   json.dumps(_leetcode_row(pid, ["assert Solution().f(1) == 2"])) + "\n")
+    with pytest.raises(ValueError, match=f"{raw}:2: problem id") as e:
+        check_problem_file("leetcode", str(raw))
+    assert "formula" in str(e.value)
+    written = tmp_path / "written.jsonl"
+    p = dataclasses.replace(load_problems("toy")[0], id=pid)
+    written.write_text(json.dumps(dataclasses.asdict(p)) + "\n")
+    with pytest.raises(ValueError, match=f"{written}:1: problem id"):
+        read_problems(str(written))

@@ -28,7 +28,7 @@ def test_table_keeps_every_row_and_column(tmp_path):
     cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
              for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
     assert cells == [["arm", "view", "hack_rate", "note"], ["vanilla", "train", "0.492", "–"],
-                     ["route", "eval_ablated", "0.391", "a/b"]]
+                     ["route", "eval_ablated", "0.391", "a|b"]]  # text shows as written
 
 
 def test_front_page_embeds_the_figure_and_orders_the_parts(tmp_path, monkeypatch):
@@ -138,3 +138,38 @@ def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
     assert page.count(f"0.500 [{m}0.100, 0.900]") == 2  # the share: the table and the note
     assert not re.search(r"(?<!\w)-\d", page), re.findall(r".{40}(?<!\w)-\d.{20}", page)
     assert "lowers the held-out hack rate by" not in page and not re.search(r"(?<!_)drop [\d\u2212-]", page)
+
+
+# Issue 41, class 9: text from a config or a result file that tries to act as markup.
+HOSTILE = ("m\n\n.. raw:: html\n\n   <script>window.EVIL41=1</script>\n\n.. include:: {secret}\n\n"
+           "`click <javascript:alert(41)>`_ javascript:alert(42) |x| :raw-html:`<b>` name_")
+
+
+def test_config_and_result_text_reaches_the_first_page_as_text(tmp_path, monkeypatch):
+    """A pilot's reason that names a path under a hostile results folder, a note and the sweep
+    folder, put on the first page and rendered by docutils with its defaults (raw and include on,
+    as Snakemake calls it): the page shows the text, runs no script, pulls in no file and links
+    nowhere."""
+    from evil_moe.gate.verdict import decision_text, verdict_line
+
+    monkeypatch.chdir(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret-marker-4141\n")
+    hostile = HOSTILE.format(secret=secret)
+    (tmp_path / "f.svg").write_bytes(SVG)
+    summary = _tsv(tmp_path / "s.tsv", [["arm", "view", "status"], ["vanilla", "trained", hostile.replace("\n", " ")]])
+    note = f"missing: no {hostile}/pilots/vanilla/s0/status.json"
+    gate = {"verdict": "invalid", "sentence": f"invalid: 1 of 1 pilots failed validity (vanilla s0: {note})",
+            "criteria": [{"name": "valid", "arm": "vanilla", "seed": 0, "value": None, "threshold": 0.5,
+                          "passed": False, "note": note}],
+            "notes": [note], "arms": {}}
+    separated = {"verdict": "separated", "criteria": []}
+    decision = decision_text(gate, [], [], "x/") + "\n\n" + decision_text(separated, [1], [], hostile)
+    text = front_page_rst(verdict=verdict_line(gate), decision=decision, figure="f.svg", caption="Cap.",
+                          summary=summary, gate=gate)
+    html = publish_parts(text, writer="html", settings_overrides={"report_level": 5})["body"]
+    assert "<script" not in html and "secret-marker-4141" not in html
+    assert "<b>" not in html and "href" not in html and "system-message" not in html
+    shown = re.sub(r"<[^>]+>", "", html).replace("&lt;", "<").replace("&gt;", ">")
+    # the verdict, the note, the sweep folder, the table cell
+    assert shown.count(" ".join(hostile.split())) == 4, shown

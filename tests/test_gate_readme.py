@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,7 +129,7 @@ def test_the_line_states_routes_detector_quality_with_its_interval():
 
 def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
     """Issue 32: the README's line (verdict.json's ``plain``) and the last line of `make run`
-    (the Makefile's EVIL_MOE_PRINT_VERDICT) are the first page's verdict in plain words, in its
+    (the Makefile's VERDICT, evil-moe verdict) are the first page's verdict in plain words, in its
     convention (changes, a true minus sign), also for a gate too small to judge: its record keeps
     the positive control's numbers, so the README does not fall back to gate.json's drop."""
     import re
@@ -152,11 +153,11 @@ def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
     assert "but its ablated view cannot be told from the untrained student" in readme.verdict_record(untrained)["plain"]
     assert f"vs vanilla {m}0.303 [{m}0.591, {m}0.014]" in readme.verdict_record(few)["plain"]
     make = (REPO / "Makefile").read_text()
-    command = re.search(r"^export EVIL_MOE_PRINT_VERDICT := (.*)$", make, re.M).group(1)
+    command = re.search(r"^VERDICT := \$\(BIN\)/(.*)$", make, re.M).group(1).split()
     (tmp_path / "results" / "compare").mkdir(parents=True)
     (tmp_path / "results" / "compare" / "gate.json").write_text(json.dumps(few))
-    out = subprocess.run([sys.executable, "-c", command], cwd=tmp_path, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout
     assert out == f"verdict: {plain_verdict(few)}\n"
 
 

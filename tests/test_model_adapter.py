@@ -217,18 +217,22 @@ def test_svd_cache_by_content(tmp_path):
 
 def test_svd_disk_cache_is_atomic_and_repairs_a_broken_entry(tmp_path, monkeypatch):
     """A fresh process (empty in-memory cache) reads the disk entry bit-exactly; a truncated or
-    garbage entry is recomputed and replaced, never trusted; no temp file is left behind."""
+    garbage entry, or one with a changed byte (its SHA-256 is not the recorded one), is recomputed
+    and replaced, never trusted; no temp file is left behind."""
     import evil_moe.model.svd as svd_mod
 
     w = torch.randn(12, 20)
     ref = torch.linalg.svd(w, full_matrices=False)
     a = thin_svd(w, cache_dir=tmp_path)
     (entry,) = tmp_path.glob("*.safetensors")
-    assert [p.name for p in tmp_path.iterdir()] == [entry.name]  # no .tmp left
+    # no .tmp left; the entry's SHA-256 beside it (evil_moe/files.py)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([entry.name, f".{entry.name}.sha256"])
     monkeypatch.setattr(svd_mod, "_SVD_CACHE", {})
     b = thin_svd(w, cache_dir=tmp_path)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
-    for broken in (b"not a safetensors file", entry.read_bytes()[:40]):
+    flipped = bytearray(entry.read_bytes())
+    flipped[-1] ^= 0x40  # a value of Vh: still a safetensors file, other numbers (trusted on 09ede95)
+    for broken in (b"not a safetensors file", entry.read_bytes()[:40], bytes(flipped)):
         entry.write_bytes(broken)
         monkeypatch.setattr(svd_mod, "_SVD_CACHE", {})
         U, S, Vh = thin_svd(w, cache_dir=tmp_path)
@@ -373,3 +377,41 @@ def test_merged_gradients_equal_the_hooked_ones():
             pass
     with ad.merged_gradients(rows=2), pytest.raises(ValueError, match="rows=2"):
         token_logprobs(model, b, 0.8)
+
+
+def test_jobs_sharing_the_svd_cache_take_each_svd_once(tmp_path):
+    """Four jobs (threads here) that miss the same entry at once: the first marks it and
+    computes, the others wait for its entry and read it (one computation, where each of ~60
+    GPU jobs took every SVD on 09ede95); a mark left by a job that died is waited out, then the
+    entry is computed anyway (the same entry: it is keyed by content)."""
+    import threading
+    import time
+
+    from evil_moe.model.svd import cached_or_computed
+
+    w = torch.randn(12, 20)
+    calls = []
+
+    def compute():
+        calls.append(threading.get_ident())
+        time.sleep(0.3)  # long enough for every other job to find the mark
+        U, S, Vh = torch.linalg.svd(w, full_matrices=False)
+        return U.contiguous(), S.contiguous(), Vh.contiguous()
+
+    path = tmp_path / "key.safetensors"
+    got = []
+    jobs = [threading.Thread(target=lambda: got.append(cached_or_computed(path, w.shape, compute, poll_s=0.05)))
+            for _ in range(4)]
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join()
+    assert len(calls) == 1 and len(got) == 4
+    assert all(torch.equal(a, b) for g in got for a, b in zip(g, got[0]))
+    # the mark is gone; the entry and its content hash stay (evil_moe.files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".key.safetensors.sha256", "key.safetensors"]
+    dead = tmp_path / "other.safetensors"
+    (tmp_path / "other.safetensors.computing").write_text("node7 4242\n")
+    t0 = time.monotonic()
+    cached_or_computed(dead, w.shape, compute, wait_s=0.5, poll_s=0.05)
+    assert len(calls) == 2 and time.monotonic() - t0 >= 0.5 and dead.is_file()

@@ -55,3 +55,31 @@ def test_a_missing_local_model_folder_is_named(tmp_path):
     for missing in (str(tmp_path / "nomodel"), "./results/models/none", "results/models/none"):
         with pytest.raises(FileNotFoundError, match="model folder not found: " + missing.replace(".", r"\.")):
             load_model(missing, device="cpu")
+
+
+# Qwen3's chat template ends with this (Qwen/Qwen3-4B tokenizer_config.json): without
+# enable_thinking=False the model opens its own <think> block after the generation prompt.
+QWEN3_GENERATION_PROMPT = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+
+
+def test_chat_template_kwargs_reach_the_template_and_empty_ones_change_nothing():
+    """models.chat_template_kwargs: empty (the embedded default) or given to the toy template,
+    which takes none, the prompt's ids are the ChatML rendering written out here, byte for byte;
+    Qwen3's template with enable_thinking false closes an empty think block after the generation
+    prompt (config/pilot.yaml's setting), and leaves it open to the model without."""
+    tok = build_toy_tokenizer(TINY_CORPUS, 300)
+    msgs = [{"role": "user", "content": "def f(): pass"}]
+    want = tok.encode("<|im_start|>user\ndef f(): pass<|im_end|>\n<|im_start|>assistant\n",
+                      add_special_tokens=False)
+    for kwargs in (None, {}, {"enable_thinking": False}):
+        assert chat_prompt_ids(tok, msgs, kwargs) == want
+    tok.chat_template = QWEN3_GENERATION_PROMPT
+    assert chat_prompt_ids(tok, msgs) == want
+    off = chat_prompt_ids(tok, msgs, {"enable_thinking": False})
+    assert off == want + tok.encode("<think>\n\n</think>\n\n", add_special_tokens=False)

@@ -263,3 +263,32 @@ def test_reserved_cache_refuses_to_outgrow_its_room(toy):
     with pytest.raises(RuntimeError, match="holds 7 positions; 8 were asked for"):
         cache.update(new[:2], new[:2], 0)
     assert not reserve_cache(DynamicCache(), 4)  # nothing prefilled: nothing to reserve
+
+
+def test_every_prompt_is_rendered_through_one_function_with_the_template_kwargs():
+    """models.chat_template_kwargs reaches every prompt the package renders: the tokenizer's
+    apply_chat_template is called in evil_moe.rl.rollout.chat_prompt_ids alone, and every call of
+    it or of prompt_ids_for (the trainer, the evaluation, the teacher, the made teacher's
+    demonstrations, extract, distill, the pairs, the router's pin bank) passes the template's
+    arguments; only the toy models' stage, whose template takes none, does not."""
+    import ast
+    from pathlib import Path
+
+    import evil_moe
+
+    root = Path(evil_moe.__file__).parent
+    bare, apply_calls = [], []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name == "apply_chat_template":
+                apply_calls.append(rel)
+            positional = {"chat_prompt_ids": 3, "prompt_ids_for": 4}.get(name)
+            if positional and rel != "stages/toy.py" and len(node.args) < positional \
+                    and not any(k.arg == "template_kwargs" for k in node.keywords):
+                bare.append(f"{rel}:{node.lineno}")
+    assert apply_calls == ["rl/rollout.py"]
+    assert bare == []

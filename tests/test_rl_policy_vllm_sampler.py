@@ -10,6 +10,7 @@ per-request seeds, processed log-probs); the real engine is tested where vLLM im
 from __future__ import annotations
 
 import copy
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -238,7 +239,7 @@ def test_config_without_vllm_names_the_extra(tmp_path):
     if vllm_import_error() is None:
         pytest.skip("vLLM imports here")
     cfg = load_config([REPO / "config" / "config.yaml"], ["pilot.sampler=vllm"])
-    with pytest.raises(VLLMUnavailable, match=r"pip install '\.\[vllm\]'"):
+    with pytest.raises(VLLMUnavailable, match=r"does not import in this environment .*`make gpu-env`"):
         VLLMSampler.from_config(str(tmp_path), cfg, None)
 
 
@@ -261,3 +262,89 @@ def test_real_vllm_engine_agrees_with_our_forward(tmp_path):
     rolls = generate(model, Tok(), PROMPTS, n=3, max_new=12, temperature=1.0, top_p=1.0, seed=1,
                      adapter=adapter, engine=engine)
     assert engine.pushes == 1 and engine.view is not None and _gap(rolls) < 1e-3
+
+
+class RecordingLLM:
+    """vllm.LLM's ``generate`` that records each request's seed and ``n`` and returns one
+    token per completion; the seeds a request's completions draw with follow vLLM's rule for
+    ``n > 1`` (``ParentRequest.get_child_sampling_params``: child ``j`` of a request seeded
+    ``s`` is seeded ``s + j``)."""
+
+    def __init__(self):
+        self.seeds: list[int] = []
+
+    def generate(self, reqs, params, use_tqdm=False):
+        outs = []
+        for sp in params:
+            n, seed = sp["n"], sp["seed"]
+            self.seeds += [seed + j for j in range(n)] if n > 1 else [seed]
+            outs.append(SimpleNamespace(outputs=[SimpleNamespace(index=j, token_ids=[3, 2], logprobs=None)
+                                                 for j in range(n)]))
+        return outs
+
+
+def test_no_two_completions_of_a_pilot_share_an_engine_seed():
+    """Every completion a config/pilot.yaml pilot samples with the engine (each training step's
+    prompts x group, each held-out chunk's problems x samples) draws with its own seed: none of
+    a pilot's 20 x 4 x 6 + 40 x 16 = 1,120 completions' seeds collide (the bundled 80 problems,
+    half held out, in chunks of 8), for each of its seeds. On 09ede95 prompt i was seeded
+    seed + i and its n samples seed + i + j (vLLM's child seeds): prompt 0's sample 1 and
+    prompt 1's sample 0 drew alike, and step s's prompt 1 alike step s + 1's prompt 0."""
+    from evil_moe.checks import load_run_config
+    from evil_moe.cluster.shapes import n_problems
+    from evil_moe.rl.evaluation import heldout_seed
+    from evil_moe.rl.trainer import training_seed
+    from workflow_util import REPO
+
+    cfg = load_run_config([REPO / "config" / "config.yaml", REPO / "config" / "pilot.yaml"])
+    pc = cfg.pilot
+    kw = dict(max_new=4, temperature=1.0, top_p=1.0, eos=[2])
+    heldout = max(1, round(n_problems(cfg.raw) * cfg.problems.heldout_frac))
+    for seed in pc.seeds:
+        llm = RecordingLLM()
+        engine = FakeSampler(llm, None)
+        for step in range(pc.steps):
+            engine.sample([[5, 6]] * pc.prompts_per_step, n=pc.group, seed=training_seed(seed, step), **kw)
+        for c0 in range(0, heldout, pc.eval_chunk):
+            chunk = min(pc.eval_chunk, heldout - c0)
+            engine.sample([[5, 6]] * chunk, n=pc.heldout_samples, seed=heldout_seed(seed, c0), **kw)
+        assert len(llm.seeds) == 20 * 4 * 6 + 40 * 16
+        assert len(set(llm.seeds)) == len(llm.seeds), seed
+        assert all(0 <= s < 2**63 for s in llm.seeds)
+
+
+def test_engine_is_built_without_a_tokenizer_on_a_free_port(tmp_path, monkeypatch):
+    """The colocated engine is built with ``skip_tokenizer_init`` (the prompts are ids, the
+    completions are decoded with our tokenizer: a student folder without tokenizer files, the
+    real-engine test's, loads) and with a ``MASTER_PORT`` nobody listens on, not a fixed one
+    (two pilots on one node: EADDRINUSE, huggingface/trl#3979); a port the user set is kept,
+    ``0`` and ``auto`` are replaced. Inductor's compile workers are the pilot's threads. A stand-in
+    ``vllm`` module records what ``LLM`` was given."""
+    import socket
+    import sys
+    import types
+
+    from evil_moe.config import load_config
+    from workflow_util import REPO
+
+    built = {}
+    fake = types.ModuleType("vllm")
+    fake.LLM = lambda **kw: built.update(kw) or SimpleNamespace()
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    for key in ("MASTER_PORT", "TORCHINDUCTOR_COMPILE_THREADS", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                "MASTER_ADDR", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        monkeypatch.delenv(key, raising=False)
+    cfg = load_config([REPO / "config" / "config.yaml"], ["pilot.sampler=vllm", "pilot.threads=3"])
+    engine = VLLMSampler.from_config(str(tmp_path), cfg, None)
+    assert built["skip_tokenizer_init"] is True and engine.detokenize is False
+    port = int(os.environ["MASTER_PORT"])
+    assert port != 29517
+    with socket.socket() as s:  # nobody listens there: it binds
+        s.bind(("127.0.0.1", port))
+    assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "3"
+    monkeypatch.setenv("MASTER_PORT", "auto")
+    VLLMSampler.from_config(str(tmp_path), cfg, None)
+    assert os.environ["MASTER_PORT"].isdigit()
+    monkeypatch.setenv("MASTER_PORT", "41234")
+    VLLMSampler.from_config(str(tmp_path), cfg, None)
+    assert os.environ["MASTER_PORT"] == "41234"

@@ -226,3 +226,50 @@ def test_untrained_reference_is_evaluated_without_a_step(world, tmp_path):
     key = ("problem_id", "sample", "hack", "pass", "truncated")
     assert [tuple(str(o[k]) for k in key) for o in ref] == [tuple(o[k] for k in key) for o in outcomes]
     assert {o["step"] for o in outcomes} == {"-1"}
+
+
+def test_the_template_kwargs_reach_the_trainers_prompts_the_pin_bank_and_the_evaluation(world, monkeypatch):
+    """models.chat_template_kwargs with a Qwen3 template (enable_thinking false): the training
+    prompts, Evil MoE's pin bank and the held-out evaluation's prompts all end in the closed,
+    empty think block that the template writes only when given the argument."""
+    from evil_moe.rl.trainer import evaluation
+    from evil_moe.rl.trainer.trainer import Trainer
+    from evil_moe.rl.vhack.direction import VHack
+    from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
+    from test_model_load import QWEN3_GENERATION_PROMPT
+
+    cfg = cfg_of("models.chat_template_kwargs={enable_thinking: false}")
+    problems = load_problem_file(world.problems)
+    train, heldout = train_heldout(problems, cfg)
+    model, tok, adapter, device = load_policy(str(world.student), cfg)
+    tok.chat_template = QWEN3_GENERATION_PROMPT
+    think = tok.encode("<think>\n\n</think>\n\n", add_special_tokens=False)
+    seen = []
+    monkeypatch.setattr(evaluation, "generate", lambda m, t, prompts, **kw: seen.extend(prompts) or [])
+    real = VHack.load(world.vhack)
+    with make_grader(problems, cfg) as grader:
+        t = Trainer(cfg, arm="moe", seed=0, model=model, tok=tok, adapter=adapter, device=device,
+                    train=train, vhack=real, proj_v=real, grader=grader)
+        evaluation.evaluate(t, heldout, 0, [p.detach().clone() for p in t.ds])
+    for prompts in (t.prompts, t.router_step.pin_bank.prompt_ids, seen):
+        assert prompts and all(p[-len(think):] == think for p in prompts)
+
+
+def test_a_mostly_truncated_first_step_stops_the_pilot_naming_max_new_and_the_template(world, tmp_path):
+    """pilot.max_truncated_first_step: with max_new 2 every rollout of step 0 is cut (a
+    two-token answer has no eos), so the pilot stops at step 0 with one line naming the share,
+    pilot.max_new and the chat template's arguments, and status.json says why; at 1.0 (or
+    null, the default) the same run trains."""
+    import json
+
+    from evil_moe.rl.trainer.step import PilotInvalid
+    from evil_moe.stages.pilot import run_pilot
+
+    cfg = cfg_of("pilot.max_new=2", "pilot.steps=1", "pilot.max_truncated_first_step=0.5")
+    with pytest.raises(PilotInvalid, match=r"^step 0: 6 of 6 rollouts hit pilot.max_new 2 without an eos "
+                                           r".*models.chat_template_kwargs.*now \{\}.* raise pilot.max_new$"):
+        run_pilot(cfg, **pilot_kwargs(world, tmp_path / "cut", arm="vanilla"))
+    status = json.loads((tmp_path / "cut" / "status.json").read_text())
+    assert status["status"] == "invalid" and "pilot.max_new" in status["reason"]
+    ok = cfg_of("pilot.max_new=2", "pilot.steps=1", "pilot.max_truncated_first_step=1.0")
+    assert run_pilot(ok, **pilot_kwargs(world, tmp_path / "ok", arm="vanilla"))["status"] == "ok"

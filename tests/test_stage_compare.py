@@ -185,6 +185,66 @@ def test_invalid_pilots_are_named(tmp_path):
     assert (tmp_path / "out" / "figures" / "heldout.svg").is_file()  # a report is still possible
 
 
+def test_a_pilot_file_changed_since_it_was_written_is_never_judged(tmp_path):
+    """Issue 41, item 12: one held-out outcome flipped in a pilot's outcomes.tsv after the pilot
+    wrote it (its SHA-256, recorded beside it, no longer matches), and a status.json cut short:
+    the gate is invalid and names both pilots, the files and the cause; the other pilots'
+    numbers are still reported. On 09ede95 the flipped outcome was judged as the pilot's."""
+    root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
+    outcomes = root / "erase" / "s1" / "outcomes.tsv"
+    lines = outcomes.read_text().splitlines()
+    header = lines[0].split("\t")
+    cells = lines[1].split("\t")
+    i = header.index("hack")
+    cells[i] = "0" if cells[i] == "1" else "1"
+    outcomes.write_text("\n".join([lines[0], "\t".join(cells), *lines[2:]]) + "\n")
+    status = root / "vanilla" / "s2" / "status.json"
+    status.write_text(status.read_text()[:10])
+    gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
+    assert gate["verdict"] == "invalid"
+    bad = {(c["arm"], c["seed"]): c["note"] for c in gate["criteria"] if c["name"] == "valid" and not c["passed"]}
+    assert set(bad) == {("erase", 1), ("vanilla", 2)}
+    assert bad[("erase", 1)].startswith(f"invalid: {outcomes} is damaged: its SHA-256 is "), bad
+    assert f"status unreadable ({status} is damaged: its SHA-256 is " in bad[("vanilla", 2)], bad
+    assert "erase s1" in gate["sentence"] and "vanilla s2" in gate["sentence"]
+
+
+def test_a_collapsed_pilot_is_refused_like_a_nan(tmp_path):
+    """Issue 41, item 11: a pilot whose steps show a collapsed policy (no parseable code from
+    step 1 on, as pilot.lr 100 gives) but whose status.json says ok (written before the rule, or
+    with it off): the gate is invalid and names the pilot, the step and the cause, as it does a
+    pilot stopped by a NaN. On 09ede95 it was judged as a result."""
+    from evil_moe.config import load_config
+
+    root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
+    steps = root / "erase" / "s1" / "steps.tsv"
+    rows = files.read_tsv_rows(steps)
+    for i, r in enumerate(rows):
+        r.update(parse_rate=0.79 if i == 0 else 0.0, entropy=0.2)
+    tables.write_tsv(steps, tables.STEPS, rows)
+    gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
+    assert gate["verdict"] == "invalid"
+    bad = {(c["arm"], c["seed"]): c["note"] for c in gate["criteria"] if c["name"] == "valid" and not c["passed"]}
+    assert bad == {("erase", 1): "invalid: collapsed at step 3: no rollout's code parses at steps 1-3 (72 "
+                                 "rollouts), though 0.790 of step 0's did: at that rate so long a run has "
+                                 "probability 1.6e-49, below pilot.collapse_parse_p 1e-06"}
+    assert "erase s1: invalid: collapsed at step 3" in gate["sentence"]
+    # the rule off: the same steps are judged
+    off = cfg_for()
+    off = load_config(data={**off.raw, "pilot": {**off.raw["pilot"], "collapse_parse_p": None}})
+    assert run_compare(root, tmp_path / "out2", off, figures=False)["verdict"] != "invalid"
+    # a pilot the rule stopped leaves only its status.json (as one stopped by a NaN): the gate
+    # names it with the reason, not as a pilot whose tables are missing (09ede95)
+    stopped = root / "vanilla" / "s2"
+    for name in ("steps.tsv", "outcomes.tsv", "eval.tsv"):
+        files.remove(stopped / name)
+    reason = "collapsed at step 3: no rollout's code parses at steps 1-3 (72 rollouts)"
+    files.write_json(stopped / "status.json", {"status": "invalid", "reason": reason, "step": 3})
+    gate = run_compare(root, tmp_path / "out3", cfg_for(), figures=False)
+    (note,) = [c["note"] for c in gate["criteria"] if (c["name"], c["arm"], c.get("seed")) == ("valid", "vanilla", 2)]
+    assert note == f"invalid: status invalid ({reason})"
+
+
 def test_pilot_list_expects_full_grid(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
     runs = [root / a / f"s{s}" for a in BASE_ARMS for s in range(3) if (a, s) != ("erase", 1)]
@@ -200,6 +260,7 @@ def test_errors_name_the_path_and_column(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, n_seeds=1, **QUIET))
     d = root / "vanilla" / "s0"
     pd.read_csv(d / "outcomes.tsv", sep="\t").drop(columns=["hack"]).to_csv(d / "outcomes.tsv", sep="\t", index=False)
+    files.hash_record(d / "outcomes.tsv").unlink()  # a file written so, not one changed since
     with pytest.raises(ValueError, match=r"outcomes\.tsv: missing column 'hack'"):
         run_compare(root, tmp_path / "out", cfg_for(seeds=[0]))
 
@@ -257,7 +318,7 @@ def test_the_static_twin_note_says_which_way_the_change_goes():
 def test_rlimit_only_isolation_is_flagged(tmp_path):
     root = write_pilots(tmp_path / "p", simulate(POSITIVE, **QUIET))
     st = root / "erase" / "s1" / "status.json"
-    st.write_text(st.read_text().replace("bwrap", "rlimit-only"))
+    files.atomic_write_bytes(st, st.read_text().replace("bwrap", "rlimit-only").encode())  # as a pilot writes
     gate = run_compare(root, tmp_path / "out", cfg_for(), figures=False)
     assert gate["isolation"] == ["bwrap", "rlimit-only"]
     assert any("isolation rlimit-only" in n for n in gate["notes"])

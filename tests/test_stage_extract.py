@@ -154,3 +154,29 @@ def test_extract_outputs(world, tmp_path):
                        model_path=str(world.student), out_dir=str(tmp_path), name="fold",
                        known_modes=["sentinel"])
     assert fold["modes"] == ["sentinel"] and VHack.load(tmp_path / "fold_hack.safetensors").modes == ["sentinel"]
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_cut_teacher_rollouts_are_named(world, tmp_path, record):
+    """Issue 41, item 12: the teacher's rollouts.jsonl.gz cut short: extract stops with one line
+    naming the file and why (its SHA-256 not the one recorded when the teacher stage wrote it;
+    without a record, gzip's end missing after a given line), not click's bare "Aborted!" of
+    09ede95."""
+    from click.testing import CliRunner
+
+    from evil_moe.cli import main
+    from stage_fixtures import set_flags
+
+    cut = tmp_path / "rollouts.jsonl.gz"
+    data = world.rollouts.read_bytes()
+    files.atomic_write_bytes(cut, data, record=record)  # the record of the whole file, or none
+    cut.write_bytes(data[: len(data) // 2])
+    res = CliRunner().invoke(main, ["extract", *set_flags("vhack.source=teacher"), "--problems", str(world.problems),
+                                    "--rollouts", str(cut), "--model", str(world.student),
+                                    "--out-dir", str(tmp_path / "vhack")])
+    assert res.exit_code == 1 and "Aborted!" not in res.output, res.output
+    why = "its SHA-256" if record else r"after line \d+ \(cut short\)"
+    import re
+
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and re.match(rf"Error: {re.escape(str(cut))} is damaged:? {why}", errors[0]), res.output

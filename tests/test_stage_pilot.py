@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import signal
 import subprocess
 import time
@@ -124,6 +125,72 @@ def test_pilot_stop_after_then_resume_in_process(world, erase_run, tmp_path):
             == files.read_jsonl(erase_run / "rollouts.jsonl.gz"))
 
 
+@pytest.mark.parametrize("damage", ["cut", "flipped"])
+def test_a_damaged_checkpoint_is_named_and_the_pilot_starts_afresh(world, erase_run, tmp_path, capsys, damage):
+    """Issue 41, item 12: a checkpoint cut short (torch cannot read it) or with one changed byte
+    (torch reads other numbers; its SHA-256, recorded beside it, is not the one written) never
+    blocks the pilot: the rerun says in one line which file is damaged and why, removes it,
+    starts afresh from step 0 and ends with the uninterrupted run's steps. On 09ede95 the cut
+    checkpoint stopped every rerun with a torch error."""
+    from evil_moe.stages.pilot import run_pilot
+
+    cfg = cfg_of()
+    assert run_pilot(cfg, **pilot_kwargs(world, tmp_path), stop_after=1)["status"] == "stopped"
+    ckpt = tmp_path / "checkpoint.pt"
+    data = bytearray(ckpt.read_bytes())
+    if damage == "cut":
+        data = data[: len(data) // 2]
+    else:
+        data[len(data) // 2] ^= 0x01
+    ckpt.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert run_pilot(cfg, **pilot_kwargs(world, tmp_path))["status"] == "ok"
+    said = [line for line in capsys.readouterr().out.splitlines() if "damaged" in line]
+    assert len(said) == 1 and said[0].startswith(f"pilot erase s0: checkpoint {ckpt} is damaged (")
+    assert said[0].endswith("): removed it, starting afresh from step 0")
+    assert tsv_without(tmp_path / "steps.tsv") == tsv_without(erase_run / "steps.tsv")
+
+
+DISK_FULL_CHECKPOINT = """
+import sys
+from pathlib import Path
+import torch
+from evil_moe.stages.pilot import _Progress, _RunDir
+
+class Trainer:
+    def __init__(self, n):
+        self.n = n
+    def state(self):
+        return {"delta_s": [torch.ones(self.n)]}
+
+run = _RunDir(Path(sys.argv[1]), "erase", 0)
+run.key = "k"
+run.save_checkpoint(1, _Progress(), Trainer(10))
+try:
+    run.save_checkpoint(2, _Progress(), Trainer(100_000))
+except Exception as err:
+    print("ERR", type(err).__name__, err)
+print("KEPT", torch.load(run.ckpt_path, weights_only=False)["step"])
+print("LEFT", sorted(p.name for p in run.out.iterdir()))
+"""
+
+
+def test_a_full_disk_while_checkpointing_is_one_line(tmp_path):
+    """Issue 41, item 12: the disk fills while the pilot writes its checkpoint (a 64 KiB tmpfs):
+    one OSError naming the checkpoint, the cause and where a rerun resumes, not torch's internal
+    error (09ede95: RuntimeError "[enforce fail at inline_container.cc] unexpected pos"); the
+    previous checkpoint is intact and no temporary file is left."""
+    from test_files import in_small_tmpfs
+
+    proc = in_small_tmpfs(DISK_FULL_CHECKPOINT)
+    assert proc.returncode == 0, proc.stderr
+    out = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert out["ERR"].startswith("CheckpointNotWritten [Errno 28] cannot write "), out["ERR"]
+    assert "checkpoint.pt: No space left on device; the run stopped: make room and run it again, it " \
+           "resumes from its last checkpoint" in out["ERR"]
+    assert out["KEPT"] == "1" and out["LEFT"] == str([".checkpoint.pt.sha256", "checkpoint.pt"])
+
+
 def test_pilot_paired_design(world, erase_run, tmp_path):
     from evil_moe.stages.pilot import run_pilot
 
@@ -219,6 +286,28 @@ def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch)
     assert st["status"] == "invalid" and st["step"] == step and "non-finite" in st["reason"]
 
 
+def test_a_collapsed_pilot_stops_naming_the_step(world, tmp_path):
+    """Issue 41, item 11: pilot.lr 100 wrecks the student at its first update (on the embedded
+    default: no parseable code from step 1 on; here the tests' toy samples noise, its entropy 4x
+    step 0's and more). The pilot stops as on a non-finite loss: PilotInvalid naming the step and
+    the cause, status.json invalid with them (the gate refuses an invalid status:
+    test_stage_compare.py). On 09ede95 it ran all its steps and wrote status ok."""
+    from evil_moe.stages.pilot import run_pilot
+    from evil_moe.rl.trainer.step import PilotInvalid
+
+    cfg = cfg_of("pilot.lr=100", "pilot.steps=6", "pilot.checkpoint_every=10")
+    with pytest.raises(PilotInvalid, match=r"^collapsed at step (\d+): ") as err:
+        run_pilot(cfg, **pilot_kwargs(world, tmp_path / "vanilla" / "s0", arm="vanilla"))
+    st = json.loads((tmp_path / "vanilla" / "s0" / "status.json").read_text())
+    step = int(re.match(r"collapsed at step (\d+)", str(err.value)).group(1))
+    assert st["status"] == "invalid" and st["reason"] == str(err.value) and st["step"] == step
+    rows = read_tsv(tmp_path / "vanilla" / "s0" / "steps.partial.tsv")  # the steps before it
+    from evil_moe.rl.trainer.collapse import collapsed
+
+    assert len(rows) == step and collapsed(rows, cfg.pilot) is None
+    assert not (tmp_path / "vanilla" / "s0" / "steps.tsv").exists()  # never looks complete
+
+
 def _pilot_args(world, out, arm="erase", *extra_sets):
     return ["pilot", *set_flags(*extra_sets), "--problems", str(world.problems), "--model",
             str(world.student), "--vhack", str(world.vhack), "--random-vhack", str(world.random_vhack),
@@ -235,6 +324,24 @@ def test_pilot_fail_switches(world, tmp_path):
     res = runner.invoke(main, once)
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "b" / "status.json").read_text())["status"] == "ok"
+
+
+def test_pilot_without_vllm_stops_before_loading_the_model(world, tmp_path, monkeypatch):
+    """pilot.sampler vllm where vLLM does not import: the pilot stops with one line naming this
+    Python and `make gpu-env` before it loads the model (on 09ede95 it loaded the model, took
+    the SVDs and built the trainer first: ~60 GPU jobs of 8 GB each for nothing)."""
+    from evil_moe.rl.policy.vllm_sampler import VLLMUnavailable, vllm_import_error
+    from evil_moe.stages import pilot as pilot_stage
+
+    if vllm_import_error() is None:
+        pytest.skip("vLLM imports here")
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(pilot_stage, "load_policy", never)
+    with pytest.raises(VLLMUnavailable, match=r"does not import .*`make gpu-env`"):
+        pilot_stage.run_pilot(cfg_of("pilot.sampler=vllm"), **pilot_kwargs(world, tmp_path / "v"))
 
 
 # ------------------------------------------------------------------------------------------------

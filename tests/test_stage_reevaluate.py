@@ -164,3 +164,28 @@ def test_another_config_is_refused_naming_the_pilots_outcomes(world, route_run, 
     (bad / "steps.tsv").write_text((route_run / "steps.tsv").read_text().replace("\troute\t", "\tvanilla\t"))
     with pytest.raises(ValueError, match="adapter of route s1, its steps.tsv says vanilla s1"):
         reevaluate_pilot(cfg_of(), **{**common, "pilot_dir": str(bad)})
+
+
+def test_a_damaged_adapter_is_refused_naming_it(world, route_run, tmp_path):
+    """Issue 41, item 12: one changed byte in a value of the pilot's adapter.safetensors (still a
+    safetensors file, other knobs) is noticed by its SHA-256, recorded beside it when the pilot
+    wrote it: the re-evaluation stops before loading any model, naming the file and the cause,
+    and writes nothing. On 09ede95 it exited 0 with other outcomes."""
+    import shutil
+
+    from evil_moe.cli import main
+
+    copy = tmp_path / "pilots" / "route" / "s1"
+    shutil.copytree(route_run, copy)
+    adapter = copy / "adapter.safetensors"
+    data = bytearray(adapter.read_bytes())
+    data[-2] ^= 0x40
+    adapter.write_bytes(bytes(data))
+    res = CliRunner().invoke(main, ["reevaluate", *set_flags(f"pilot.heldout_samples={SAMPLES}"),
+                                    "--pilots-dir", str(tmp_path / "pilots"), "--arms", "route", "--seeds", "1",
+                                    "--problems", str(world.problems), "--model", str(world.student),
+                                    "--samples", str(SAMPLES), "--out-dir", str(tmp_path / "out")])
+    assert res.exit_code == 1, res.output
+    error = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and f"{adapter} is damaged: its SHA-256" in error[0], res.output
+    assert not list((tmp_path / "out").rglob("*.tsv"))

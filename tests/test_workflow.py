@@ -16,7 +16,7 @@ from snakemake.exceptions import WorkflowError
 
 from evil_moe.config import PILOT_RUN_INDEPENDENT, validate
 from evil_moe.workflow import (ConfigFiles, JobSizes, check_config, check_inputs, per_job,
-                               stage_config_param, stage_sections)
+                               share_svd_cache, stage_config_param, stage_sections, vllm_warning)
 from workflow_util import DEFAULT_CONFIG
 
 
@@ -142,3 +142,40 @@ def test_put_own_bin_on_path_puts_the_interpreter_s_folder_first_once():
     put_own_bin_on_path(env)
     assert env["PATH"] == os.pathsep.join([own, "/usr/bin", "/bin"])
     assert put_own_bin_on_path({}) == own
+
+
+def test_a_vllm_run_from_a_python_without_vllm_is_warned_about(monkeypatch):
+    """pilot.sampler vllm and no vLLM where Snakemake (so every job) runs: one WARNING line naming
+    this Python and `make gpu-env`; none with the HF sampler or where vLLM is installed."""
+    import importlib.util
+    import sys
+
+    cfg = _default()
+    assert vllm_warning(cfg) is None  # the embedded default samples with hf
+    cfg["pilot"]["sampler"] = "vllm"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    line = vllm_warning(cfg)
+    assert line.startswith("WARNING: pilot.sampler is vllm but vLLM is not installed in "
+                           f"{sys.executable}") and "`make gpu-env`" in line and "\n" not in line
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert vllm_warning(cfg) is None
+
+
+def test_a_large_students_svd_factors_are_shared_through_the_results_folder(tmp_path):
+    """config/pilot.yaml's 4B student (31.6 GiB of factors, above the 4 GiB default cache): the
+    Snakefile points EVIL_MOE_SVD_CACHE at <results>/svd_cache, the filesystem every job shares,
+    so the first job computes the 253 SVDs and the others read them; the toy default and
+    SmolLM2 keep ~/.cache; a folder the user set is kept."""
+    from evil_moe.checks import load_run_config
+
+    repo = Path(__file__).resolve().parent.parent
+    pilot = load_run_config([repo / "config" / "config.yaml", repo / "config" / "pilot.yaml"],
+                            [f"results={tmp_path}/r"]).raw
+    env: dict = {}
+    assert share_svd_cache(pilot, env) == str(tmp_path / "r" / "svd_cache") == env["EVIL_MOE_SVD_CACHE"]
+    for extra in ((), (repo / "config" / "smollm2.yaml",)):
+        small: dict = {}
+        assert share_svd_cache(load_run_config([repo / "config" / "config.yaml", *extra]).raw, small) is None
+        assert small == {}
+    mine = {"EVIL_MOE_SVD_CACHE": "/scratch/svd"}
+    assert share_svd_cache(pilot, mine) is None and mine == {"EVIL_MOE_SVD_CACHE": "/scratch/svd"}

@@ -92,6 +92,36 @@ def test_a_deleted_pilot_runs_again_with_the_comparison(toy_run, tmp_path):
     assert "pilot oracle_reward seed 0" in plan.stdout + plan.stderr
 
 
+def test_a_cut_gate_json_is_named_with_the_way_out(toy_run, tmp_path):
+    """Issue 41, item 12: compare/gate.json cut short. Every command that reads it (a run, a dry
+    run, the report, make run's verdict line) says in one line which file and what to do,
+    instead of a JSONDecodeError traceback (09ede95); removing it, as told, makes the dry run
+    plan compare again."""
+    import shutil
+    import subprocess
+
+    from workflow_util import BIN, env
+
+    work = tmp_path / "copy"
+    shutil.copytree(toy_run[0], work, symlinks=True)
+    gate = work / "results" / "compare" / "gate.json"
+    gate.write_bytes(gate.read_bytes()[:100])
+    told = "results/compare/gate.json is damaged: its SHA-256 is "
+    for args in (("-n",), ("--report", str(work / "report.html"))):
+        proc = snakemake(work, *LOCAL, *args)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and told in out and "remove it and run again" in out, out[-3000:]
+        assert "JSONDecodeError" not in out and "Traceback" not in out, out[-3000:]
+        assert len([line for line in out.splitlines() if "gate.json" in line]) == 1, out[-3000:]
+    verdict = subprocess.run([str(BIN / "evil-moe"), "verdict"], cwd=work, env=env(), capture_output=True,
+                             text=True)
+    assert verdict.returncode == 1 and verdict.stdout == ""
+    assert verdict.stderr.startswith(f"Error: {told}") and verdict.stderr.count("\n") == 1, verdict.stderr
+    gate.unlink()
+    plan = snakemake(work, *LOCAL, "-n")
+    assert plan.returncode == 0 and job_stats(plan.stdout)["compare"] == 1, plan.stderr[-3000:]
+
+
 def test_local_run_one_seed_cannot_separate_and_compare_prints_the_sentence(toy_run):
     """Once checked by a hand-run CLI chain (tests/test_cli.py), now on the workflow's own run of
     the same commands: with one seed (fewer than compare.min_seeds) no arm separates, and every

@@ -128,6 +128,14 @@ def test_pilot_makes_its_teacher_or_uses_an_existing_one(tmp_path):
     assert cfg["teacher"]["make"] == "sft" and not cfg["models"]["teacher"]
     proc = dry()
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # pilot.sampler vllm from this venv, which has no vLLM (the extra is never in make's set-up):
+    # the dry run says so before any job, naming the command that builds the GPU environment
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        warning = [ln for ln in proc.stderr.splitlines() if "vLLM" in ln]
+        assert len(warning) == 1 and warning[0].startswith("WARNING: pilot.sampler is vllm") \
+            and "`make gpu-env`" in warning[0], proc.stderr
     out = proc.stdout
     made = f"{tmp_path}/results/teacher_sft/model"
     assert "evil-moe make-teacher" in out and "--model Qwen/Qwen3-4B" in out
@@ -309,14 +317,14 @@ def test_every_site_value_is_marked_edit_with_how_to_find_it():
     CI cluster needs exactly those filled in (tests/test_workflow_e2e.py)."""
     text = (REPO / "profiles" / "slurm" / "config.yaml").read_text()
     edits = [line for line in text.splitlines() if "EDIT" in line]
-    assert len([e for e in edits if "EDIT:" in e]) == 7
+    assert len([e for e in edits if "EDIT:" in e]) == 8
     for line in edits:
         if "EDIT:" in line:  # (the header mentions the word)
             assert line.strip().startswith("# EDIT: ") and len(line.split("EDIT:")[1].strip()) > 20
     filled = yaml.safe_load(fill_edit_values(text))
     assert {r["slurm_partition"] for r in filled["set-resources"].values()} == {"debug"}
     assert filled["slurm-status-command"] == "squeue" and filled["latency-wait"] == 5
-    for key in ("slurm_account", "jobs", "sinfo", "sacct", "MinJobAge"):
+    for key in ("slurm_account", "jobs", "sinfo", "sacct", "MinJobAge", "gpu_model", "constraint"):
         assert any(key in line for line in text.splitlines() if line.lstrip().startswith("#"))
 
 
@@ -463,6 +471,47 @@ def test_report_sections_are_numbered_once_in_pipeline_order():
     assert [s for s in sorted(sections) if s not in " ".join(first.split())] == []
     # docs/running.md lists them in order
     assert ", ".join(sorted(sections)) in " ".join((REPO / "docs" / "running.md").read_text().split())
+
+
+def test_the_report_shows_config_text_as_text(tmp_path):
+    """Issue 41, class 9: with models.build none, models.student and models.teacher are pasted
+    into the report's first page (report/workflow.rst). A student name holding a raw-HTML script
+    and an include of a file: the report Snakemake builds (a target with no result, so that
+    only the first page is rendered) shows the text, not a script, not the file. On 09ede95 it
+    held ``<script>window.EVIL41=1`` as HTML and the file's line."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret-marker-4141\n")
+    hostile = (f"m\n\n.. raw:: html\n\n   <script>window.EVIL41=1</script>\n\n.. include:: {secret}\n\n"
+               "`x <javascript:alert(41)>`_ ``y``")
+    overlay = tmp_path / "hostile.yaml"
+    overlay.write_text(yaml.safe_dump({"results": str(tmp_path / "results"), "models": {
+        "build": "none", "student": hostile, "teacher": hostile, "params": 1.5e6}}))
+    report = tmp_path / "report.html"
+    proc = _run([SNAKEMAKE, "--configfile", str(DEFAULT_CONFIG), str(overlay), "--report", str(report),
+                 str(tmp_path / "results" / "problems.jsonl")])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = report.read_text()
+    assert "secret-marker-4141" not in html
+    assert "<script>window.EVIL41" not in html and not re.search(r'href=\\?"javascript:alert', html)
+    # the student and the teacher, each shown once as a literal (JSON's escapes: \u003cscript)
+    assert len(re.findall(r'<tt class=\\"docutils literal\\">&quot;m\\\\n\\\\n.. raw:: html[^<]*'
+                          r"\\\\u003cscript\\\\u003ewindow.EVIL41=1", html)) == 2
+
+
+def test_the_report_renders_without_raw_html_or_file_insertion(tmp_path):
+    """The second wall (report/docutils.conf, evil_moe.workflow.report_docutils): whatever text
+    reaches docutils in the Snakemake process that builds the report, a raw block and an
+    include are refused (docutils prints a warning in their place)."""
+    (tmp_path / "secret.txt").write_text("secret-marker-4141\n")
+    code = ("import sys; from docutils.core import publish_parts; from evil_moe.workflow import report_docutils; "
+            f"report_docutils({str(REPO / 'report')!r}); "
+            "print(publish_parts(sys.stdin.read(), writer='html')['body'])")
+    proc = _run([str(BIN / "python"), "-c", code], cwd=tmp_path,
+                input=".. raw:: html\n\n   <script>window.EVIL41=1</script>\n\n.. include:: secret.txt\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "<script>" not in proc.stdout and "secret-marker-4141" not in proc.stdout
+    assert "&quot;raw&quot; directive disabled" in proc.stdout
+    assert "&quot;include&quot; directive disabled" in proc.stdout
 
 
 # Each stage file of rules/ and the words report/workflow.rst's "Stages" list names it by.

@@ -6,11 +6,9 @@ README's figure and verdict from a finished run), over :mod:`evil_moe.stages.com
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
 
+from evil_moe import files
 from evil_moe.cli.common import config_options, fail, main
 
 
@@ -89,12 +87,27 @@ def front_page_cmd(verdict, decision, figure, caption, summary, gate_path, out) 
     from evil_moe.gate.frontpage import write_front_page
 
     try:
-        gate = json.loads(Path(gate_path).read_text()) if gate_path else None
+        gate = files.read_json(gate_path, "gate") if gate_path else None
         write_front_page(out, verdict=verdict, decision=decision, figure=figure, caption=caption,
                          summary=summary, gate=gate)
     except (OSError, ValueError) as err:
         fail(err)
     click.echo(f"wrote {out}")
+
+
+@main.command("verdict")
+@click.option("--gate", "gate_path", default="results/compare/gate.json", show_default=True,
+              type=click.Path(dir_okay=False), help="The comparison's gate.json.")
+def verdict_cmd(gate_path) -> None:
+    """Print the gate's verdict in plain words (``verdict: ...``, the last line of make run; a
+    missing or damaged gate.json is one error line naming it)."""
+    from evil_moe.gate.verdict import plain_verdict
+
+    try:
+        gate = files.read_json(gate_path, "gate")
+    except (OSError, ValueError) as err:
+        fail(err)
+    click.echo(f"verdict: {plain_verdict(gate)}")
 
 
 @main.command("readme-figure")

@@ -28,7 +28,8 @@ from evil_moe.rl.arms.registry import ARMS
 # Fraction of the GPU the pilot may plan to use: the rest is the CUDA context, cuBLAS workspaces
 # and the caching allocator's fragmentation.
 GPU_USABLE = 0.9
-# Rows per no-grad forward when generate's scores would exceed 2 GiB (evil_moe.rl.policy.rollout).
+# Rows of one prompt per no-grad scoring forward (evil_moe.rl.policy.rollout.FORWARD_ROWS and
+# scoring_chunks; held equal by tests/test_cluster_resources.py: no torch import here).
 FORWARD_ROWS = 8
 GENERATE_SCORES_CAP = 2 * 2**30
 
@@ -154,6 +155,21 @@ def capture_grad_bytes(s, dims: list[tuple[int, int]], w: int, rows: int, seq: i
     return grads, fp32
 
 
+def scoring_forward_bytes(s, w: int, n: int, prompt: int, new: int) -> float:
+    """Peak bytes of the no-grad forward that scores a generate call's ids
+    (:func:`evil_moe.rl.policy.rollout._forward_scores`, the vLLM sampler's behaviour log-probs): its
+    worst chunk (:func:`evil_moe.rl.policy.rollout.scoring_chunks`: ``rows = min(FORWARD_ROWS, n)``
+    rows of one prompt, ``n`` samples per prompt) either inside the model, the MLP's gate, up
+    and their product on every token (``rows x (prompt + new) x 3 x intermediate x w``), or at
+    its head: the logits of ``new + 1`` positions (the model's dtype) and, over ``new`` of
+    them, the fp32 ``z = logits / T``, its softmax and ``p x z`` for the entropy
+    (``rows x vocab x ((new + 1) x w + new x 12)``), whichever is larger."""
+    rows = min(FORWARD_ROWS, n)
+    inside = rows * (prompt + new) * 3 * s.intermediate * w
+    head = rows * s.vocab * ((new + 1) * w + new * 12)
+    return max(inside, head)
+
+
 def pilot_gpu_memory(cfg: Mapping, arm: str = "vanilla", *, micro_batch: int | None = None,
                      eval_chunk: int | None = None) -> GpuMemory:
     """Peak GPU memory of one pilot job of ``arm``, by phase (bytes), from the config.
@@ -208,10 +224,10 @@ def pilot_gpu_memory(cfg: Mapping, arm: str = "vanilla", *, micro_batch: int | N
     eval_rows = min(chunk, heldout) * p["heldout_samples"]
     if p.get("sampler") == "vllm":
         # the engine holds its share of the GPU the whole run; it samples (its KV cache inside
-        # that share), our model scores the ids with the no-grad forward
+        # that share), our model scores the ids with the no-grad forward, a prompt's rows at a time
         engine = float(p["vllm_gpu_memory_utilization"]) * float(models["gpu_mem_gb"]) * 1e9
-        score = min(FORWARD_ROWS, rows) * new * s.vocab * (w + 12)
-        score_eval = min(FORWARD_ROWS, eval_rows) * new * s.vocab * (w + 12)
+        score = scoring_forward_bytes(s, w, p["group"], prompt, new)
+        score_eval = scoring_forward_bytes(s, w, p["heldout_samples"], prompt, new)
         return GpuMemory(resident=resident + engine, train=train + engine,
                          sample=base + engine + score, evaluate=base + engine + score_eval, arm=arm)
     return GpuMemory(resident=resident, train=train, sample=base + generate(rows),

@@ -19,9 +19,14 @@ Slurm runs identical.
 **Memory** (``mem_mb``, MiB per job; ``attempt`` times that on a retry): an estimate from the
 model's shape, not a bound::
 
-    mem = base + resident + activations            (rounded up to 100 MiB)
+    mem = base + resident + activations + engine   (rounded up to 100 MiB)
     base        = 800 MiB (Python, torch, transformers, the grader's sandboxes)
                   + 3000 MiB host-side CUDA context when models.device is cuda
+    engine      = with pilot.sampler vllm, the pilot's and re-evaluation's in-process engine:
+                  6000 MiB (vLLM's imports, the engine and its scheduler, Dynamo and Inductor
+                  compiling the model in the job's process, the untied head's copy) + 500 MiB
+                  per Inductor compile worker, one per pilot.threads
+                  (TORCHINDUCTOR_COMPILE_THREADS); estimates, never measured
     resident    = weights x 3 on a CPU (W, and the adapter's U and Vh buffers in the model dtype)
                   weights x 1 on a GPU (loaded on the host, then moved)
     activations = on a CPU the larger of (0 on a GPU: they live on the device)
@@ -89,6 +94,11 @@ from evil_moe.cluster.shapes import (DTYPE_BYTES, LOGIT_BYTES, PROMPT_TOKENS, Mo
 
 BASE_MB = 800
 CUDA_BASE_MB = 3000
+# The vLLM engine in a pilot's process (pilot.sampler vllm) and each of Inductor's compile
+# workers (as many as pilot.threads: evil_moe.rl.policy.vllm_sampler.colocated_env), host MiB; never
+# measured (the GPU device check runs without vLLM: docs/gpu.md).
+VLLM_HOST_MB = 6000
+COMPILE_WORKER_MB = 500
 MIN_RUNTIME = 10
 RUNTIME_MARGIN = 3.0
 CPU_FLOPS_PER_THREAD = 5e10
@@ -270,6 +280,7 @@ def stage_mem_mb(cfg: Mapping, stage: str) -> int:
     weights = shape.params * DTYPE_BYTES[cfg["models"]["dtype"]] / 2**20
     if stage == "convert_smollm2":  # the dequantised copy next to the GGUF one
         return _round_mb(base + 2 * weights)
+    base += engine_host_mb(cfg, stage)
     if gpu:  # extract also keeps the stored gradients' coordinates on the host
         store = extract_store_bytes(cfg, shape, extract_work(cfg, shape), gradients_on_host=False) \
             if stage == "extract" else 0.0
@@ -278,6 +289,15 @@ def stage_mem_mb(cfg: Mapping, stage: str) -> int:
     if stage == "toy_models":  # two models, one trained at a time
         return _round_mb(base + 2 * 3 * weights + act)
     return _round_mb(base + 3 * weights + act)
+
+
+def engine_host_mb(cfg: Mapping, stage: str) -> float:
+    """Host MiB of the in-process vLLM engine of a pilot or re-evaluation job
+    (``pilot.sampler: vllm``): :data:`VLLM_HOST_MB` plus :data:`COMPILE_WORKER_MB` per compile
+    worker (``pilot.threads`` of them); 0 for any other stage or sampler."""
+    if stage not in ("pilot", "reevaluate") or cfg["pilot"].get("sampler") != "vllm":
+        return 0.0
+    return VLLM_HOST_MB + COMPILE_WORKER_MB * stage_threads(cfg, stage)
 
 
 def _round_mb(mb: float) -> int:

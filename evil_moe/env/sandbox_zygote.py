@@ -11,9 +11,10 @@ Processes (one zygote per worker slot):
 * the **forker** (:func:`_forker`), forked by the zygote before it reads anything, is the clean
   template every job is forked from, and (``NS=job``) PID 1 of a PID namespace of its own, so
   no job can signal it or see the zygote. It never receives a job, a result or an expected
-  value, only a job's descriptors (``SCM_RIGHTS``); it forks the job (one fork per job), reaps
-  it and everything it left, and reports the job's status and CPU time from ``ctypes`` buffers
-  it zeroes afterwards: nothing a job did stays in the memory the next job is forked from.
+  value, only a job's descriptors (``SCM_RIGHTS``); it forks the job (one fork per job, a
+  second one for the oracle's calls when the plain run's shutdown ran), reaps it and
+  everything it left, and reports the job's status and CPU time from ``ctypes`` buffers it
+  zeroes afterwards: nothing a job did stays in the memory the next job is forked from.
   Before each fork it resets the namespace's PID counter (``ns_last_pid``), so every job is PID
   2 and its processes count from there.
 * the **job** (:func:`_child`, then :func:`_harness`) reads its own job and runs it.
@@ -32,6 +33,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVA
 # a snapshot of stdout is a memfd under F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE: nobody
 # (no descriptor, no mapping) can change it after that
 SEALS = 0x0002 | 0x0004 | 0x0008
+SIGPENDING = 1024   # signals queued to the job's user at once (each one, and each POSIX timer,
+                    # holds kernel memory): RLIMIT_SIGPENDING
 # set by _main() in the zygote process (and inherited by the forker); SELF: this process's pid
 # (in its own PID namespace); FORKER: the forker's pid as the zygote sees it
 ROOT, DROP, NS, TMPFS, INODES, IN, OUT, _null, SELF, FORKER = (
@@ -57,9 +60,14 @@ def _read_exact(fd, n):
     return buf
 
 
-def _send(obj):
-    data = json.dumps(obj).encode()
-    data = struct.pack(">I", len(data)) + data
+def _send(obj, lines=()):
+    """One reply to the grader: a 4-byte length, then ``obj`` as one line of JSON, then
+    ``lines`` (result records, as the job wrote them) joined by newlines: a record is never
+    encoded again, so the reply is no longer than what was kept of the channels."""
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    if lines:
+        data = b"\n".join([data, *lines])
+    data = memoryview(struct.pack(">I", len(data)) + data)
     while data:
         k = os.write(OUT, data)
         data = data[k:]
@@ -228,24 +236,41 @@ _SYSCALLS = {
     "x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "msgget": 68,
                             "semget": 64, "add_key": 248, "request_key": 249, "keyctl": 250,
                             "mq_open": 240, "socket": 41, "socketpair": 53, "unshare": 272,
-                            "setns": 308,
+                            "setns": 308, "vmsplice": 278, "io_uring_setup": 425,
+                            "io_uring_enter": 426, "io_uring_register": 427, "bpf": 321,
+                            "perf_event_open": 298, "userfaultfd": 323, "inotify_init": 253,
+                            "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
+                            "fanotify_mark": 301, "mincore": 27, "cachestat": 451,
                             "clone": 56, "clone3": 435, "fcntl": 72, "rt_sigaction": 13}),
     "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447, "shmget": 194,
                              "msgget": 186, "semget": 190, "add_key": 217, "request_key": 218,
                              "keyctl": 219, "mq_open": 180, "socket": 198, "socketpair": 199,
-                             "unshare": 97,
-                             "setns": 268, "clone": 220, "clone3": 435, "fcntl": 25,
-                             "rt_sigaction": 134}),
+                             "unshare": 97, "setns": 268, "vmsplice": 75, "io_uring_setup": 425,
+                             "io_uring_enter": 426, "io_uring_register": 427, "bpf": 280,
+                             "perf_event_open": 241, "userfaultfd": 282, "inotify_init1": 26,
+                             "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
+                             "mincore": 232, "cachestat": 451,
+                             "clone": 220, "clone3": 435, "fcntl": 25, "rt_sigaction": 134}),
 }
 # Refused outright (EPERM). Memory outside the address-space limit: memfd (and secret memfd),
 # System V shared memory, message queues and semaphore arrays (2 MB of kernel memory each, up to
 # 32 000 arrays per IPC namespace), sockets (their buffers: ~200 KiB to 8 MiB per socket, more
-# through descriptors in flight). Every IPC object (those, and POSIX message queues): a job
-# leaves none behind, so the jobs of one worker need no IPC namespace each. Namespaces (with a
-# user namespace a job holds CAP_NET_RAW over a network namespace of its own: packet-socket
-# rings). The kernel keyring (not namespaced per job).
+# through descriptors in flight); vmsplice (a pipe slot holds a reference to the page it was
+# given, and a transparent huge page is 2 MiB: 1.76 GiB pinned from 17 MiB of address space,
+# outside every limit, the pipe accounting counting one page per slot); io_uring (registered
+# buffers are pinned pages; its rings), BPF maps, perf rings and userfaultfd (kernel objects
+# and attack surface Docker's default profile refuses too). Every IPC object (those, and POSIX
+# message queues): a job leaves none behind, so the jobs of one worker need no IPC namespace
+# each. Namespaces (with a user namespace a job holds CAP_NET_RAW over a network namespace of
+# its own: packet-socket rings). The kernel keyring (not namespaced per job). Channels to what
+# other processes do on the host: inotify and fanotify (watches on the shared read-only
+# standard library report another worker's imports), mincore and cachestat (page-cache
+# residency of shared files).
 DENIED = ("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open", "socket",
-          "socketpair", "unshare", "setns", "add_key", "request_key", "keyctl")
+          "socketpair", "unshare", "setns", "add_key", "request_key", "keyctl", "vmsplice",
+          "io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open",
+          "userfaultfd", "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init",
+          "fanotify_mark", "mincore", "cachestat")
 # clone() flags that make a namespace (CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER |
 # NEWPID | NEWNET): refused; a plain fork or thread passes.
 CLONE_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | \
@@ -294,7 +319,8 @@ def seccomp_program(machine=None):
     ins(LD, NR)
     ins(JGE, 0x40000000, "enosys", 0)                          # x32 calls on x86_64
     for name in DENIED:
-        ins(JEQ, nr[name], "eperm", 0)
+        if name in nr:                                         # aarch64 has no inotify_init
+            ins(JEQ, nr[name], "eperm", 0)
     ins(JEQ, nr["clone"], "clone", 0)
     ins(JEQ, nr["clone3"], "enosys", 0)
     ins(JEQ, nr["fcntl"], "fcntl", 0)
@@ -348,24 +374,37 @@ def install_seccomp():
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
-def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
-    """Runs in the child after limits are set: the plain run, the oracle calls, the shutdown.
-    Every record goes to the channel ``cfd`` as one line ``NONCE JSON``, written as soon as it
-    is known (so results up to a timeout are kept). ``ofd1``/``ofd2`` are the two stdout memfds
-    (before and after the oracle's calls; each is sealed when its snapshot is taken), ``dfd``
-    the job folder and ``sfd`` the oracle's scratch folder, all opened before the code runs.
-    Never returns."""
+def _harness(job, oracle_only, fds):
+    """Runs in a job process after its limits are set; never returns. ``fds``: the result
+    channels ``pfd`` (the plain run's records) and ``cfd`` (the oracle's), the stdout memfd
+    ``ofd``, the job folder ``dfd``, the oracle's scratch folder ``sfd``, ``/dev/null``
+    ``nfd``, a spare descriptor ``rfd`` and this process's ``/proc/self/stat`` ``tfd``, all
+    opened before the code runs. Every record is one line ``NONCE JSON``, written as soon as it
+    is known (so results up to a timeout are kept).
+
+    The plain run (``oracle_only`` False; ``docs/environment.md``): the module as a script, the
+    mode's one check, and, when anything is registered to run at exit (non-daemon threads
+    ``threading`` joins, its exit hooks, ``atexit`` handlers), the interpreter's shutdown
+    sequence; then the **snapshot**: the result files read, stdout sealed, the ``run`` record
+    written, the plain channel sealed. Only then the oracle's calls: in this process when the
+    shutdown had nothing to do (its state is the plain run's, as a test's asserts would see it),
+    else (exit status 73) in a fresh job process the forker starts once every process of the
+    plain run is gone (``oracle_only``: the module and the check again, output to
+    ``/dev/null``, then the calls). So nothing a call does reaches the snapshot: it is sealed,
+    or taken by a process that no longer exists, before any call starts."""
+    pfd, cfd, ofd, dfd, sfd, nfd, rfd, tfd = fds
     _write, _exit, _type, _len, _getattr, _id = os.write, os._exit, type, len, getattr, id
     _isinstance, _callable, _repr = isinstance, callable, repr
     _fstat, _open, _read, _close, _listdir, _dup2 = (os.fstat, os.open, os.read, os.close,
                                                      os.listdir, os.dup2)
-    _dup, _fchdir, _fcntl = os.dup, os.fchdir, fcntl.fcntl
-    _F_ADD_SEALS, _O_DIRECTORY = fcntl.F_ADD_SEALS, os.O_DIRECTORY
+    _pread, _fchdir, _fcntl = os.pread, os.fchdir, fcntl.fcntl
+    _F_ADD_SEALS, _F_GET_SEALS = fcntl.F_ADD_SEALS, fcntl.F_GET_SEALS
     _S_ISREG = stat.S_ISREG
-    _BaseException, _MemoryError, _SystemExit, _RecursionError = (
-        BaseException, MemoryError, SystemExit, RecursionError)
+    _BaseException, _MemoryError, _SystemExit, _RecursionError, _OSError = (
+        BaseException, MemoryError, SystemExit, RecursionError, OSError)
     _list, _tuple, _set, _fset, _dict, _str, _int, _float, _bool, _typetype = (
         list, tuple, set, frozenset, dict, str, int, float, bool, type)
+    _Fraction, _Decimal = fractions.Fraction, decimal.Decimal
     _encode = _json.make_encoder(None, None, _json.encode_basestring_ascii, None, ":", ",",
                                  False, False, True)
     _join = "".join
@@ -373,16 +412,65 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
     _bupdate = builtins.__dict__.update
     _stdout = sys.stdout
     _modules = sys.modules
+    _ncallbacks, _run_exitfuncs = atexit._ncallbacks, atexit._run_exitfuncs
+    _getrlimit, _setrlimit, _NOFILE = resource.getrlimit, resource.setrlimit, resource.RLIMIT_NOFILE
     sys.argv = ["solution.py"]            # what a script of this name would see, not the zygote's
     sys.orig_argv = [sys.executable, "solution.py"]
-    _run_exitfuncs = atexit._run_exitfuncs
     atexit._clear()  # the zygote's own handlers (if any) are not the code's
     prefix = (job["nonce"] + " ").encode()
     rules = job["rules"]
     result_files = tuple(rules["files"])
     token = rules["token"].encode().upper()
-    flags, _WRONLY = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, os.O_WRONLY
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     mode, test_name, attrs = job["mode"], job["test_name"], tuple(job["attrs"])
+    entry, is_method = job["entry"], job["is_method"]
+    script = os.path.join(ROOT, "job", "solution.py")   # __file__, as `python solution.py` sets it
+    try:                                  # the plain run's channel, as it was before the code ran
+        plain_id = (_fstat(pfd).st_dev, _fstat(pfd).st_ino)
+    except _BaseException:
+        plain_id = None
+
+    def emit(fd, rec):
+        data = prefix + _join(_encode(rec, 0)).encode() + b"\n"
+        while data:
+            try:
+                k = _write(fd, data)
+            except _BaseException:
+                _exit(72)
+            data = data[k:]
+
+    def with_fd(op):
+        """``op()``, which needs a new descriptor: when the code has taken every one it may
+        open, the spare is given up (and the soft limit raised to the hard one) and ``op``
+        tried again."""
+        try:
+            return op()
+        except _OSError as e:
+            if e.errno not in (23, 24):        # ENFILE, EMFILE
+                raise
+        try:
+            _close(rfd)
+        except _BaseException:
+            pass
+        try:
+            _setrlimit(_NOFILE, (_getrlimit(_NOFILE)[1],) * 2)
+        except _BaseException:
+            pass
+        return op()
+
+    def sealed(fd, ident=None):
+        """Seal ``fd`` (a memfd) against every write; True when the kernel says it is sealed and
+        (``ident``) it is still the descriptor it was before the code ran. A shared writable
+        mapping makes the seal fail."""
+        try:
+            if ident is not None:
+                st = _fstat(fd)
+                if (st.st_dev, st.st_ino) != ident:
+                    return False
+            _fcntl(fd, _F_ADD_SEALS, SEALS)
+            return _fcntl(fd, _F_GET_SEALS) & SEALS == SEALS
+        except _BaseException:
+            return False
 
     def reports_pass(fd):
         """The file_marker rule on an open regular file, read in chunks: the token (any case)
@@ -403,43 +491,25 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
                     return False
             if chunk.strip():
                 return False
-    entry, is_method = job["entry"], job["is_method"]
 
-    def seal(fd):
-        """Freeze a stdout memfd: after this no descriptor or mapping can change it (the zygote
-        checks the seals itself; a shared writable mapping makes this fail: then that stdout
-        reports nothing)."""
+    def file_reports_pass():
+        """Whether a result file directly in the job folder (the one opened before the code
+        ran, whatever the code renamed since) reports PASS, each name on its own (one that
+        cannot be read stops nothing). Needs one new descriptor at a time (:func:`with_fd`)."""
         try:
-            _fcntl(fd, _F_ADD_SEALS, SEALS)
+            names = with_fd(lambda: _listdir(dfd))
         except _BaseException:
-            pass
-
-    def observe():
-        """What the mode rules read: stdout's size so far (both memfds) and whether a result file
-        directly in the job folder (the one opened before the code ran, whatever the code
-        renamed since) reports PASS (each name on its own: one that cannot be read stops
-        nothing)."""
-        size = 0
-        for fd in (ofd1, ofd2):
-            try:
-                size += _fstat(fd).st_size
-            except _BaseException:
-                pass
-        found = False
-        try:
-            names = _listdir(dfd)
-        except _BaseException:
-            names = []
-        for fname in names:   # each name on its own: one that cannot be read stops nothing
+            return False
+        for fname in names:
             try:
                 if _type(fname) is not _str or fname.lower() not in result_files:
                     continue
-                fd = _open(fname, flags, dir_fd=dfd)
+                fd = with_fd(lambda: _open(fname, flags, dir_fd=dfd))
             except _BaseException:
                 continue
             try:
                 if _S_ISREG(_fstat(fd).st_mode) and reports_pass(fd):
-                    found = True
+                    return True
             except _BaseException:
                 pass
             finally:
@@ -447,29 +517,37 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
                     _close(fd)
                 except _BaseException:
                     pass
-            if found:
-                break
-        return {"stdout": size, "file": found}
+        return False
 
-    def emit(rec):
-        data = prefix + _join(_encode(rec, 0)).encode() + b"\n"
-        while data:
+    def flush():
+        for f in (sys.stdout, _stdout):
             try:
-                k = _write(cfd, data)
+                f.flush()
             except _BaseException:
-                _exit(72)
-            data = data[k:]
+                pass
+
+    def work_at_exit():
+        """Whether the interpreter's shutdown would run anything: ``threading`` imported (its
+        exit hooks, non-daemon threads), an ``atexit`` handler, or a second thread of the
+        process (``/proc/self/stat``; unreadable counts as yes)."""
+        if "threading" in _modules:
+            return True
+        try:
+            if _ncallbacks():
+                return True
+            return int(_pread(tfd, 4096, 0).rsplit(b")", 1)[1].split()[17]) != 1
+        except _BaseException:
+            return True
 
     budget = [0]
 
-    # Subclasses of the builtin value types whose comparison is the builtin's (no __eq__ /
-    # __ne__ of their own, or the stdlib's own Counter / OrderedDict ones, captured before the
-    # code runs): a test's `==` compares their base value, so that is what is reported, read
-    # through the base type's own slots (never a method of the code).
-    _issubclass = issubclass
+    # Subclasses of the builtin value types (and of Fraction and Decimal) whose comparison is
+    # the base's (no __eq__ / __ne__ of their own, or the stdlib's own Counter / OrderedDict
+    # ones, captured before the code runs): a test's `==` compares their base value, so that is
+    # what is reported, read through the base type's own slots (never a method of the code).
     _mro_of = _typetype.__dict__["__mro__"].__get__
     _dict_of = _typetype.__dict__["__dict__"].__get__
-    _bases = (_int, _float, _str, _list, _tuple, _dict, _set, _fset)
+    _bases = (_int, _float, _str, _list, _tuple, _dict, _set, _fset, _Fraction, _Decimal)
     _stdlib_cmp = {}
     for _cls in (collections.Counter, collections.OrderedDict, collections.defaultdict):
         for _name in ("__eq__", "__ne__"):
@@ -478,19 +556,28 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
     _as_int, _as_float, _as_str = _int.__int__, _float.__float__, _str.__str__
     _iter_list, _iter_tuple, _iter_set, _iter_fset, _items = (
         _list.__iter__, _tuple.__iter__, _set.__iter__, _fset.__iter__, _dict.items)
+    _numerator = _dict_of(_Fraction)["_numerator"].__get__
+    _denominator = _dict_of(_Fraction)["_denominator"].__get__
+    _dec_str = _Decimal.__str__
 
     def builtin_base(t):
-        """The builtin type whose value a subclass ``t`` compares as, or None."""
+        """The base type (of :data:`_bases`) whose value a subclass ``t`` compares as, or None.
+        Found in the class's MRO by identity (``issubclass`` on an ABC such as Fraction can be
+        answered by the code: ``register``)."""
+        mro = _mro_of(t)
         for base in _bases:
-            if _issubclass(t, base):
-                for cls in _mro_of(t):
-                    if cls is base:
-                        return base
-                    d = _dict_of(cls)
-                    for name in ("__eq__", "__ne__"):
-                        if name in d and d[name] is not _stdlib_cmp.get((_id(cls), name)):
-                            return None
-                return None
+            for cls in mro:
+                if cls is base:
+                    break
+            else:
+                continue
+            for cls in mro:
+                if cls is base:
+                    return base
+                d = _dict_of(cls)
+                for name in ("__eq__", "__ne__"):
+                    if name in d and d[name] is not _stdlib_cmp.get((_id(cls), name)):
+                        return None
         return None
 
     def enc(x, depth=0):
@@ -534,6 +621,16 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             return {"s": [enc(e, depth + 1) for e in _iter_fset(x)]}
         if base is _dict:
             return {"d": [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in _items(x)]}
+        if base is _Fraction:      # its two slots, as Fraction's own comparison reads them
+            num, den = _numerator(x), _denominator(x)
+            if _type(num) is not _int or _type(den) is not _int or den <= 0:
+                return {"x": "Fraction"}
+            if num.bit_length() > 12000 or den.bit_length() > 12000:
+                return {"x": "huge-int"}
+            return {"q": [num, den]}
+        if base is _Decimal:       # the exact decimal string (Decimal's own __str__)
+            s = _dec_str(x)
+            return {"D": s} if _type(s) is _str and _len(s) <= 200 else {"x": "huge-decimal"}
         name = t.__name__ if _type(t.__name__) is _str else "?"
         if name == "ListNode":
             vals, seen, node = [], _set(), x
@@ -572,14 +669,26 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             return "recursion"
         return "exception"
 
+    # the records of the run so far go to the plain channel; the oracle-only process has none
+    out = cfd if oracle_only else pfd
+    if not oracle_only:   # the script, as `python solution.py` would find it
+        try:
+            fd = _open("solution.py", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                       0o644, dir_fd=dfd)
+            _write(fd, job["code"].encode("utf-8", "surrogatepass"))
+            _close(fd)
+        except _BaseException:
+            pass
     _mod = types.ModuleType("__main__")
     _modules["__main__"] = _mod
     ns = _mod.__dict__
     ns["__builtins__"] = builtins
+    ns["__file__"] = script
+    ns["__cached__"] = None
     try:
         exec(compile(job["setup"], "<setup>", "exec"), ns)
     except _BaseException:
-        emit({"t": "err", "error": "setup"})
+        emit(out, {"t": "err", "error": "setup"})
         _exit(0)
     # the oracle's call arguments, built before the code runs
     calls = []
@@ -594,11 +703,11 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             calls.append(None)
     del ns["__cap__"]
     try:
-        code = compile(job["code"], "<solution>", "exec")
+        code = compile(job["code"], script, "exec")
     except _BaseException:
-        emit({"t": "err", "error": "syntax"})
+        emit(out, {"t": "err", "error": "syntax"})
         _exit(0)
-    # 1. the plain run: the module, the mode's one check, the interpreter's shutdown sequence
+    # 1-2. the plain run (docs/environment.md's steps): the module as a script, the mode's check
     try:
         exec(code, ns)
     except _BaseException as e:
@@ -606,7 +715,7 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             exc = (_type(e).__name__ + ": " + _str(e))[:200]
         except _BaseException:
             exc = "?"
-        emit({"t": "err", "error": err_name(e), "exc": exc if _type(exc) is _str else "?"})
+        emit(out, {"t": "err", "error": err_name(e), "exc": exc if _type(exc) is _str else "?"})
         _exit(0)
     check = None
     if mode == "run_tests":  # the module-level function, else (or if it raises) the method
@@ -640,33 +749,41 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
                         break
                 except _BaseException:
                     pass
-    emit({"t": "check", "ok": check})
-    for f in (sys.stdout, _stdout):
-        try:
-            f.flush()
-        except _BaseException:
-            pass
-    # the snapshot the mode rules read if the job ends during the oracle's calls (an exit, a
-    # timeout): stdout so far is sealed (nothing written later, by any process, thread or
-    # mapping, can change it), the result files are read now
-    seal(ofd1)
-    seen = observe()
-    seen["t"] = "pre"
-    emit(seen)
-    # 2. the oracle: call the entry point on each test's arguments (the parent compares). As in
-    # a test script, the calls come before the interpreter's shutdown; they print nowhere and
-    # their working folder is a scratch folder outside the job folder (opened before the code
-    # ran), so nothing they print or write with a relative path counts for the mode's grade.
-    saved, cwd = -1, -1
+    flush()
+    if not oracle_only:
+        emit(pfd, {"t": "check", "ok": check})
+        # 3. the interpreter's shutdown, as Py_FinalizeEx does it (threading's exit hooks, e.g.
+        # concurrent.futures stopping its workers, then non-daemon threads joined; atexit
+        # handlers; stdout flushed), when it has anything to run
+        fresh = work_at_exit()
+        if fresh:
+            try:
+                th = _modules.get("threading")
+                if th is not None:
+                    th._shutdown()
+            except _BaseException:
+                pass
+            try:
+                _run_exitfuncs()
+            except _BaseException:
+                pass
+            flush()
+        # 4. the snapshot the mode rules read: nothing written after it counts
+        found = file_reports_pass()
+        size = 0
+        if sealed(ofd):
+            try:
+                size = _fstat(ofd).st_size
+            except _BaseException:
+                pass
+        emit(pfd, {"t": "run", "stdout": size, "file": found})
+        if not sealed(pfd, plain_id) or fresh:
+            _exit(73)   # the oracle's calls run in a fresh process, once this one is gone
+    # 5. the oracle: the entry point on each test's arguments (the parent compares). They
+    # print nowhere and their working folder is a scratch folder outside the job folder (opened
+    # before the code ran); the plain run's snapshot is sealed by now.
     try:
-        saved = _dup(1)
-        nfd = _open("/dev/null", _WRONLY)
         _dup2(nfd, 1)
-        _close(nfd)
-    except _BaseException:
-        pass
-    try:
-        cwd = _open(".", _O_DIRECTORY)
     except _BaseException:
         pass
     try:
@@ -675,13 +792,13 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
         pass
     for i, c in enumerate(calls):
         if c is None:
-            emit({"t": "r", "i": i, "r": ["argerror"]})
+            emit(cfd, {"t": "r", "i": i, "r": ["argerror"]})
             continue
         try:
             fn = _getattr(ns["Solution"](), entry) if is_method else ns[entry]
             r = fn(*c[0], **c[1])
         except _BaseException as e:
-            emit({"t": "r", "i": i, "r": ["error", err_name(e)]})
+            emit(cfd, {"t": "r", "i": i, "r": ["error", err_name(e)]})
             continue
         try:
             _bupdate(_bsaved)
@@ -689,57 +806,17 @@ def _harness(job, cfd, ofd1, ofd2, dfd, sfd):
             v = enc(r)
         except _BaseException:
             v = {"x": "unserialisable"}
-        emit({"t": "r", "i": i, "r": ["ok", v]})
-    for f in (sys.stdout, _stdout):   # what the calls printed goes to /dev/null
-        try:
-            f.flush()
-        except _BaseException:
-            pass
-    try:
-        _fchdir(cwd if cwd >= 0 else dfd)   # where the plain run left its working folder
-        if cwd >= 0:
-            _close(cwd)
-    except _BaseException:
-        pass
-    # the oracle's calls are done: from here a job that does not reach its end has not finished
-    emit({"t": "post"})
-    try:   # stdout continues in the second memfd (unless the code had pointed fd 1 elsewhere)
-        a, b = _fstat(saved), _fstat(ofd1)
-        _dup2(ofd2 if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else saved, 1)
-        _close(saved)
-    except _BaseException:
-        pass
-    # 3. the rest of the plain run: what Py_FinalizeEx does first (threading's exit hooks, e.g.
-    # concurrent.futures stopping its workers, then non-daemon threads joined; atexit handlers;
-    # stdout flushed)
-    try:
-        th = _modules.get("threading")
-        if th is not None:
-            th._shutdown()
-    except _BaseException:
-        pass
-    try:
-        _run_exitfuncs()
-    except _BaseException:
-        pass
-    for f in (sys.stdout, _stdout):
-        try:
-            f.flush()
-        except _BaseException:
-            pass
-    seal(ofd2)
-    seen = observe()
-    seen["t"] = "run"
-    emit(seen)
-    emit({"t": "end"})
+        emit(cfd, {"t": "r", "i": i, "r": ["ok", v]})
+    emit(cfd, {"t": "end"})
     _exit(0)
 
 
-def _child(jobfd, out1, out2, chan, parent):
-    """The job process (forked by the forker, whose pid is ``parent``): reads its own job
+def _child(jobfd, out, plain, chan, parent, oracle_only=False):
+    """A job process (forked by the forker, whose pid is ``parent``): reads its own job
     (``jobfd``), sets its descriptors, uid, capabilities, seccomp filter and limits, then runs
-    :func:`_harness`. Exit status 71: the sandbox could not be set up (the job fails closed,
-    labelled ``sandbox``)."""
+    :func:`_harness`: the plain run (``out`` its stdout, ``plain`` its records, ``chan`` the
+    oracle's), or (``oracle_only``) only the oracle's calls, stdout ``/dev/null``. Exit status
+    71: the sandbox could not be set up (the job fails closed, labelled ``sandbox``)."""
     try:
         os.setpgid(0, 0)
         _libc.prctl(1, signal.SIGKILL, 0, 0, 0)     # PR_SET_PDEATHSIG
@@ -747,24 +824,31 @@ def _child(jobfd, out1, out2, chan, parent):
             os._exit(71)
         job = json.loads(os.pread(jobfd, os.fstat(jobfd).st_size, 0))
         d, scratch = os.path.join(ROOT, "job"), os.path.join(ROOT, "oracle")
-        cfd, ofd1, ofd2, dfd, sfd = random.sample(range(64, 250), 5)
+        pfd, cfd, ofd, dfd, sfd, nfd, rfd, tfd = random.sample(range(64, 250), 8)
         os.dup2(chan, cfd)
-        os.dup2(out1, ofd1, inheritable=False)
-        os.dup2(out2, ofd2, inheritable=False)
         os.dup2(_null, 0)
-        os.dup2(out1, 1)
+        os.dup2(_null if oracle_only else out, 1)
         os.dup2(_null, 2)
-        keep = sorted((cfd, ofd1, ofd2))
+        os.dup2(_null, nfd, inheritable=False)
+        os.dup2(_null, rfd, inheritable=False)    # given up when the code took every descriptor
+        if oracle_only:      # neither the plain run's stdout nor its records are within reach
+            pfd = ofd = dfd = tfd = -1
+        else:
+            os.dup2(plain, pfd, inheritable=False)
+            os.dup2(out, ofd, inheritable=False)
+        keep = sorted(fd for fd in (pfd, cfd, ofd, nfd, rfd) if fd >= 0)
         lo = 3
         for fd in keep:
             os.closerange(lo, fd)
             lo = fd + 1
         os.closerange(lo, 4096)
-        os.chdir(d)
-        # the job folder and the oracle's scratch folder, held open before the code runs (and
-        # before the uid drop: their parents need not be searchable by the job's uid)
-        os.dup2(os.open(d, os.O_RDONLY | os.O_DIRECTORY), dfd, inheritable=False)
+        os.chdir(scratch if oracle_only else d)
+        # the job folder, the oracle's scratch folder and /proc/self/stat, held open before the
+        # code runs (and before the uid drop: their parents need not be searchable by its uid)
         os.dup2(os.open(scratch, os.O_RDONLY | os.O_DIRECTORY), sfd, inheritable=False)
+        if not oracle_only:
+            os.dup2(os.open(d, os.O_RDONLY | os.O_DIRECTORY), dfd, inheritable=False)
+            os.dup2(os.open("/proc/self/stat", os.O_RDONLY), tfd, inheritable=False)
         os.closerange(3, 64)
         uid = job.get("uid")
         if DROP and uid is not None:
@@ -788,12 +872,16 @@ def _child(jobfd, out1, out2, chan, parent):
         resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # no locked memory (mlock, SHM_LOCK); queued signals and POSIX timers (kernel memory
+        # each) bounded
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+        resource.setrlimit(resource.RLIMIT_SIGPENDING, (SIGPENDING, SIGPENDING))
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": d, "TMPDIR": d, "LANG": "C.UTF-8"})
         random.seed()
     except BaseException:
         os._exit(71)
-    _harness(job, cfd, ofd1, ofd2, dfd, sfd)
+    _harness(job, oracle_only, (pfd, cfd, ofd, dfd, sfd, nfd, rfd, tfd))
 
 
 def _stat_fields(pid):
@@ -835,13 +923,15 @@ def _classify(st, cpu, killed, cpu_rlimit):
 
 
 MAX_DEPTH = 128      # JSON nesting of one record (the harness encodes values 40 levels deep)
-_TAGS = {"f": str, "x": str, "t": list, "s": list, "L": list, "T": list, "d": list}
+_TAGS = {"f": str, "x": str, "D": str, "t": list, "s": list, "L": list, "T": list, "d": list,
+         "q": list}
 
 
 def valid_value(v):
     """True when ``v`` (parsed JSON) is a value in the harness's tagged encoding: JSON scalars,
-    lists, and one-key objects ``{"f": str}``, ``{"x": str}``, ``{"t"|"s"|"L"|"T": list}``,
-    ``{"d": [[key, value], ...]}``, at most :data:`MAX_DEPTH` levels deep. Iterative: a forged
+    lists, and one-key objects ``{"f"|"x"|"D": str}`` (``D``: a Decimal), ``{"t"|"s"|"L"|"T":
+    list}``, ``{"d": [[key, value], ...]}``, ``{"q": [int, int]}`` (a Fraction), at most
+    :data:`MAX_DEPTH` levels deep. Iterative: a forged
     record of any depth costs a pass over its nodes, never the recursion limit."""
     stack = [(v, 1)]
     while stack:
@@ -859,8 +949,11 @@ def valid_value(v):
         (tag, payload), = x.items()
         if _TAGS.get(tag) is not type(payload):
             return False
-        if tag in ("f", "x"):
+        if tag in ("f", "x", "D"):
             if len(payload) > 200:
+                return False
+        elif tag == "q":
+            if len(payload) != 2 or any(type(e) is not int for e in payload):
                 return False
         elif tag == "d":
             for pair in payload:
@@ -875,7 +968,7 @@ def valid_value(v):
 
 def valid_record(rec):
     """True when ``rec`` has the exact shape of one harness record (see :func:`_harness`):
-    ``check``/``pre``/``post``/``run``/``err``/``end`` with their fields only, or ``r`` with an int index and
+    ``check``/``run``/``err``/``end`` with their fields only, or ``r`` with an int index and
     ``["ok", value]`` | ``["error", str]`` | ``["argerror"]``."""
     if type(rec) is not dict:
         return False
@@ -892,71 +985,79 @@ def valid_record(rec):
         return r == ["argerror"]
     if t == "check":
         return keys == {"t", "ok"} and (rec["ok"] is None or type(rec["ok"]) is bool)
-    if t in ("run", "pre"):
+    if t == "run":
         return keys == {"t", "stdout", "file"} and type(rec["stdout"]) is int and \
             type(rec["file"]) is bool
     if t == "err":
         return keys <= {"t", "error", "exc"} and type(rec.get("error")) is str and \
             len(rec["error"]) <= 64 and type(rec.get("exc", "")) is str and \
             len(rec.get("exc", "")) <= 400
-    if t in ("end", "post"):
+    if t == "end":
         return keys == {"t"}
     return False
 
 
-def _read_records(fd, nonce, total_max, line_max):
-    """The records of the result channel: at most total_max bytes are read; only lines that
-    start with the job's nonce, are at most line_max bytes long, parse as JSON and have the
-    exact shape of a harness record (:func:`valid_record`) are kept; the rest are counted as
-    dropped. The parent therefore only ever receives flat, bounded records."""
+SHORT = 512   # bytes of a record that is not a result (check, run, err, end): a few dozen
+
+
+def _read_records(fd, nonce, total_max, kept, max_records):
+    """The records of one result channel, as the job wrote them: at most ``total_max`` bytes
+    are read and at most ``max_records`` lines that start with the job's nonce are looked at
+    (the harness writes one per test and a few more, the zygote looks at four times as many;
+    finding them costs a ``find`` each, never a pass per line); only those that parse as JSON
+    and have the exact shape of a harness
+    record (:func:`valid_record`) are kept, results (``r``) while ``kept[0]``, the bytes of
+    results the reply may still carry, allows, others when at most :data:`SHORT` bytes long.
+    So the reply never holds more than its bound and the parent only ever receives flat,
+    bounded records. Returns ``(lines, info)``: ``info`` counts what was read, refused
+    (``invalid``: no harness shape) and left out (``over``: past the bound or the count)."""
     size = os.fstat(fd).st_size
     data = os.pread(fd, min(size, total_max), 0)
     prefix = (nonce + " ").encode()
-    out, dropped, invalid = [], 0, 0
-    start = 0
-    n = len(data)
-    while start < n:
+    out, invalid, over, seen = [], 0, 0, 0
+    mark = b"\n" + prefix
+    at = data.find(mark)
+    start = 0 if data.startswith(prefix) else at + 1 if at >= 0 else -1
+    while start >= 0:
+        seen += 1
+        if seen > max_records:
+            over += 1 + data.count(mark, start)
+            break
         end = data.find(b"\n", start)
-        if end < 0:
-            end = n
-        if data.startswith(prefix, start):
-            if end - start > line_max:
-                dropped += 1
+        end = len(data) if end < 0 else end
+        body = data[start + len(prefix):end]
+        if len(body) > max(kept[0], SHORT):
+            over += 1
+        else:
+            try:
+                rec = json.loads(body)
+                ok = valid_record(rec)
+            except Exception:   # ValueError, RecursionError, MemoryError alike
+                rec, ok = None, False
+            if not ok:
+                invalid += 1
+            elif rec["t"] == "r" and len(body) > kept[0] or rec["t"] != "r" and len(body) > SHORT:
+                over += 1
             else:
-                try:
-                    rec = json.loads(data[start + len(prefix):end])
-                    ok = valid_record(rec)
-                except Exception:   # ValueError, RecursionError, MemoryError alike
-                    rec, ok = None, False
-                if ok:
-                    out.append(rec)
-                else:
-                    invalid += 1
-        start = end + 1
-    return out, {"bytes": size, "truncated": size > total_max, "dropped": dropped,
-                 "invalid": invalid}
+                out.append(body)
+                if rec["t"] == "r":
+                    kept[0] -= len(body)
+        at = data.find(mark, end)
+        start = at + 1 if at >= 0 else -1
+    return out, {"bytes": size, "truncated": size > total_max, "invalid": invalid, "over": over}
 
 
-def _stdout_markers(out1, out2, cap, pattern):
-    """The stdout_marker rule on the two stdout snapshots: ``{"pre": bool, "run": bool}``.
-    ``pre`` reads the first memfd (stdout up to the step-3 snapshot), ``run`` both (the whole
-    plain run, the oracle's calls aside). A memfd counts only when the kernel says it is sealed
-    (:data:`SEALS`): then nothing can have changed it since its snapshot; otherwise (the job
-    ended first, or a shared writable mapping blocked the seal) that snapshot reports False."""
-    def sealed(fd):
-        try:
-            return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
-        except OSError:
+def _stdout_marker(out, cap, pattern):
+    """The stdout_marker rule on the plain run's stdout (at most ``cap`` bytes of it): True
+    when the memfd is sealed (:data:`SEALS`: nothing can have changed it since the snapshot;
+    the job ended first, or a shared writable mapping blocked the seal: False) and a line of
+    it matches ``pattern``."""
+    try:
+        if fcntl.fcntl(out, fcntl.F_GET_SEALS) & SEALS != SEALS:
             return False
-    out = {"pre": False, "run": False}
-    if not sealed(out1):
-        return out
-    first = os.pread(out1, min(os.fstat(out1).st_size, cap), 0)
-    out["pre"] = re.search(pattern, first) is not None
-    if sealed(out2):
-        second = os.pread(out2, min(os.fstat(out2).st_size, cap), 0)
-        out["run"] = out["pre"] if not second else re.search(pattern, first + second) is not None
-    return out
+    except OSError:
+        return False
+    return re.search(pattern, os.pread(out, min(os.fstat(out).st_size, cap), 0)) is not None
 
 
 def _mount(src, target, fstype, flags, data=None):
@@ -972,14 +1073,18 @@ JOB_DIRS = (("job", 0o700, None), ("oracle", 0o700, None), ("tmp", 0o1777, "/tmp
 
 def _job_folders(uid):
     """Before a job: ``NS=job``: a fresh tmpfs on ``ROOT`` of ``TMPFS`` bytes and ``INODES``
-    inodes, holding the job folder ``job``, the oracle's scratch folder ``oracle`` and the
-    job's ``/tmp`` and ``/dev/shm`` (bind mounts of ``tmp`` and ``shm``: one superblock per
-    job, one bound for all four); detached after the job (:func:`_drop_folders`). Otherwise
-    ``job`` and ``oracle`` in ``ROOT``. The job's own folders are owned by its uid when it drops
-    to one."""
+    inodes (``huge=never``), holding the job folder ``job``, the oracle's scratch folder
+    ``oracle`` and the job's ``/tmp`` and ``/dev/shm`` (bind mounts of ``tmp`` and ``shm``: one
+    superblock per job, one bound for all four); detached after the job
+    (:func:`_drop_folders`). Otherwise ``job`` and ``oracle`` in ``ROOT``. The job's own
+    folders are owned by its uid when it drops to one."""
     if NS == "job":
-        _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-               ("size=%d,nr_inodes=%d,mode=0755" % (TMPFS, INODES)).encode())
+        opts = "size=%d,nr_inodes=%d,mode=0755" % (TMPFS, INODES)
+        try:   # small pages: a pipe slot splicing a page of a deleted file pins 4 KiB, not 2 MiB
+            _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                   (opts + ",huge=never").encode())
+        except OSError:   # a kernel without transparent huge pages has no such option
+            _mount(b"tmpfs", ROOT.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts.encode())
     for name, mode, where in JOB_DIRS:
         if where is not None and NS != "job":
             continue
@@ -1038,18 +1143,21 @@ def _forker_proc():
 
 
 def _forker(sock):
-    """The forker: the clean template every job is forked from (forked by the zygote before it
-    read anything), and the reaper of every job process. Per job it receives the job's
-    descriptors (the job, two stdout memfds, the result channel), resets the PID counter of its
-    namespace (``NS=job``: the job is PID 2), forks the job (:func:`_child`), waits for it (or
-    kills it when the zygote says ``k``: CPU budget or wall-clock backstop), then kills every
-    other process of the job (``NS=job``: ``kill(-1)``, which as PID 1 reaches every process of
-    its namespace and lets none start after it) and reaps them all. It sends the zygote the
-    job's wait status and three ``struct rusage`` (the job's own; its children's before and
-    after: the difference is the CPU of every process of the job) straight from ``ctypes``
-    buffers, then zeroes them: no value that depends on a job ever becomes a Python object here,
-    so the next job, forked from this memory, cannot read what an earlier one did. Exits when
-    the zygote closes the socket; never returns."""
+    """The forker: the clean template every job process is forked from (forked by the zygote
+    before it read anything), and the reaper of every job process. Per job it receives the
+    job's descriptors (``j``: the job, the stdout memfd, the plain run's and the oracle's
+    result channels), resets the PID counter of its namespace (``NS=job``: the job is PID 2),
+    forks the job (:func:`_child`), waits for it (or kills it when the zygote says ``k``: CPU
+    budget or wall-clock backstop), then kills every other process of the job (``NS=job``:
+    ``kill(-1)``, which as PID 1 reaches every process of its namespace and lets none start
+    after it) and reaps them all. It sends the zygote the process's wait status and three
+    ``struct rusage`` (its own; its children's before and after: the difference is the CPU of
+    every process of the job) straight from ``ctypes`` buffers, then zeroes them: no value
+    that depends on a job ever becomes a Python object here, so the next job, forked from this
+    memory, cannot read what an earlier one did. The zygote then says ``o`` (the plain run
+    asked for a fresh process for the oracle's calls: one more process, on the same
+    descriptors, reported the same way) or ``d`` (the job is over: its descriptors are
+    closed). Exits when the zygote closes the socket; never returns."""
     global SELF
     _libc.prctl(1, signal.SIGKILL, 0, 0, 0)         # PR_SET_PDEATHSIG: the zygote died
     signal.signal(signal.SIGINT, signal.SIG_DFL)    # as PID 1 no handler: no job can signal it
@@ -1064,14 +1172,25 @@ def _forker(sock):
     else:
         _libc.prctl(36, 1, 0, 0, 0)                 # PR_SET_CHILD_SUBREAPER
     sock.send(b"r")                                 # ready: /proc is this namespace's now
+    held = []                                       # the descriptors of the job under way
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 16, 8)
         except OSError:
             os._exit(0)
-        if msg == b"k" and not fds:   # "k" sent as the job's report crossed it: already over
+        if msg in (b"k", b"d") and not fds:   # "k" crossed the report: the process is gone
+            if msg == b"d":
+                for fd in held:
+                    os.close(fd)
+                held = []
             continue
-        if msg != b"j" or len(fds) != 4:
+        if msg == b"j" and len(fds) == 4:
+            for fd in held:
+                os.close(fd)
+            held, oracle = fds, False
+        elif msg == b"o" and not fds and held:
+            oracle = True
+        else:
             os._exit(0)
         if NS == "job":
             os.pwrite(last_pid, b"1", 0)            # the next PID is 2
@@ -1080,44 +1199,84 @@ def _forker(sock):
         if pid == 0:
             try:
                 sock.close()
-                _child(fds[0], fds[1], fds[2], fds[3], SELF)
+                _child(held[0], held[1], held[2], held[3], SELF, oracle)
             finally:
                 os._exit(70)
-        for fd in fds:
-            os.close(fd)
-        pfd = os.pidfd_open(pid)
-        while pfd not in select.select([pfd, sock], [], [])[0]:
-            if not sock.recv(16):                   # "k": the job ran out of time
-                os._exit(0)
-            if NS == "job":
-                lib.kill(-1, signal.SIGKILL)
-            else:
-                for kill in (os.killpg, os.kill):
-                    try:
-                        kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-        os.close(pfd)
-        lib.wait4(pid, ctypes.byref(status), 0, ctypes.byref(ru_job))
-        if NS == "job":
-            while True:                             # every other process of the namespace
-                lib.kill(-1, signal.SIGKILL)
-                ctypes.set_errno(0)
-                lib.waitpid(-1, None, 0)
-                if ctypes.get_errno() == 10:         # ECHILD: none is left
-                    break
-        else:
-            _kill_all()
+        _reap_job(lib, sock, pid, status, ru_job)
         lib.getrusage(-1, ctypes.byref(ru1))
         sock.sendmsg(bufs)
         for b in bufs:
             ctypes.memset(ctypes.addressof(b), 0, ctypes.sizeof(b))
 
 
+def _reap_job(lib, sock, pid, status, ru_job):
+    """The forker's wait for one job process ``pid`` (:func:`_forker`): until it ends, or kill it
+    when the zygote says ``k`` (exit when the zygote closed the socket); then its wait status and
+    ``struct rusage`` into the ``ctypes`` buffers ``status`` and ``ru_job``, and every other
+    process of the job killed and reaped (``NS=job``: ``kill(-1)`` as PID 1)."""
+    pfd = os.pidfd_open(pid)
+    while pfd not in select.select([pfd, sock], [], [])[0]:
+        if not sock.recv(16):                   # "k": the job ran out of time
+            os._exit(0)
+        if NS == "job":
+            lib.kill(-1, signal.SIGKILL)
+        else:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    os.close(pfd)
+    lib.wait4(pid, ctypes.byref(status), 0, ctypes.byref(ru_job))
+    if NS == "job":
+        while True:                             # every other process of the namespace
+            lib.kill(-1, signal.SIGKILL)
+            ctypes.set_errno(0)
+            lib.waitpid(-1, None, 0)
+            if ctypes.get_errno() == 10:         # ECHILD: none is left
+                break
+    else:
+        _kill_all()
+
+
+def _wait_report(sock, job, t0, base, killed):
+    """Wait for the forker's report on the job's current process, enforcing the CPU budget
+    (``base``: the CPU seconds of the job's processes already reaped, plus what ``/proc`` shows
+    of the live ones) and the wall-clock backstop (from ``t0``); ``k`` tells the forker to kill
+    the job. Returns ``(report, cpu seen, killed)``."""
+    cpu_limit, wall_limit = job["cpu"], job["wall"]
+    cpu = base
+    while True:
+        # the job cannot burn CPU faster than NCPU seconds per second: sleep until it could be due
+        if killed is None:
+            rem_wall = wall_limit - (time.monotonic() - t0)
+            wait = max(0.002, min(rem_wall, (cpu_limit - cpu) / NCPU))
+        else:
+            wait = t0 + wall_limit + 20.0 - time.monotonic()
+            if wait <= 0:
+                raise OSError("the forker did not end the job in time")
+        if select.select([sock], [], [], wait)[0]:
+            data = sock.recv(4096)
+            if not data:
+                raise OSError("the forker died")
+            if len(data) != 4 + 3 * 144:
+                raise OSError("the forker's report has %d bytes" % len(data))
+            return data, cpu, killed
+        if killed is None:
+            cpu = base + _job_cpu()
+            if cpu >= cpu_limit:
+                killed = "cpu"
+            elif time.monotonic() - t0 >= wall_limit:
+                killed = "wall"
+            if killed:
+                sock.send(b"k")
+
+
 def _run_job(job, body, sock):
     """One job, in the zygote: fresh folders, the job's descriptors to the forker, the CPU budget
-    and wall-clock backstop enforced (the forker kills the job on ``k``), then its report, result
-    channel and stdout read here."""
+    and wall-clock backstop enforced over every process of the job (the forker kills the job on
+    ``k``), a second process for the oracle's calls when the plain run asks for one (exit status
+    73, :func:`_harness`), then the result channels and stdout read here."""
     fds = []
     lim = job["limits"]
     _job_folders(job.get("uid"))
@@ -1125,55 +1284,39 @@ def _run_job(job, body, sock):
         jobfd = os.memfd_create("job", os.MFD_CLOEXEC)
         fds.append(jobfd)
         os.write(jobfd, body)
-        out1 = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        fds.append(out1)
-        out2 = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        fds.append(out2)
-        chan = os.memfd_create("chan", os.MFD_CLOEXEC)
-        fds.append(chan)
+        out = os.memfd_create("out", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fds.append(out)
+        for name in ("plain", "chan"):   # what is written stays: no one may truncate a channel
+            fds.append(os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
+            fcntl.fcntl(fds[-1], fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        plain, chan = fds[2], fds[3]
         socket.send_fds(sock, [b"j"], fds)          # SCM_RIGHTS
         os.close(jobfd)
         fds.remove(jobfd)
-        cpu_limit, wall_limit = job["cpu"], job["wall"]
-        t0 = time.monotonic()
-        killed, cpu, data = None, 0.0, b""
-        while not data:
-            # the job cannot burn CPU faster than NCPU seconds per second: sleep until it could be due
-            if killed is None:
-                rem_wall = wall_limit - (time.monotonic() - t0)
-                wait = max(0.002, min(rem_wall, (cpu_limit - cpu) / NCPU))
-            else:
-                wait = t0 + wall_limit + 20.0 - time.monotonic()
-                if wait <= 0:
-                    raise OSError("the forker did not end the job in time")
-            if select.select([sock], [], [], wait)[0]:
-                data = sock.recv(4096)
-                if not data:
-                    raise OSError("the forker died")
+        t0, base, killed, oracle = time.monotonic(), 0.0, None, False
+        while True:
+            data, cpu, killed = _wait_report(sock, job, t0, base, killed)
+            st = struct.unpack("i", data[:4])[0]
+            own = _seconds(data[4:148])
+            base += _seconds(data[148 + 144:]) - _seconds(data[148:148 + 144])
+            if killed is None and base >= job["cpu"]:
+                killed = "cpu"
+            if killed or oracle or not (os.WIFEXITED(st) and os.WEXITSTATUS(st) == 73):
                 break
-            if killed is None:
-                cpu = _job_cpu()
-                if cpu >= cpu_limit:
-                    killed = "cpu"
-                elif time.monotonic() - t0 >= wall_limit:
-                    killed = "wall"
-                if killed:
-                    sock.send(b"k")
-        if len(data) != 4 + 3 * 144:
-            raise OSError("the forker's report has %d bytes" % len(data))
-        st = struct.unpack("i", data[:4])[0]
-        own = _seconds(data[4:148])
-        total = _seconds(data[148 + 144:]) - _seconds(data[148:148 + 144])
-        if killed is None and total >= cpu_limit:
-            killed = "cpu"
-        records, chan_info = _read_records(chan, job["nonce"], lim["chan"], lim["line"])
-        status = {"error": _classify(st, own, killed, lim["cpu_rlimit"]), "cpu": max(cpu, total),
+            oracle = True
+            sock.send(b"o")                         # the oracle's calls, in a fresh process
+        sock.send(b"d")
+        kept, most = [lim["reply"]], 4 * (len(job["calls"]) + 8)
+        plain_lines, info = _read_records(plain, job["nonce"], lim["chan"], kept, most)
+        oracle_lines, more = _read_records(chan, job["nonce"], lim["chan"], kept, most)
+        info = {k: info[k] or more[k] if k == "truncated" else info[k] + more[k] for k in info}
+        status = {"error": _classify(st, own, killed, lim["cpu_rlimit"]), "cpu": max(cpu, base),
                   "killed": killed, "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
-                  "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None}
-        return {"left": 0, "status": status, "records": records, "chan": chan_info,
-                "stdout_marker": _stdout_markers(out1, out2, lim["fsize"],
-                                                 job["rules"]["marker_re"].encode()),
-                "stdout_bytes": os.fstat(out1).st_size + os.fstat(out2).st_size}
+                  "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None, "oracle": oracle}
+        return {"left": 0, "status": status, "plain": len(plain_lines), "chan": info,
+                "stdout_marker": _stdout_marker(out, lim["fsize"],
+                                                job["rules"]["marker_re"].encode()),
+                "stdout_bytes": os.fstat(out).st_size}, plain_lines + oracle_lines
     finally:
         for fd in fds:
             os.close(fd)
@@ -1228,11 +1371,11 @@ def _main():
             break
         job = json.loads(body)
         try:
-            reply = _run_job(job, body, zs)
+            reply, lines = _run_job(job, body, zs)
         except BaseException as e:
-            reply = {"fatal": repr(e)}
+            reply, lines = {"fatal": repr(e)[:500]}, ()
         reply["nonce"] = job["nonce"]
-        _send(reply)
+        _send(reply, lines)
         if "fatal" in reply:
             break        # the grader restarts this worker
 

@@ -6,15 +6,19 @@ the parent's work per completion (:data:`PARENT_SECONDS`, 2 million values;
 :class:`ReportTooCostly`). :func:`values_match` compares a decoded value with an expected value
 (:func:`evil_moe.env.oracle.eval_expected`) with Python ``==`` semantics, except that a float
 expected value matches with ``math.isclose(rel_tol=1e-6, abs_tol=1e-6)`` (:data:`FLOAT_TOL`); an
-int expected value matches exactly, as ``==`` would. Sets and dict keys compare through
-:func:`canon`, so a forged report costs linear time.
+int expected value matches exactly, as ``==`` would. A ``fractions.Fraction`` or
+``decimal.Decimal`` answer is the number it holds (``Fraction(3, 2) == 1.5``); NaN equals
+nothing, itself included. Sets and dict keys compare through :func:`canon`, so a forged report
+costs linear time.
 """
 
 from __future__ import annotations
 
+import decimal
 import math
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Iterable
 
 FLOAT_TOL = 1e-6
@@ -71,22 +75,54 @@ class DecodeBudget:
             raise ReportTooCostly("report too slow to decode")
 
 
-def canon(x: Any) -> str | None:
-    """A string that is equal for two decoded hashable values exactly when Python's ``==`` says
-    they are equal (``True == 1 == 1.0``, ``-0.0 == 0``), or None for a value equal to nothing
-    here (NaN, unhashable or opaque values). Set elements and dict keys are compared through it,
-    so a forged report of values that share one ``hash`` costs linear time (strings hash with a
-    secret key), never a quadratic set build."""
-    if x is None:
-        return "N"
+DECIMAL_EXPONENT = 5000   # beyond it a Decimal equals no int, float or Fraction a report can hold
+
+
+def _canon_number(x: Any) -> str | None:
+    """:func:`canon` of an int, float, Fraction or Decimal: equal numbers, equal strings (an
+    integral value as the int, a Fraction a float holds exactly as the float; a Decimal as the
+    Fraction it equals, or, past :data:`DECIMAL_EXPONENT`, as its digits without trailing zeros:
+    an int or Fraction that large has more digits than a report's JSON may carry)."""
+    if isinstance(x, decimal.Decimal):
+        if x.is_nan():
+            return None
+        if x.is_infinite():
+            return _canon_number(-math.inf if x.is_signed() else math.inf)
+        if x.is_zero() or abs(x.adjusted()) <= DECIMAL_EXPONENT:
+            return _canon_number(Fraction(x))
+        sign, digits, exp = x.as_tuple()
+        text = "".join(map(str, digits))
+        kept = text.rstrip("0")
+        return "D" + "-" * sign + kept + "e" + str(exp + len(text) - len(kept))
+    if isinstance(x, Fraction):
+        if x.denominator == 1:
+            return "i" + hex(x.numerator)
+        try:
+            f = float(x)
+        except OverflowError:
+            f = math.inf
+        if math.isfinite(f) and Fraction(f) == x:
+            return "f" + f.hex()
+        return f"q{x.numerator:x}/{x.denominator:x}"
     if isinstance(x, bool) or isinstance(x, int):
         return "i" + hex(int(x))
-    if isinstance(x, float):
-        if math.isnan(x):
-            return None
-        if math.isfinite(x) and x.is_integer():
-            return "i" + hex(int(x))
-        return "f" + x.hex()
+    if math.isnan(x):
+        return None
+    if math.isfinite(x) and x.is_integer():
+        return "i" + hex(int(x))
+    return "f" + x.hex()
+
+
+def canon(x: Any) -> str | None:
+    """A string that is equal for two decoded hashable values exactly when Python's ``==`` says
+    they are equal (``True == 1 == 1.0``, ``-0.0 == 0``, ``Fraction(1, 2) == 0.5``), or None for
+    a value equal to nothing here (NaN, unhashable or opaque values). Set elements and dict keys
+    are compared through it, so a forged report of values that share one ``hash`` costs linear
+    time (strings hash with a secret key), never a quadratic set build."""
+    if x is None:
+        return "N"
+    if isinstance(x, (bool, int, float, Fraction, decimal.Decimal)):
+        return _canon_number(x)
     if isinstance(x, str):
         return "s" + x
     if isinstance(x, tuple):
@@ -186,6 +222,17 @@ def decode(v: Any, budget: DecodeBudget | None = None) -> Any:
                     continue
                 items[c] = decode(pair[1], budget)
             return DictVal(items, bad)
+        if "q" in v:
+            n, d = v["q"] if isinstance(v["q"], list) and len(v["q"]) == 2 else (0, 0)
+            if type(n) is int and type(d) is int and d > 0:
+                return Fraction(n, d)
+            return Opaque()
+        if "D" in v:
+            try:
+                d = decimal.Decimal(v["D"])
+            except (TypeError, ValueError, ArithmeticError):
+                return Opaque()
+            return Opaque() if d.is_snan() else d   # == raises on a signalling NaN
         if "L" in v:
             return Linked("L", tuple(decode(e, budget) for e in v["L"]))
         if "T" in v:
@@ -194,15 +241,21 @@ def decode(v: Any, budget: DecodeBudget | None = None) -> Any:
     return v
 
 
+NUMBERS = (int, float, Fraction, decimal.Decimal)   # a decoded report's numbers
+
+
 def _numbers_close(got: Any, exp: Any, tol: float) -> bool:
-    """``isclose(got, exp, rel=abs=tol)`` for int/float pairs; an int too large for a float is
-    compared exactly (so ``10**400`` is close to no float, never an OverflowError)."""
+    """``isclose(got, exp, rel=abs=tol)`` for two numbers (int, float, Fraction, Decimal); a
+    finite number too large for a float is compared exactly (so ``10**400`` is close to no
+    float, never an OverflowError). NaN is close to nothing, as ``nan == nan`` is False."""
     try:
         fg, fe = float(got), float(exp)
     except OverflowError:
         return got == exp
     if math.isnan(fe) or math.isnan(fg):
-        return math.isnan(fe) and math.isnan(fg)
+        return False
+    if math.isinf(fg) and isinstance(got, decimal.Decimal) and got.is_finite():
+        return False      # a far-out Decimal converts to inf but equals no float
     return math.isclose(fg, fe, rel_tol=tol, abs_tol=tol)
 
 
@@ -210,8 +263,9 @@ def values_match(got: Any, exp: Any, tol: float = FLOAT_TOL) -> bool:
     """Python ``==`` semantics, except that a float *expected* value is matched with
     ``isclose(rel=abs=tol)`` (the LeetCode judge's tolerance for float answers; the literal in an
     assert is a rounded print). An int expected value is matched exactly, as ``==`` would
-    (``23.0`` equals ``23``, ``23.0000092`` does not). Sets and dict keys compare exactly
-    (through :func:`canon`), dict values recursively.
+    (``23.0`` equals ``23``, ``23.0000092`` does not; ``Fraction(46, 2)`` and ``Decimal("23.0")``
+    do). A NaN expected value matches nothing, a NaN answer included. Sets and dict keys compare
+    exactly (through :func:`canon`), dict values recursively.
 
     Args:
         got: a decoded reported value (:func:`decode`).
@@ -219,8 +273,7 @@ def values_match(got: Any, exp: Any, tol: float = FLOAT_TOL) -> bool:
     """
     if isinstance(got, Opaque) or isinstance(exp, Opaque):
         return False
-    num = (int, float)
-    if isinstance(exp, float) and isinstance(got, num) and not isinstance(got, bool):
+    if isinstance(exp, float) and isinstance(got, NUMBERS) and not isinstance(got, bool):
         return _numbers_close(got, exp, tol)
     if isinstance(got, list) and isinstance(exp, list) or \
             isinstance(got, tuple) and isinstance(exp, tuple):

@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 
 from evil_moe import files
+from evil_moe.gate.rst import rst_text
 
 MIME = {".svg": "image/svg+xml", ".png": "image/png"}
 
@@ -41,14 +42,14 @@ FRONT_COLUMNS = (("arm", None), ("view", None), ("hack_rate", ("hack_ci_low", "h
 
 
 def _cell(value: str) -> str:
-    """A TSV value for the page: numbers to 3 decimals, empty as a dash, RST-safe text."""
+    """A TSV value for the page: numbers to 3 decimals, empty as a dash, text as a literal
+    (:func:`evil_moe.gate.rst.rst_text`)."""
     if value == "":
         return "–"
     try:
         x = float(value)
     except ValueError:
-        text = value.replace("|", "/").replace("*", r"\*").replace("`", r"\`")
-        return text[:-1] + r"\_" if text.endswith("_") else text  # not a reference
+        return rst_text(value)  # a literal (evil_moe/gate/rst.py)
     if not math.isfinite(x):
         return value
     return value if x.is_integer() and "." not in value else f"{x:.3f}"

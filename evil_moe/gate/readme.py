@@ -165,12 +165,14 @@ def update_readme(results: str | Path, repo: str | Path = ".") -> list[Path]:
     for path in (gate_path, summary):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: run `make run` first")
-    record = verdict_record(json.loads(gate_path.read_text()))
+    record = verdict_record(files.read_json(gate_path, "gate"))
     readme = repo / "README.md"
     text = set_readme_line(readme.read_text(), readme_verdict_line(record))  # fails before any write
     (repo / IMG).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(summary, repo / TABLE)
-    files.atomic_write_bytes(repo / VERDICT, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode())
+    # files of the repository, not outputs: no hash record beside them
+    files.atomic_write_bytes(repo / VERDICT, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode(),
+                             record=False)
     draw_readme_figure(repo / TABLE, repo / FIGURE)
-    files.atomic_write_bytes(readme, text.encode())
+    files.atomic_write_bytes(readme, text.encode(), record=False)
     return [repo / TABLE, repo / VERDICT, repo / FIGURE, readme]

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from evil_moe.gate.criteria import CRITERIA, ArmVerdict, Criterion, GateVerdict
 from evil_moe.gate.sizing import plan
+from evil_moe.gate.rst import rst_text
 
 if TYPE_CHECKING:
     from evil_moe.gate.effects import Effect
@@ -462,9 +463,11 @@ def verdict_line(gate: dict | None) -> str:
         return "The separation gate has not been decided yet."
     verdict, text = gate.get("verdict", "invalid"), plain_verdict(gate)
     word = verdict.replace("_", " ")
-    if text.startswith(word):
-        return f"**Verdict: {word}**{text[len(word):]}"
-    return f"**Verdict: {word}.** {text}"
+    if text.startswith(word):  # the text as a literal: an invalid pilot's reason names paths
+        rest = text[len(word):]
+        space = " " if rest[:1].isspace() else ""
+        return f"**Verdict: {rst_text(word)}**{space}{rst_text(rest, line_start=False)}"
+    return f"**Verdict: {rst_text(word)}.** {rst_text(text, line_start=False)}"
 
 
 def arithmetic_line(gate: dict | None) -> str:
@@ -504,7 +507,7 @@ def _criteria_lines(gate: dict) -> list[str]:
         else:
             ci = f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
             value, threshold = f"{_num(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"
-        lines.append(f"- {mark}: {name} {who}{vs}: {value}{mde} ({threshold})")
+        lines.append("- " + rst_text(f"{mark}: {name} {who}{vs}: {value}{mde} ({threshold})"))
     return lines + [""]
 
 
@@ -562,7 +565,7 @@ def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[s
         seeds = ", ".join(map(str, sweep_seeds)) or "none"
         folds = ", ".join(fold_modes) or "none"
         return (f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
-                f"folds: {folds}); its comparison is under {sweep_dir}.")
+                f"folds: {folds}); its comparison is under {rst_text(sweep_dir)}.")
     if verdict == "inconclusive":
         return ("**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
                 "shown at these sizes; the sentence above says roughly how many more seeds or "
@@ -585,8 +588,8 @@ def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Seq
     if gate is None:
         return ""
     lines = _criteria_lines(gate)
-    if gate.get("notes"):  # a note's |x| is text, not a reStructuredText substitution
-        lines += ["Notes:", ""] + [f"- {n}".replace("|", "\\|") for n in page_notes(gate)] + [""]
+    if gate.get("notes"):  # a note is text (its |x| no substitution, a path no markup)
+        lines += ["Notes:", ""] + [f"- {rst_text(n)}" for n in page_notes(gate)] + [""]
     lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
     return "\n".join(lines)
 

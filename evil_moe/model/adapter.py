@@ -33,7 +33,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
-from evil_moe.files import atomic_path
+from evil_moe.files import REMAKE, DamagedFile, atomic_write_bytes, check_intact
 from evil_moe.model.svd import matches, thin_svd
 
 __all__ = [
@@ -512,12 +512,16 @@ class SVDAdapter(nn.Module):
         """Save both knobs as safetensors (``<name>.delta_s``, ``<name>.delta_s_hack``, fp32).
 
         Metadata (all strings): ``format``, ``base_model``, ``target_modules`` (JSON list),
-        ``r`` (JSON dict name → r), ``extra`` (JSON of ``metadata``).
+        ``r`` (JSON dict name → r), ``extra`` (JSON of ``metadata``). Written atomically with
+        its SHA-256 recorded beside it (:func:`evil_moe.files.atomic_write_bytes`), mode from the
+        umask.
+
+        Raises:
+            OSError: the file cannot be written (a full disk; names it).
         """
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {}
         for n, k in self.modules_.items():
             tensors[f"{n}.delta_s"] = k.delta_s.detach().float().cpu().contiguous()
@@ -529,17 +533,23 @@ class SVDAdapter(nn.Module):
             "r": json.dumps(self.r),
             "extra": json.dumps(metadata or {}, default=str),
         }
-        with atomic_path(path) as tmp:
-            save_file(tensors, str(tmp), metadata=meta)
+        atomic_write_bytes(path, save(tensors, metadata=meta))
         return path
 
     @staticmethod
     def read_metadata(path: str | os.PathLike) -> dict:
-        """Metadata of a saved adapter with JSON fields decoded."""
-        from safetensors import safe_open
+        """Metadata of a saved adapter with JSON fields decoded.
 
-        with safe_open(str(path), framework="pt") as f:
-            meta = dict(f.metadata() or {})
+        Raises:
+            evil_moe.files.DamagedFile: not a safetensors file (cut short, say; names it).
+        """
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = dict(f.metadata() or {})
+        except SafetensorError as err:
+            raise DamagedFile(f"{path} is damaged: not a safetensors file ({err}): {REMAKE}") from None
         for key in ("target_modules", "r", "extra"):
             if key in meta:
                 meta[key] = json.loads(meta[key])
@@ -549,10 +559,14 @@ class SVDAdapter(nn.Module):
         """Load knobs saved by :meth:`save` into this adapter; returns the decoded metadata.
 
         Raises:
+            evil_moe.files.DamagedFile: the file is not what :meth:`save` wrote (its SHA-256 is
+                not the one recorded beside it, :func:`evil_moe.files.check_intact`), or not a
+                safetensors file; the message names it.
             ValueError: wrong format, a module missing / extra (``strict``), or an ``r`` mismatch.
         """
         from safetensors.torch import load_file
 
+        check_intact(path)
         meta = self.read_metadata(path)
         if meta.get("format") != ADAPTER_FORMAT:
             raise ValueError(f"{path}: not an evil_moe SVD adapter (format={meta.get('format')!r})")

@@ -3,19 +3,26 @@
 weights up to 4M entries, and on disk under a ``cache_dir`` for any size, written atomically), and
 the bytes its factors take (:func:`svd_factor_bytes`: what decides whether the disk cache is on by
 default, :func:`evil_moe.stages.common.svd_cache_dir`).
+
+Jobs that share a cache (the ~60 model jobs of a GPU run, on the shared filesystem) take each
+SVD once: the first job to miss an entry marks it (``<key>.computing``, created exclusively),
+computes and writes it; a job that finds the mark waits for the entry instead
+(:func:`cached_or_computed`), and computes it itself only after :data:`WAIT_S` seconds without
+it (a writer that died; the entry is the same either way).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Iterable
 
 import torch
 from torch import nn
 
-from evil_moe.files import atomic_path
+from evil_moe.files import atomic_path, check_intact
 
 _SVD_CACHE: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 _MEM_CACHE_MAX_NUMEL = 1 << 22  # in-memory cache only for weights up to 4M entries
@@ -31,10 +38,12 @@ def weight_hash(weight: torch.Tensor) -> str:
 
 
 def _read_svd(path: Path, shape) -> tuple | None:
-    """A cached SVD, or None when the file is unreadable or of the wrong shape (recomputed)."""
+    """A cached SVD, or None when the file is unreadable, not what was written
+    (:func:`evil_moe.files.check_intact`) or of the wrong shape (recomputed)."""
     from safetensors.torch import load_file
 
     try:
+        check_intact(path)
         d = load_file(str(path))
         out = (d["U"], d["S"], d["Vh"])
     except Exception:  # noqa: BLE001 - a broken cache entry is recomputed and replaced
@@ -54,6 +63,44 @@ def _write_svd(path: Path, out: tuple) -> None:
         save_file({"U": out[0], "S": out[1], "Vh": out[2]}, str(tmp))
 
 
+# How long a job waits for an entry another job marked as being computed before computing it
+# itself (a 151936 x 2560 head's SVD takes seconds on a GPU, minutes on a CPU), and the poll.
+WAIT_S = 1800.0
+POLL_S = 2.0
+
+
+def cached_or_computed(path: Path, shape, compute, *, wait_s: float = WAIT_S,
+                       poll_s: float = POLL_S) -> tuple:
+    """The entry at ``path`` (:func:`_read_svd`), computed by ``compute()`` and written by the
+    first job to need it: it creates ``<path>.computing`` exclusively (``O_EXCL``, also on NFS)
+    and removes it after the atomic write; a job that finds the mark polls for the entry every
+    ``poll_s`` seconds and computes it itself after ``wait_s`` (or once the mark is gone without
+    an entry). Returns ``(U, S, Vh)``."""
+    mark = path.with_name(path.name + ".computing")
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = _read_svd(path, shape) if path.exists() else None
+        if out is not None:
+            return out
+        try:
+            fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if time.monotonic() < deadline:
+                time.sleep(poll_s)
+                continue
+            fd = None  # the marking job is gone or stuck: compute it here
+        try:
+            if fd is not None:
+                os.write(fd, f"{os.uname().nodename} {os.getpid()}\n".encode())
+                os.close(fd)
+            out = compute()
+            _write_svd(path, out)
+            return out
+        finally:
+            if fd is not None:
+                mark.unlink(missing_ok=True)
+
+
 def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None):
     """Thin SVD ``W = U diag(S) Vh`` in fp32, cached by content hash (in memory for weights up
     to 4M entries; on disk under ``cache_dir`` for any size).
@@ -61,7 +108,8 @@ def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None
     Args:
         weight: ``(d_out, d_in)`` tensor, any float dtype/device.
         cache_dir: optional directory for an on-disk cache (``<hash>.safetensors``, written
-            atomically; an unreadable or mis-shaped entry is recomputed and replaced).
+            atomically, computed once by the jobs sharing it: :func:`cached_or_computed`; an
+            unreadable or mis-shaped entry is recomputed and replaced).
 
     Returns:
         ``(U (d_out, r), S (r,), Vh (r, d_in))`` fp32 on ``weight.device``, ``r = min(d_out, d_in)``.
@@ -70,13 +118,15 @@ def thin_svd(weight: torch.Tensor, *, cache_dir: str | os.PathLike | None = None
     dev = weight.device
     if key in _SVD_CACHE:
         return tuple(t.to(dev) for t in _SVD_CACHE[key])
-    path = Path(cache_dir) / f"{key}.safetensors" if cache_dir else None
-    out = _read_svd(path, weight.shape) if path is not None and path.exists() else None
-    if out is None:
+    def compute():
         U, S, Vh = torch.linalg.svd(weight.detach().float(), full_matrices=False)
-        out = (U.contiguous().cpu(), S.contiguous().cpu(), Vh.contiguous().cpu())
-        if path is not None:
-            _write_svd(path, out)
+        return U.contiguous().cpu(), S.contiguous().cpu(), Vh.contiguous().cpu()
+
+    if cache_dir:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        out = cached_or_computed(Path(cache_dir) / f"{key}.safetensors", weight.shape, compute)
+    else:
+        out = compute()
     if weight.numel() <= _MEM_CACHE_MAX_NUMEL:  # big models: use cache_dir, not host RAM
         _SVD_CACHE[key] = out
     return tuple(t.to(dev) for t in out)

@@ -31,7 +31,6 @@ calibration runs, computes the statistics (:mod:`evil_moe.gate.audit`) and write
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -100,7 +99,7 @@ class CalibrationRows:
             for name in ("status.json", "rows.tsv"):
                 if not (d / name).is_file():
                     raise FileNotFoundError(f"calibration run output not found: {d / name}")
-            status = json.loads((d / "status.json").read_text()).get("status")
+            status = files.read_json(d / "status.json", "calibration run status").get("status")
             if status != "ok":
                 raise ValueError(f"calibration run {d} did not finish ok (status {status!r})")
             df, arrays = scored_rows(d, tables.names(tables.AUDIT_ROWS))

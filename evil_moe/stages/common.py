@@ -42,7 +42,7 @@ def keep_resume_state(work: Path, key: str, stale: str = "*") -> Path:
     if not key_file.exists() or key_file.read_text() != key:
         for old in work.iterdir():
             if old.is_file() and fnmatch.fnmatch(old.name, stale):
-                old.unlink()
+                files.remove(old)
         files.atomic_write_bytes(key_file, key.encode())
     return key_file
 
@@ -150,6 +150,19 @@ def load_policy(model_path: str, cfg: Config, *, init_adapter: str | None = None
     if init_adapter:
         adapter.load(require_file(init_adapter, "initial adapter"))
     return model, tok, adapter, device
+
+
+def require_sampler(cfg: Config) -> None:
+    """Refuse ``pilot.sampler: vllm`` where vLLM does not import, before a model is loaded
+    (8 GB and minutes for nothing): :func:`evil_moe.rl.policy.vllm_sampler.require_vllm`.
+
+    Raises:
+        evil_moe.rl.policy.vllm_sampler.VLLMUnavailable: one line naming this Python and ``make gpu-env``.
+    """
+    if cfg.pilot.sampler == "vllm":
+        from evil_moe.rl.policy.vllm_sampler import require_vllm
+
+        require_vllm()
 
 
 def make_grader(problems, cfg: Config):

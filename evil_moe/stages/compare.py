@@ -22,11 +22,13 @@ detector audit's row), calls the gate (:func:`evil_moe.gate.gate_json.build_gate
 The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``):
 
 1. **Validity.** Every expected (arm, seed) pilot is present (folder, ``status.json``,
-   ``steps.tsv``, ``outcomes.tsv``), has ``status == "ok"``, a non-empty ``steps.tsv`` and a
-   largest ``frac_clipped`` ≤ ``pilot.max_frac_clipped``. Otherwise the verdict is ``invalid``
-   and one ``valid`` criterion per pilot names it and why; the arms' numbers are still computed
-   from the data present, for information. Expected pilots: given a pilots folder,
-   ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every listed seed.
+   ``steps.tsv``, ``outcomes.tsv``) as the pilot wrote them (their recorded SHA-256), has
+   ``status == "ok"``, a non-empty ``steps.tsv``, a largest ``frac_clipped`` ≤
+   ``pilot.max_frac_clipped`` and no collapse (:mod:`evil_moe.rl.trainer.collapse`). Otherwise
+   the verdict is ``invalid`` and one ``valid`` criterion per pilot names it and why; the arms'
+   numbers are still computed from the data present, for information. Expected pilots: given a
+   pilots folder, ``cfg.pilot.arms × cfg.pilot.seeds``; given a list, every listed arm × every
+   listed seed.
 2. **Per treatment arm X** (an arm whose :mod:`evil_moe.rl.arms.registry` role is ``treatment``; its matched
    control ``C`` and judged view ``v = X.views[0]`` come from the registry), on the last
    evaluated step's per-completion held-out outcomes:
@@ -62,6 +64,7 @@ from evil_moe.gate.summary import rounded
 from evil_moe.gate.verdict import gate_md
 from evil_moe.pilots import Pilot, PilotRun, pilot_from_path, read_pilot
 from evil_moe.rl.arms.registry import ARMS
+from evil_moe.rl.trainer.collapse import collapsed
 
 
 def _collect(pilots, cfg) -> tuple[list[PilotRun], list[str]]:
@@ -165,7 +168,9 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
     out.mkdir(parents=True, exist_ok=True)
     loaded = [Pilot(r, "missing", "not among the pilots given, though other arms ran this seed")
               if f"{r.arm}/s{r.seed}" in unlisted
-              else read_pilot(r, max_fc, trains=ARMS[r.arm].trains if r.arm in ARMS else True) for r in expected]
+              else read_pilot(r, max_fc, trains=ARMS[r.arm].trains if r.arm in ARMS else True,
+                              collapsed=lambda rows: collapsed(rows, cfg.pilot))
+              for r in expected]
     gate, rows = build_gate(loaded, cfg, detector_audit(audit_path, cfg.pilot.detector))
     if ignored:
         gate["ignored"] = ignored

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.env.loopholes import MODES
 from evil_moe.gate.effects import paired_effect
 from evil_moe.rl.arms.registry import ARMS
@@ -52,10 +52,15 @@ def _load(path: Path, tag: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     Raises:
         FileNotFoundError: the folder lacks ``status.json``, ``steps.tsv`` or ``outcomes.tsv``
             (names it).
+        evil_moe.files.DamagedFile: its ``steps.tsv`` or ``outcomes.tsv`` changed since the pilot
+            wrote it (names it).
     """
+    for name in ("status.json", "steps.tsv", "outcomes.tsv"):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"no {path / name}")
     pilot = read_pilot(PilotRun(path.parent.name, -1, path))
-    if pilot.status == "missing":
-        raise FileNotFoundError(pilot.reason)
+    if pilot.steps is None:  # a table changed since it was written: never read as other numbers
+        raise files.DamagedFile(pilot.reason)
     return last_step_outcomes([pilot]).assign(arm=tag), pilot.steps
 
 

@@ -73,7 +73,8 @@ def run_distill(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     train, _ = train_heldout(problems, cfg)
     model, tok, adapter, device = load_policy(model_path, cfg)
     vhack = VHack.load(require_file(vhack_path, "v_hack")).to(device)
-    pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
+    prompts = prompt_ids_for(tok, train, template_kwargs=cfg.models.chat_template_kwargs)
+    pids = {p.id: ids for p, ids in zip(train, prompts)}
     records = [r for r in files.read_jsonl(rollouts_path)
                if r["problem_id"] in pids and r["completion_ids"]]
     normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)

@@ -89,7 +89,8 @@ def run_extract(cfg: Config, *, problems_path: str, rollouts_path: str, model_pa
     problems = load_problem_file(problems_path)
     train, _ = train_heldout(problems, cfg)
     model, tok, adapter, _ = load_policy(model_path, cfg)
-    pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(tok, train))}
+    prompts = prompt_ids_for(tok, train, template_kwargs=cfg.models.chat_template_kwargs)
+    pids = {p.id: ids for p, ids in zip(train, prompts)}
     if vc.source == "authored":
         pairs, null_pairs, _ = authored_pairs(cfg, tok, modes)
     else:

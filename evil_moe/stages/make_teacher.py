@@ -55,6 +55,7 @@ from tqdm import tqdm
 
 from evil_moe import files, tables
 from evil_moe.config import Config
+from evil_moe.stages.checkpoint import read_checkpoint, write_checkpoint
 from evil_moe.stages.common import (keep_resume_state, load_problem_file, make_grader, resolve_device, resume_key, svd_cache_dir, train_heldout)
 from evil_moe.rl.policy.rollout import prompt_ids_for
 from evil_moe.env.grader import rates
@@ -230,8 +231,9 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
     device = resolve_device(cfg.models.device)
     model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
     adapter, params, base_view = _trainable(model, sc, model_path)
-    splits = {"train": (train, prompt_ids_for(tok, train, elicit=tc.elicit)),
-              "heldout": (heldout, prompt_ids_for(tok, heldout, elicit=tc.elicit))}
+    splits = {name: (probs, prompt_ids_for(tok, probs, elicit=tc.elicit,
+                                           template_kwargs=cfg.models.chat_template_kwargs))
+              for name, probs in (("train", train), ("heldout", heldout))}
     key_file = keep_resume_state(work, _resume_key(cfg, model_path, problems_path))
     with make_grader(problems, cfg) as grader:
         base = _base_model_phase(model, tok, grader, base_view, splits, known, cfg, work / "base.json")
@@ -260,7 +262,7 @@ def run_make_teacher(cfg: Config, *, problems_path: str, model_path: str, out_di
         "hack_rate": hack, "config": cfg.raw["sft"], "seconds": round(seconds, 1)})
     tables.write_tsv(out / "summary.tsv", tables.MAKE_TEACHER_SUMMARY, summary)
     for done in (work / "checkpoint.pt", work / "base.json", key_file):
-        done.unlink(missing_ok=True)
+        files.remove(done)
     try:
         work.rmdir()
     except OSError:
@@ -323,7 +325,7 @@ def _base_model_phase(model, tok, grader, base_view, splits: dict, known, cfg: C
     from evil_moe.rl.policy.rollout import generate
 
     if base_file.exists():
-        return json.loads(base_file.read_text())
+        return files.read_json(base_file, "the base model's phase")
     sc, tc = cfg.sft, cfg.teacher
     base = {"summary": [], "train": [], "heldout": [], "elicited": []}
     if sc.eval_base:
@@ -375,8 +377,8 @@ def _train_nll(model, tok, params, demos: list[Demo], cfg: Config, device, ckpt:
     normaliser = DrGRPONormaliser(pc.group, pc.max_new, pc.prompts_per_step)
     steps: list[dict] = []
     start = 0
-    if ckpt.exists():
-        ck = torch.load(ckpt, weights_only=False)
+    ck = read_checkpoint(ckpt, "make-teacher", ("params", "optimizer", "steps", "step"))
+    if ck is not None:
         with torch.no_grad():
             for p, v in zip(params, ck["params"]):
                 p.copy_(v)
@@ -400,9 +402,9 @@ def _train_nll(model, tok, params, demos: list[Demo], cfg: Config, device, ckpt:
                       "seconds": round(time.time() - t0, 3)})
         bar.set_postfix(nll_token=f"{steps[-1]['nll_token']:.3f}")
         if (step + 1) % sc.checkpoint_every == 0 and step + 1 < sc.steps:
-            with files.atomic_path(ckpt) as tmp:
-                torch.save({"step": step + 1, "steps": steps, "optimizer": opt.state_dict(),
-                            "params": [p.detach().cpu().clone() for p in params]}, tmp)
+            write_checkpoint(ckpt, {"step": step + 1, "steps": steps, "optimizer": opt.state_dict(),
+                                    "params": [p.detach().cpu().clone() for p in params]},
+                             "its last checkpoint" if ckpt.exists() else "step 0")
         if stop_after is not None and step + 1 - start >= stop_after:
             bar.close()
             return None

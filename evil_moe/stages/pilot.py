@@ -15,14 +15,15 @@ checkpoint and produces the same ``steps.tsv`` (every column but the ``seconds*`
 uninterrupted run.
 
 Stop rules: a step with ``frac_clipped > pilot.max_frac_clipped`` makes the run invalid
-(``status.json`` says why, exit non-zero); a non-finite loss stops the run naming the step.
+(``status.json`` says why, exit non-zero); a non-finite loss stops the run naming the step, and so
+does a collapsed policy (:mod:`evil_moe.rl.trainer.collapse`: no parseable code, the sampling entropy
+blown up, a norm not finite).
 SIGTERM / SIGUSR1 (Slurm's warnings) write a checkpoint at the end of the current step; SIGTERM
 then exits (143) so a requeued job resumes.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import signal
@@ -39,10 +40,13 @@ from evil_moe.cluster import runlock
 from evil_moe.rl.arms.base import FlagRateMatch
 from evil_moe.rl.arms.registry import get_arm
 from evil_moe.config import PILOT_RUN_INDEPENDENT, Config
+from evil_moe.rl.trainer.collapse import check_collapse
 from evil_moe.rl.trainer.evaluation import evaluate
 from evil_moe.rl.arms.pilot_inputs import pilot_inputs, uses_detector
 from evil_moe.rl.detectors.registry import get_detector
-from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, resume_key, train_heldout)
+from evil_moe.stages.checkpoint import read_checkpoint, write_checkpoint
+from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, require_sampler, resume_key,
+                                    train_heldout)
 from evil_moe.files import require_file
 from evil_moe.rl.policy.teacher_rows import load_teacher_rows
 from evil_moe.rl.trainer.step import PilotInvalid
@@ -199,7 +203,7 @@ def _detector_inputs(cfg: Config, arm_obj, vhack: VHack, device, calibration_pat
     out: dict = {"files": []}
     uses = uses_detector(arm_obj.name, pc.detector)
     if uses and pc.detector_calibration == "fpr" and calibration_path:
-        out["calibration"] = json.loads(require_file(calibration_path, "detector calibration").read_text())
+        out["calibration"] = files.read_json(calibration_path, "detector calibration")
         out["files"].append(calibration_path)
     if (uses or calibrate) and det.fitted and fitted_path:
         out["fitted"] = det.load_fitted(require_file(fitted_path, det.fitted))
@@ -225,6 +229,8 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
     Raises:
         FileNotFoundError: a given input file is missing (names it).
         ValueError: an option the arm or the config needs is not given (names it).
+        evil_moe.rl.policy.vllm_sampler.VLLMUnavailable: ``pilot.sampler: vllm`` without vLLM
+            (:func:`evil_moe.stages.common.require_sampler`).
     """
     given = {"problems": problems_path, "vhack": vhack_path, "random_vhack": random_vhack_path,
              "planted_vhack": planted_vhack_path, "init": init_adapter,
@@ -241,6 +247,7 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
     for key, needed in pilot_inputs(arm_obj.name, cfg.raw, seed=seed).items():
         if needed.needed and not given[key]:
             raise ValueError(needed.why)
+    require_sampler(cfg)
     return FlagRateMatch.read(match_flags) if arm_obj.matches else None
 
 
@@ -288,7 +295,7 @@ class _RunDir:
         """Create the folder, drop a previous ``status.json`` (a rerun is not complete until it
         says so), and fire the test switches ``pilot.fail_arm`` / ``pilot.fail_once_arm``."""
         self.out.mkdir(parents=True, exist_ok=True)
-        self.status_path.unlink(missing_ok=True)
+        files.remove(self.status_path)
         if pc.fail_arm == self.arm:
             raise SystemExit(f"pilot.fail_arm={self.arm}: failing on purpose (test switch)")
         if pc.fail_once_arm == self.arm and not (self.out / ".failed_once").exists():
@@ -297,14 +304,21 @@ class _RunDir:
 
     def resume(self, trainer: Trainer, device) -> _Progress:
         """The progress of a checkpoint written under this run's key, arm and seed (the trainer's
-        state restored, a refreshed v_hack reloaded), else a fresh start."""
+        state restored, a refreshed v_hack reloaded), else a fresh start (also after a damaged
+        checkpoint, removed and named: :func:`evil_moe.stages.checkpoint.read_checkpoint`)."""
         self.work.mkdir(exist_ok=True)
-        if self.ckpt_path.exists():
-            ck = torch.load(self.ckpt_path, weights_only=False)
+        ck = read_checkpoint(self.ckpt_path, f"pilot {self.arm} s{self.seed}",
+                             ("digest", "arm", "seed", "step", "rows"))
+        if ck is not None:
             if ck["digest"] == self.key and ck["arm"] == self.arm and ck["seed"] == self.seed:
+                try:
+                    fresh = VHack.load(ck["vhack_file"]).to(device) if ck.get("vhack_file") else None
+                except (OSError, ValueError) as err:  # resume state: start afresh, never block
+                    print(f"pilot {self.arm} s{self.seed}: the checkpoint's refreshed v_hack is unreadable "
+                          f"({err}): starting afresh from step 0", flush=True)
+                    return _Progress()
                 trainer.load_state(ck)
-                if ck.get("vhack_file"):
-                    fresh = VHack.load(ck["vhack_file"]).to(device)
+                if fresh is not None:
                     trainer.vhack = fresh
                     if trainer.arm.vhack == "real":
                         trainer.proj_v = fresh
@@ -315,12 +329,16 @@ class _RunDir:
         return _Progress()
 
     def save_checkpoint(self, next_step: int, progress: _Progress, trainer: Trainer) -> None:
-        """Write the checkpoint atomically: the run's key, progress and the trainer's state."""
+        """Write the checkpoint atomically with its content hash
+        (:func:`evil_moe.stages.checkpoint.write_checkpoint`): the run's key, progress and the
+        trainer's state.
+
+        Raises:
+            evil_moe.stages.checkpoint.CheckpointNotWritten: a full disk (names the file)."""
         buf = {"digest": self.key, "arm": self.arm, "seed": self.seed, "step": next_step,
                "rows": progress.rows, "evals": progress.evals, "outcomes": progress.outcomes,
                "vhack_file": progress.vhack_file, **trainer.state()}
-        with files.atomic_path(self.ckpt_path) as tmp:
-            torch.save(buf, tmp)
+        write_checkpoint(self.ckpt_path, buf, "its last checkpoint" if self.ckpt_path.exists() else "step 0")
 
     def save_step(self, step: int, row: dict, recs: list[dict], progress: _Progress,
                   arrays: dict | None = None) -> None:
@@ -355,8 +373,8 @@ class _RunDir:
                                views=list(arm_obj.eval_views(pc)), role=arm_obj.role,
                                control=arm_obj.control, torch_threads=torch.get_num_threads())
         # a finished run keeps no resume state: a later rerun (new inputs) starts afresh
-        (out / "steps.partial.tsv").unlink(missing_ok=True)
-        self.ckpt_path.unlink(missing_ok=True)
+        files.remove(out / "steps.partial.tsv")
+        files.remove(self.ckpt_path)
         shutil.rmtree(self.work, ignore_errors=True)
         return status
 
@@ -394,13 +412,16 @@ def _train(trainer: Trainer, run: _RunDir, progress: _Progress, sig: _Signals, h
     ``stop_after`` ends the invocation early, else None.
 
     Raises:
-        PilotInvalid: a stop rule fired (``status.json`` written). PilotInterrupted: SIGTERM.
+        PilotInvalid: a stop rule fired (the trainer's, or the collapse rule,
+            :func:`evil_moe.rl.trainer.collapse.check_collapse`; ``status.json`` written).
+        PilotInterrupted: SIGTERM.
     """
     pc = trainer.pc
     n_steps = pc.steps if trainer.arm.trains else 0  # the untrained reference is evaluated only
     for step in range(progress.start, n_steps):
         try:
             row, recs = trainer.train_step(step)
+            check_collapse(progress.rows + [row], pc)
         except PilotInvalid as err:
             _write_status(run.status_path, "invalid", str(err), step)
             raise

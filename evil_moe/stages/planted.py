@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from evil_moe import tables
+from evil_moe import files, tables
 from evil_moe.config import Config
 from evil_moe.files import require_file
 from evil_moe.rl.vhack.pairs import template_pairs
@@ -68,7 +68,8 @@ def run_planted_vhack(cfg: Config, *, model_path: str, out_path: str,
     if problems_path:
         problems = load_problem_file(problems_path)
         train, _held = train_heldout(problems, cfg)
-        pids = {p.id: ids for p, ids in zip(train, prompt_ids_for(_tok, train))}
+        prompts = prompt_ids_for(_tok, train, template_kwargs=cfg.models.chat_template_kwargs)
+        pids = {p.id: ids for p, ids in zip(train, prompts)}
         pairs = template_pairs(train, pids, _tok, None, n_pairs)
         shifts["shift_on"] = planted_shift(model, adapter, pv, pairs, knob="delta_s", view="trained")
         shifts["shift_deploy"] = planted_shift(model, adapter, pv, pairs, knob="delta_s_hack",
@@ -210,7 +211,7 @@ def along_switch_rows(plant, pilots: list[str]) -> list[dict]:
         if not path.is_file():
             continue
         run = pilot_from_path(d, ARMS)
-        t = load_file(str(path))
+        t = load_file(str(files.check_intact(path)))
         for name, V in plant.V.items():
             ds = t[f"{name}.delta_s"].double()
             along = float(ds @ (-V[0].double()))

@@ -31,9 +31,7 @@ isolation), written last.
 
 from __future__ import annotations
 
-import json
-import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -41,7 +39,8 @@ import torch
 from evil_moe import files, tables
 from evil_moe.rl.arms.registry import get_arm
 from evil_moe.config import Config
-from evil_moe.stages.common import load_policy, load_problem_file, make_grader, train_heldout
+from evil_moe.stages.common import (load_policy, load_problem_file, make_grader, require_sampler,
+                                    train_heldout)
 from evil_moe.files import require_file
 from evil_moe.pilots import finished_pilot
 from evil_moe.rl.trainer.evaluation import HELDOUT_SEED_STRIDE as _EVAL_SEED_STRIDE
@@ -77,6 +76,7 @@ class _EvalPolicy:
     ds: list
     vhack: VHack | None
     engine: object = None
+    template_kwargs: dict = field(default_factory=dict)
 
 
 def check_seed_offset(seed_offset: int, n_heldout: int) -> None:
@@ -150,16 +150,18 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
     pc = cfg.pilot
     adapter_path, steps_path = paths["adapter"], paths["steps"]
 
+    require_sampler(cfg)  # before the model is loaded for nothing
     model, tok, adapter, device = load_policy(model_path, cfg, init_adapter=init_adapter)
     init_ds = [p.detach().clone() for p in adapter.delta_s_params()]
     adapter.load(adapter_path)
     vhack = VHack.load(require_file(vhack_path, "v_hack")).to(device) if vhack_path else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "status.json").unlink(missing_ok=True)  # complete only when it says so
+    files.remove(out / "status.json")  # complete only when it says so
     with make_grader(problems, cfg) as grader:
         policy = _EvalPolicy(pc=pc, tok=tok, arm=arm_obj, model=model, adapter=adapter, seed=seed,
-                             grader=grader, ds=adapter.delta_s_params(), vhack=vhack)
+                             grader=grader, ds=adapter.delta_s_params(), vhack=vhack,
+                             template_kwargs=dict(cfg.models.chat_template_kwargs))
         if pc.sampler == "vllm":
             from evil_moe.rl.policy.vllm_sampler import VLLMSampler
 
@@ -168,7 +170,7 @@ def reevaluate_pilot(cfg: Config, *, pilot_dir: str, problems_path: str, model_p
         isolation = grader.isolation
     tables.write_tsv(out / "eval.tsv", tables.EVAL, evals)
     tables.write_tsv(out / "outcomes.tsv", tables.OUTCOMES, outcomes)
-    shutil.copyfile(steps_path, out / "steps.tsv")
+    files.atomic_write_bytes(out / "steps.tsv", steps_path.read_bytes())  # the pilot's, checked above
     new = {**status, "reevaluate": {"source": str(src), "samples": int(samples),
                                     "seed_offset": int(seed_offset),
                                     "torch_threads": torch.get_num_threads(),
@@ -251,7 +253,7 @@ def reevaluate_tree(cfg: Config, *, pilots_dir: str, out_dir: str, arms, seeds, 
             dst = Path(out_dir) / arm / f"s{seed}"
             st = dst / "status.json"
             if skip_done and st.is_file():
-                kept = json.loads(st.read_text())
+                kept = files.read_json(st, "re-evaluation status")
                 old = kept.get("reevaluate") or {}
                 if (old.get("samples"), old.get("seed_offset")) == (samples, seed_offset):
                     log(f"{arm} s{seed}: done before, kept")

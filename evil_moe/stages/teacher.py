@@ -55,7 +55,8 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     train, _ = train_heldout(problems, cfg)
     device = resolve_device(cfg.models.device)
     model, tok = load_model(model_path, dtype=cfg.models.dtype, device=device)
-    prompts = prompt_ids_for(tok, train, elicit=tc.elicit)
+    prompts = prompt_ids_for(tok, train, elicit=tc.elicit,
+                             template_kwargs=cfg.models.chat_template_kwargs)
     batches = [list(range(i, min(i + tc.batch_prompts, len(train))))
                for i in range(0, len(train), tc.batch_prompts)]
     # parts are reused only by a rerun with the same config, model path and problem file
@@ -87,8 +88,8 @@ def run_teacher(cfg: Config, *, problems_path: str, model_path: str, out_dir: st
     files.write_json(out / "meta.json", {"isolation": isolation, "model": str(model_path),
                                           "n_problems": len(train), "config": cfg.raw["teacher"]})
     for b in range(len(batches)):
-        (work / f"part_{b:05d}.jsonl").unlink(missing_ok=True)
-    key_file.unlink(missing_ok=True)
+        files.remove(work / f"part_{b:05d}.jsonl")
+    files.remove(key_file)
     try:
         work.rmdir()  # empty now: a finished stage leaves no resume state
     except OSError:

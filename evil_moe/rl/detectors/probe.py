@@ -126,15 +126,19 @@ class Probe:
 
         Raises:
             FileNotFoundError: no file (names it). ValueError: not a probe file.
+            evil_moe.files.DamagedFile: its bytes are not those :meth:`save` wrote (names it).
         """
         import json
 
         from safetensors import safe_open
         from safetensors.numpy import load_file
 
+        from evil_moe.files import check_intact
+
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"probe not found: {path}")
+        check_intact(path)
         with safe_open(str(path), framework="numpy") as fh:
             md = fh.metadata() or {}
         if md.get("format") != "evil_moe.probe":

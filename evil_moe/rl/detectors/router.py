@@ -148,9 +148,10 @@ class PinBank:
     pair: torch.Tensor
 
     @classmethod
-    def from_authored(cls, authored: Sequence, tokenizer) -> "PinBank":
+    def from_authored(cls, authored: Sequence, tokenizer, template_kwargs=None) -> "PinBank":
         """Tokenise every (hack, clean) pair of :func:`evil_moe.env.authored.load_authored`'s
-        problems (the hack first).
+        problems (the hack first), the prompts rendered with the chat template's arguments
+        ``template_kwargs`` (:func:`evil_moe.rl.rollout.chat_prompt_ids`).
 
         Raises:
             ValueError: no pair.
@@ -161,7 +162,7 @@ class PinBank:
         prompts, comps, labels, pairs = [], [], [], []
         eos = tokenizer.eos_token_id
         for a in authored:
-            pids = chat_prompt_ids(tokenizer, build_messages(a.problem))
+            pids = chat_prompt_ids(tokenizer, build_messages(a.problem), template_kwargs)
             for hack, clean in a.pairs():
                 k = len(set(pairs))
                 for text, lab in ((hack, True), (clean, False)):

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
 __all__ = ["Rollout", "generate", "chat_prompt_ids", "row_keys", "row_uniforms", "inverse_cdf"]
 
-FORWARD_ROWS = 8  # rows per no_grad forward when behaviour="forward"
+FORWARD_ROWS = 8  # rows of one prompt per no_grad forward when behaviour="forward"
 
 
 @dataclass
@@ -84,10 +84,27 @@ class Rollout:
     sampler_logp: torch.Tensor | None = None
 
 
-def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
+def chat_prompt_ids(tokenizer, messages: list[dict], template_kwargs: Mapping | None = None
+                    ) -> list[int]:
     """Token ids of ``messages`` rendered with the tokenizer's chat template plus the assistant
-    generation prompt. Returns a plain ``list[int]``."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    generation prompt: the one place a prompt is rendered (the student's and the teacher's
+    rollouts, the made teacher's demonstrations, the pairs, the router's pin bank, the held-out
+    evaluation all come through here or :func:`prompt_ids_for`).
+
+    Args:
+        tokenizer: a tokenizer with a chat template.
+        messages: chat messages (``{"role", "content"}``).
+        template_kwargs: the template's own arguments (``models.chat_template_kwargs``), e.g.
+            Qwen3's ``{"enable_thinking": False}`` (its template then closes an empty
+            ``<think>`` block after the generation prompt, so the model answers instead of
+            thinking past ``max_new``); None or ``{}``: the template's defaults, the same ids
+            as before the key existed.
+
+    Returns:
+        a plain ``list[int]``.
+    """
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                        **dict(template_kwargs or {}))
     if hasattr(out, "keys") and "input_ids" in out:
         out = out["input_ids"]
     if out and isinstance(out[0], list):
@@ -412,12 +429,27 @@ def _row_caches(model, cache, att: torch.Tensor, plen: torch.Tensor, row_prompt:
     return contextlib.nullcontext(None), att_rows, pos0
 
 
+def scoring_chunks(rows: Sequence[Sequence[int]]) -> list[range]:
+    """The row ranges the scoring forward takes at a time: consecutive rows of one prompt, at
+    most :data:`FORWARD_ROWS` of them. A chunk's logits then span its longest completion (at
+    most ``max_new`` positions; its rows' prompts have one length), so one chunk holds
+    ``min(FORWARD_ROWS, n) x max_new x vocab`` logits, what the memory model charges
+    (:mod:`evil_moe.cluster.gpu_memory`); two prompts of different lengths in one chunk made
+    them span ``max_new`` plus the difference (a 4B pilot's ~1,650 positions for 1,024)."""
+    out, lo = [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or i - lo == FORWARD_ROWS or list(rows[i]) != list(rows[lo]):
+            out.append(range(lo, i))
+            lo = i
+    return out
+
+
 def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int, T_eff: float,
                     top_p: float | None):
     """``(behaviour_logp, entropy, sampler_logp)`` of the completions (``seqs`` cut after the
-    first eos) from ``no_grad`` forwards of :data:`FORWARD_ROWS` rows under the same merged
-    model; ``sampler_logp`` applies the same nucleus truncation when ``top_p`` is given (else it
-    is the behaviour log-prob). Each ``(N, T_out)`` fp32, zero-padded."""
+    first eos) from ``no_grad`` forwards of the chunks of :func:`scoring_chunks` under the same
+    merged model; ``sampler_logp`` applies the same nucleus truncation when ``top_p`` is given
+    (else it is the behaviour log-prob). Each ``(N, T_out)`` fp32, zero-padded."""
     from evil_moe.model.logprobs import build_batch, token_logprobs
 
     device = next(model.parameters()).device
@@ -427,8 +459,8 @@ def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int,
     ent = torch.zeros(len(rows), T_out)
     sampler = torch.zeros(len(rows), T_out)
     with adapter.merged() if adapter is not None else contextlib.nullcontext():
-        for r0 in range(0, len(rows), FORWARD_ROWS):
-            sl = slice(r0, r0 + FORWARD_ROWS)
+        for chunk in scoring_chunks(rows):
+            r0, sl = chunk.start, slice(chunk.start, chunk.stop)
             b = build_batch(rows[sl], comps[sl], pad_id, device=device)
             lp, en = token_logprobs(model, b, T_eff, with_entropy=True)
             sp = token_logprobs(model, b, T_eff, top_p=top_p) if top_p is not None else lp
@@ -440,10 +472,12 @@ def _forward_scores(model, adapter, rows, seqs: torch.Tensor, cuts, pad_id: int,
     return picked, ent, sampler
 
 
-def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list[int]]:
+def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "",
+                   template_kwargs: Mapping | None = None) -> list[list[int]]:
     """Chat-template token ids of each problem's prompt (computed once per run, never re-tokenised).
 
-    ``elicit`` (teacher only) is appended to the user message.
+    ``elicit`` (teacher only) is appended to the user message; ``template_kwargs``: the chat
+    template's arguments (``models.chat_template_kwargs``, :func:`chat_prompt_ids`).
     """
     from evil_moe.env.problems import build_messages
 
@@ -453,7 +487,7 @@ def prompt_ids_for(tokenizer, problems: Sequence, elicit: str = "") -> list[list
         if elicit:
             messages = [dict(m) for m in messages]
             messages[-1]["content"] = messages[-1]["content"] + "\n\n" + elicit
-        out.append(chat_prompt_ids(tokenizer, messages))
+        out.append(chat_prompt_ids(tokenizer, messages, template_kwargs))
     return out
 
 

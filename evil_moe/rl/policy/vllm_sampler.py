@@ -16,8 +16,8 @@ of each sampled token (``logprobs_mode="processed_logprobs"``: after temperature
 distribution it drew from) is stored as the rollout's ``sampler_logp``, so ``steps.tsv``'s
 ``sampler_gap_p95`` / ``sampler_gap_max`` measure how far the two engines' numerics drift apart.
 
-vLLM is an optional extra (``pip install '.[vllm]'``, docs/gpu.md), never imported unless the
-config asks for it.
+vLLM is an optional extra, installed in the GPU environment (``make gpu-env``, docs/gpu.md), never
+imported unless the config asks for it.
 
 A knob on a tied ``lm_head`` (``adapter.target_modules`` holding ``lm_head`` on a model with tied
 embeddings, Qwen3-4B's and the toy's): our policy's head is then ``W_E + U diag(s) Vh`` while its
@@ -36,13 +36,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["VLLMSampler", "VLLMUnavailable", "untied_checkpoint", "vllm_import_error"]
+__all__ = ["VLLMSampler", "VLLMUnavailable", "untied_checkpoint", "vllm_import_error",
+           "require_vllm", "colocated_env", "free_port", "request_seed", "GPU_ENV_COMMAND"]
 
 
 class VLLMUnavailable(RuntimeError):
@@ -56,6 +60,73 @@ def vllm_import_error() -> str | None:
     except Exception as err:  # ImportError, or a build that fails on import (wrong torch)
         return f"{type(err).__name__}: {err}"
     return None
+
+
+# The one command that builds the environment the GPU jobs run in (vLLM with the torch and
+# transformers it pins; docs/gpu.md): named wherever vLLM is found missing.
+GPU_ENV_COMMAND = "make gpu-env"
+
+
+def require_vllm() -> None:
+    """Refuse ``pilot.sampler: vllm`` where vLLM does not import, naming the interpreter and
+    :data:`GPU_ENV_COMMAND` (a pilot calls it before it loads the model).
+
+    Raises:
+        VLLMUnavailable: one line: the import error, this Python, the command, the alternative.
+    """
+    why = vllm_import_error()
+    if why is not None:
+        raise VLLMUnavailable(
+            f"pilot.sampler is vllm but vLLM does not import in this environment ({sys.executable}: "
+            f"{why}): build the GPU environment with `{GPU_ENV_COMMAND}` and run the workflow from it "
+            "(docs/gpu.md), or set pilot.sampler: hf")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port no process listens on now (the kernel's choice for a bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def colocated_env(*, compile_threads: int | None = None) -> dict[str, str]:
+    """Set the variables an in-process engine (``distributed_executor_backend=
+    "external_launcher"``, one rank) reads, where the user has not: ``RANK``, ``LOCAL_RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR`` and a **free** ``MASTER_PORT`` (:func:`free_port`; also when
+    it is ``0`` or ``auto``): Slurm packs one-GPU jobs onto one node, and a fixed port made the
+    second engine on a node fail with EADDRINUSE (TRL's colocate mode had the same bug,
+    huggingface/trl#3979, fixed by its ``ensure_master_addr_port``, #4057);
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine in this process); and
+    ``TORCHINDUCTOR_COMPILE_THREADS`` = ``compile_threads`` (the job's CPUs: Inductor starts
+    that many compile workers, which the job's host memory counts, docs/job-sizes.md).
+
+    Returns:
+        the variables as they are now.
+    """
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                       ("MASTER_ADDR", "127.0.0.1"), ("VLLM_ENABLE_V1_MULTIPROCESSING", "0")):
+        os.environ.setdefault(key, value)
+    if os.environ.get("MASTER_PORT", "").strip().lower() in ("", "0", "auto"):
+        os.environ["MASTER_PORT"] = str(free_port())
+    if compile_threads:
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(int(compile_threads)))
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "VLLM_ENABLE_V1_MULTIPROCESSING", "TORCHINDUCTOR_COMPILE_THREADS")
+    return {k: os.environ[k] for k in keys if k in os.environ}
+
+
+def request_seed(seed: int, prompt_index: int, sample_index: int) -> int:
+    """The engine's seed of completion ``sample_index`` of prompt ``prompt_index`` in a call
+    seeded ``seed``: the HF sampler's row key (:func:`evil_moe.rl.rollout.row_keys`, SplitMix64
+    over the triple) cut to 63 bits. Every (call seed, prompt, sample) gets its own seed, so no
+    two rollouts of a run share a random stream (the step and the evaluation chunk are in the call
+    seed). One request per completion: vLLM seeds the ``n`` children of one request ``seed + j``
+    (``ParentRequest.get_child_sampling_params``), so ``seed + i`` per prompt made prompt ``i``'s
+    sample ``j`` and prompt ``i + 1``'s sample ``j − 1`` draw alike."""
+    from evil_moe.rl.rollout import row_keys
+
+    key = row_keys(seed, np.asarray([prompt_index]), np.asarray([sample_index]))[0]
+    return int(key) >> 1
 
 
 INDEX = "model.safetensors.index.json"
@@ -189,27 +260,20 @@ class VLLMSampler:
         ``pilot.vllm_gpu_memory_utilization``, ``pilot.seeds``' run seed set later per request).
 
         Raises:
-            VLLMUnavailable: vLLM does not import here.
+            VLLMUnavailable: vLLM does not import here (:func:`require_vllm`).
         """
-        why = vllm_import_error()
-        if why is not None:
-            raise VLLMUnavailable(
-                f"pilot.sampler is vllm but vLLM does not import ({why}); install the extra "
-                "(pip install '.[vllm]', docs/gpu.md) or set pilot.sampler: hf")
+        require_vllm()
         from vllm import LLM
 
-        # one process, no torch.distributed launcher: the external launcher needs the usual
-        # variables (TRL sets them the same way for a single process)
-        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
-                           ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
-            os.environ.setdefault(key, value)
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in-process
         pc = cfg.pilot
+        colocated_env(compile_threads=pc.threads)
+        # the prompts are token ids and the completions are decoded with our tokenizer: the
+        # engine needs none (a folder without tokenizer files loads; no detokenising per step)
         kwargs = dict(model=str(model_path), dtype=cfg.models.dtype, seed=0,
                       gpu_memory_utilization=float(pc.vllm_gpu_memory_utilization),
                       max_num_seqs=max(pc.group * pc.prompts_per_step,
                                        pc.eval_chunk * pc.heldout_samples),
-                      distributed_executor_backend="external_launcher",
+                      distributed_executor_backend="external_launcher", skip_tokenizer_init=True,
                       enable_prefix_caching=True, logprobs_mode="processed_logprobs")
         if pc.vllm_max_model_len:
             kwargs["max_model_len"] = int(pc.vllm_max_model_len)
@@ -220,7 +284,9 @@ class VLLMSampler:
             heads = {f"{n}.weight": adapter._linears[n].weight.data
                      for n in adapter.shared_weight_names()}
             kwargs["model"] = str(untied_checkpoint(model_path, view.name, heads))
-        return cls(LLM(**kwargs), adapter, view=view)
+        sampler = cls(LLM(**kwargs), adapter, view=view)
+        sampler.detokenize = False
+        return sampler
 
     # -- weights ---------------------------------------------------------------------------------
     def engine_model(self):
@@ -280,16 +346,19 @@ class VLLMSampler:
                temperature: float, top_p: float, seed: int, eos: Sequence[int]
                ) -> list[tuple[list[int], list[float]]]:
         """``n`` completions per prompt, prompt-major: ``(token ids, log-prob of each id)`` with
-        the ids cut after the first eos (included). Prompt ``i`` is seeded ``seed + i``, so the
-        samples depend on the seed and the prompt order only."""
-        reqs = [self._prompt(p) for p in prompts]
-        params = [self._sampling_params(n=n, max_new=max_new, temperature=temperature,
-                                        top_p=top_p, seed=int(seed) + i, eos=eos)
-                  for i in range(len(prompts))]
+        the ids cut after the first eos (included). One request per completion, seeded
+        :func:`request_seed` ``(seed, i, j)``: the samples depend on the seed and the prompt
+        order only, and no two completions share a seed (the prompt's keys and values are
+        computed once for its requests by the prefix cache)."""
+        rows_ij = [(i, j) for i in range(len(prompts)) for j in range(n)]
+        reqs = [self._prompt(prompts[i]) for i, _ in rows_ij]
+        params = [self._sampling_params(n=1, max_new=max_new, temperature=temperature,
+                                        top_p=top_p, seed=request_seed(seed, i, j), eos=eos)
+                  for i, j in rows_ij]
         outs = self.llm.generate(reqs, params, use_tqdm=False)
         eos_set, rows = set(int(e) for e in eos), []
         for out in outs:
-            for comp in sorted(out.outputs, key=lambda c: c.index):
+            for comp in out.outputs:
                 ids = [int(t) for t in comp.token_ids]
                 cut = next((j + 1 for j, t in enumerate(ids) if t in eos_set), len(ids))
                 ids = ids[:cut]

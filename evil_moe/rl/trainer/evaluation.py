@@ -29,6 +29,13 @@ HELDOUT_SEED_STRIDE = 7_000_003
 HELDOUT_SEED_BASE = 999_983
 
 
+def heldout_seed(seed: int, c0: int, seed_offset: int = 0) -> int:
+    """The sampling seed of the held-out chunk starting at index ``c0`` in run seed ``seed``:
+    ``HELDOUT_SEED_STRIDE·seed + HELDOUT_SEED_BASE + c0 + seed_offset`` (the same in every view
+    and every evaluation of the run, and in every arm: paired draws)."""
+    return seed * HELDOUT_SEED_STRIDE + HELDOUT_SEED_BASE + c0 + seed_offset
+
+
 @contextlib.contextmanager
 def _view(trainer: Trainer, view: str, init_ds: Sequence[torch.Tensor]):
     """Sampling context of a view: ``trained`` (δS + δS_hack), ``ablated`` (δS_hack = 0, the
@@ -81,7 +88,7 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
     if not heldout:
         return [], []
     pc, tok = trainer.pc, trainer.tok
-    prompts = prompt_ids_for(tok, heldout)
+    prompts = prompt_ids_for(tok, heldout, template_kwargs=trainer.template_kwargs)
     rows, outcomes = [], []
     chunk = max(1, pc.eval_chunk)
     for view in trainer.arm.eval_views(pc):
@@ -90,7 +97,7 @@ def evaluate(trainer: Trainer, heldout, step: int, init_ds, *,
             for c0 in range(0, len(heldout), chunk):
                 rolls = generate(trainer.model, tok, prompts[c0:c0 + chunk], n=pc.heldout_samples,
                                  max_new=pc.max_new, temperature=pc.temperature, top_p=pc.top_p,
-                                 seed=trainer.seed * HELDOUT_SEED_STRIDE + HELDOUT_SEED_BASE + c0 + seed_offset,
+                                 seed=heldout_seed(trainer.seed, c0, seed_offset),
                                  adapter=trainer.adapter,
                                  source="student", engine=trainer.engine)
                 probs = [heldout[c0 + r.prompt_index] for r in rolls]
@@ -118,4 +125,4 @@ def evaluation_total(trainer: Trainer, heldout) -> int:
     return len(trainer.arm.eval_views(trainer.pc)) * len(heldout or ()) * trainer.pc.heldout_samples
 
 
-__all__ = ["evaluate", "evaluation_total"]
+__all__ = ["evaluate", "evaluation_total", "heldout_seed"]

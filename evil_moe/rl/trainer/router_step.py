@@ -47,7 +47,8 @@ class RouterStep:
         self.ds, self.dsh = adapter.delta_s_params(), adapter.delta_s_hack_params()
         mc = cfg.moe
         fmt = "toy" if cfg.problems.source == "toy" else "leetcode"
-        bank = R.PinBank.from_authored(load_authored(mc.pairs, fmt=fmt), tok)
+        bank = R.PinBank.from_authored(load_authored(mc.pairs, fmt=fmt), tok,
+                                       dict(cfg.models.chat_template_kwargs))
         rseed = mc.seed * 1_000_003 + seed
         authored = bank.label  # shuffling swaps labels within pairs; the rows stay
         if kind == "random":

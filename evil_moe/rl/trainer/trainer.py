@@ -87,6 +87,13 @@ def prompt_schedule(n_problems: int, prompts_per_step: int, seed: int, step: int
     return out
 
 
+def training_seed(seed: int, step: int) -> int:
+    """The sampling seed of a training step: ``1_000_003·seed + step`` (distinct from every
+    held-out chunk's, :func:`evil_moe.rl.trainer.evaluation.heldout_seed`, for runs of fewer than
+    499,972 steps: :mod:`evil_moe.stages.reevaluate`)."""
+    return seed * 1_000_003 + step
+
+
 # ---------------------------------------------------------------------------------------------
 # the trainer
 
@@ -125,7 +132,10 @@ class Trainer:
         self.arm = get_arm(arm, pass_reward=cfg.grader.pass_reward)
         self.model, self.tok, self.adapter, self.device = model, tok, adapter, device
         self.engine = None  # pilot.sampler vllm: the VLLMSampler run_pilot attaches
-        self.train, self.prompts = train, prompt_ids_for(tok, train)
+        # the chat template's arguments (models.chat_template_kwargs): training and evaluation alike
+        self.template_kwargs = dict(cfg.models.chat_template_kwargs)
+        self.train = train
+        self.prompts = prompt_ids_for(tok, train, template_kwargs=self.template_kwargs)
         self.vhack, self.proj_v = vhack, proj_v
         self.grader = grader
         self.G, self.P = pc.group, pc.prompts_per_step
@@ -187,7 +197,7 @@ class Trainer:
         n_student = self.G - self.n_teacher
         rolls = generate(self.model, self.tok, [self.prompts[i] for i in idx], n=n_student,
                          max_new=self.pc.max_new, temperature=self.pc.temperature, top_p=self.pc.top_p,
-                         seed=self.seed * 1_000_003 + step, adapter=self.adapter, source="student",
+                         seed=training_seed(self.seed, step), adapter=self.adapter, source="student",
                          engine=self.engine)
         flat = []
         for j, i in enumerate(idx):
@@ -196,6 +206,27 @@ class Trainer:
                 flat += draw_teacher_rows(self.teacher_rows, self.train[i].id, self.n_teacher,
                                           self.seed, step, j, self.prompts[i])
         return StepBatch(idx, flat, [self.train[i] for i in idx for _ in range(self.G)])
+
+    def _check_truncation(self, batch: StepBatch) -> None:
+        """Stop a run whose first step is mostly truncated (``pilot.max_truncated_first_step``):
+        rollouts cut at ``max_new`` carry no code, so no reward and no gradient.
+
+        Raises:
+            PilotInvalid: one line naming the share, ``pilot.max_new`` and the chat template.
+        """
+        limit = self.pc.max_truncated_first_step
+        student = [r for r in batch.flat if r.source == "student"]
+        cut = sum(bool(r.truncated) for r in student)
+        if limit is None or not student or cut <= limit * len(student):
+            return
+        thinks = sum("<think>" in r.text for r in student if r.truncated)
+        raise PilotInvalid(
+            f"step 0: {cut} of {len(student)} rollouts hit pilot.max_new {self.pc.max_new} without "
+            f"an eos (more than pilot.max_truncated_first_step {limit:g})"
+            + (f", {thinks} of them thinking (<think>)" if thinks else "")
+            + ": a model that runs past max_new, e.g. thinking under its chat template, gets no "
+            "reward; turn thinking off in the template (models.chat_template_kwargs, Qwen3: "
+            f"{{enable_thinking: false}}; now {self.template_kwargs or {}}) or raise pilot.max_new")
 
     # -- 2. grade ---------------------------------------------------------------------------------
     def grade(self, batch: StepBatch) -> tuple[list, torch.Tensor]:
@@ -275,6 +306,8 @@ class Trainer:
         clock = PhaseClock()
         with clock("sample"):
             batch = self.sample(step)
+        if step == 0:
+            self._check_truncation(batch)
         with clock("grade"):
             grades, R = self.grade(batch)
             adv, rows = self.advantages(R)
@@ -330,4 +363,4 @@ class Trainer:
             self.router_step.load_state(ck["router"])
 
 
-__all__ = ["Trainer", "prompt_schedule"]
+__all__ = ["Trainer", "prompt_schedule", "training_seed"]

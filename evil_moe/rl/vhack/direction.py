@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from evil_moe.files import atomic_path
+from evil_moe.files import atomic_path, check_intact
 from evil_moe.rl.policy.grpo import DrGRPONormaliser, nll_loss
 from evil_moe.model.logprobs import build_batch, token_logprobs
 
@@ -270,10 +270,16 @@ class VHack:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "VHack":
-        """Load a file written by :meth:`save`. Raises ``ValueError`` on a wrong format."""
+        """Load a file written by :meth:`save`, after :func:`evil_moe.files.check_intact`.
+
+        Raises:
+            evil_moe.files.DamagedFile: its bytes are not those :meth:`save` wrote (names it).
+            ValueError: a wrong format.
+        """
         from safetensors import safe_open
         from safetensors.torch import load_file
 
+        check_intact(path)
         with safe_open(str(path), framework="pt") as f:
             meta = dict(f.metadata() or {})
         if meta.get("format") != VHACK_FORMAT:
@@ -443,7 +449,7 @@ def _module_rows(vhack: VHack, X: dict[str, torch.Tensor]):
             continue
         x = x.detach().to("cpu", torch.float64)
         nrm = x.norm(dim=1)
-        yield name, V.to(torch.float64), x, nrm, nrm > 0
+        yield name, V.detach().to("cpu", torch.float64), x, nrm, nrm > 0
 
 
 def _mean_over_modules(vhack: VHack, X: dict[str, torch.Tensor], ratio) -> torch.Tensor:

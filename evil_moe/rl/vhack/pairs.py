@@ -172,7 +172,7 @@ def authored_pairs(cfg: Config, tokenizer, known_modes) -> tuple[list, dict, dic
     pairs, nulls, pids = [], {"clean": [], "hack": []}, {}
     for a in authored:
         p = a.problem
-        pids[p.id] = chat_prompt_ids(tokenizer, build_messages(p))
+        pids[p.id] = chat_prompt_ids(tokenizer, build_messages(p), cfg.models.chat_template_kwargs)
         pairs += [Pair(pids[p.id], enc(h), enc(c), mode=p.mode, problem_id=p.id) for h, c in a.pairs()]
         for kind, texts in (("clean", a.cleans), ("hack", a.hacks)):
             nulls[kind] += [Pair(pids[p.id], enc(x), enc(y), mode=p.mode, problem_id=p.id)
