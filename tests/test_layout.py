@@ -13,8 +13,6 @@ MAX_MODULE_LINES = 600
 # modules allowed over MAX_MODULE_LINES, and why
 LONG_MODULES = {
     "env/sandbox_zygote.py": "the sandbox harness: runs alone in a fresh interpreter, imports nothing of ours",
-    "env/sandbox.py": "614 lines; its cut (bwrap discovery and the mount plan into a module of their own) "
-                      "waits for the sandbox work in flight on another branch",
 }
 # the sandbox child's harness runs alone in a fresh interpreter and may import nothing of ours:
 # it stays one function on purpose (evil_moe/env/sandbox_zygote.py)

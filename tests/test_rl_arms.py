@@ -271,10 +271,11 @@ def test_random_v_acts_along_the_random_v_not_the_real_one(world):
 def test_route_flagged_gradients_never_reach_delta_s(world, tmp_path, monkeypatch):
     """route with every sample flagged: δS never moves (its gradient is exactly zero) while
     δS_hack learns; route_random flags as many samples, at random."""
-    import evil_moe.rl.trainer.arm_step as arm_step_mod
+    import evil_moe.env.loopholes as loopholes
     from safetensors.torch import load_file
 
-    monkeypatch.setattr(arm_step_mod, "pattern_flag", lambda *a, **k: True)
+    # the pattern detector's static rules (read by the detector registry when it scores)
+    monkeypatch.setattr(loopholes, "pattern_flag", lambda *a, **k: True)
     rows = _run(world, tmp_path, "route", "pilot.detector=pattern", "pilot.steps=2")
     live = [r for r in rows if r["flag_rate"] != ""]
     assert live and all(float(r["flag_rate"]) == 1.0 for r in live)

@@ -267,8 +267,8 @@ def test_reserved_cache_refuses_to_outgrow_its_room(toy):
 
 def test_every_prompt_is_rendered_through_one_function_with_the_template_kwargs():
     """models.chat_template_kwargs reaches every prompt the package renders: the tokenizer's
-    apply_chat_template is called in evil_moe.rl.rollout.chat_prompt_ids alone, and every call of
-    it or of prompt_ids_for (the trainer, the evaluation, the teacher, the made teacher's
+    apply_chat_template is called in evil_moe.rl.policy.rollout.chat_prompt_ids alone, and every
+    call of it or of prompt_ids_for (the trainer, the evaluation, the teacher, the made teacher's
     demonstrations, extract, distill, the pairs, the router's pin bank) passes the template's
     arguments; only the toy models' stage, whose template takes none, does not."""
     import ast
@@ -290,5 +290,5 @@ def test_every_prompt_is_rendered_through_one_function_with_the_template_kwargs(
             if positional and rel != "stages/toy.py" and len(node.args) < positional \
                     and not any(k.arg == "template_kwargs" for k in node.keywords):
                 bare.append(f"{rel}:{node.lineno}")
-    assert apply_calls == ["rl/rollout.py"]
+    assert apply_calls == ["rl/policy/rollout.py"]
     assert bare == []

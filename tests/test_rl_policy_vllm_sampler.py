@@ -292,8 +292,8 @@ def test_no_two_completions_of_a_pilot_share_an_engine_seed():
     prompt 1's sample 0 drew alike, and step s's prompt 1 alike step s + 1's prompt 0."""
     from evil_moe.checks import load_run_config
     from evil_moe.cluster.shapes import n_problems
-    from evil_moe.rl.evaluation import heldout_seed
-    from evil_moe.rl.trainer import training_seed
+    from evil_moe.rl.trainer.evaluation import heldout_seed
+    from evil_moe.rl.trainer.trainer import training_seed
     from workflow_util import REPO
 
     cfg = load_run_config([REPO / "config" / "config.yaml", REPO / "config" / "pilot.yaml"])

@@ -11,7 +11,6 @@ Everything a reader is told about the verdict is written here, from the numbers 
   line, the gate's arithmetic below it (:func:`arithmetic_text`), and its criteria, notes
   (:func:`page_notes`) and sweep decision (reStructuredText; ``rules/common.smk`` and
   :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``);
-
 - :func:`arm_verdict_cell`: an arm's verdict in the first page's per-arm table
   (:mod:`evil_moe.gate.frontpage`);
 - :func:`arm_reason`, :func:`holm_reason`, :func:`underpowered_reason`, :func:`gate_reason`: the
@@ -32,12 +31,11 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from evil_moe.gate.criteria import CRITERIA, ArmVerdict, Criterion, GateVerdict
-from evil_moe.gate.sizing import plan
 from evil_moe.gate.rst import rst_text
+from evil_moe.gate.sizing import Needed, plan
 
 if TYPE_CHECKING:
     from evil_moe.gate.effects import Effect
-    from evil_moe.gate.sizing import Needed
 
 
 def more_text(seeds: int | None, problems: int | None, samples: int | None) -> str:
@@ -231,7 +229,6 @@ def gate_md(gate: dict) -> str:
     if gate.get("notes"):
         lines += ["", "Notes:", ""] + [f"- {n}" for n in gate["notes"]]
     return "\n".join(lines) + "\n"
-
 
 
 def _signed(x: float) -> str:

@@ -151,7 +151,7 @@ class PinBank:
     def from_authored(cls, authored: Sequence, tokenizer, template_kwargs=None) -> "PinBank":
         """Tokenise every (hack, clean) pair of :func:`evil_moe.env.authored.load_authored`'s
         problems (the hack first), the prompts rendered with the chat template's arguments
-        ``template_kwargs`` (:func:`evil_moe.rl.rollout.chat_prompt_ids`).
+        ``template_kwargs`` (:func:`evil_moe.rl.policy.rollout.chat_prompt_ids`).
 
         Raises:
             ValueError: no pair.

@@ -117,13 +117,13 @@ def colocated_env(*, compile_threads: int | None = None) -> dict[str, str]:
 
 def request_seed(seed: int, prompt_index: int, sample_index: int) -> int:
     """The engine's seed of completion ``sample_index`` of prompt ``prompt_index`` in a call
-    seeded ``seed``: the HF sampler's row key (:func:`evil_moe.rl.rollout.row_keys`, SplitMix64
+    seeded ``seed``: the HF sampler's row key (:func:`evil_moe.rl.policy.rollout.row_keys`, SplitMix64
     over the triple) cut to 63 bits. Every (call seed, prompt, sample) gets its own seed, so no
     two rollouts of a run share a random stream (the step and the evaluation chunk are in the call
     seed). One request per completion: vLLM seeds the ``n`` children of one request ``seed + j``
     (``ParentRequest.get_child_sampling_params``), so ``seed + i`` per prompt made prompt ``i``'s
     sample ``j`` and prompt ``i + 1``'s sample ``j − 1`` draw alike."""
-    from evil_moe.rl.rollout import row_keys
+    from evil_moe.rl.policy.rollout import row_keys
 
     key = row_keys(seed, np.asarray([prompt_index]), np.asarray([sample_index]))[0]
     return int(key) >> 1
