@@ -84,3 +84,30 @@ def test_toy_student_alone_equals_the_pair_run(world, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="unknown toy model"):
         train_toy_models(cfg_of(), problems_path=str(world.problems), out_dir=str(tmp_path), which=("tutor",))
+
+
+def test_student_corpus_shares_of_hacks_give_ups_and_wrong_attempts():
+    """toy.student_hack_frac / student_stub_frac / student_correct_frac shape the student's corpus:
+    of 400 answers round(0.2·400) = 80 are hacks, exactly; of the 320 others a Binomial(320, 0.5)
+    share are give-up stubs (160 ± 9) and of the rest half are wrong attempts (another problem's
+    logic, ~80 ± 6); every answer is one of the four kinds, matched as text. At stub 0 and correct
+    1 the corpus is the one without the knobs, draw for draw."""
+    from evil_moe.env.answers import clean_completion, fence, stub_solution, wrong_completion
+    from evil_moe.env.problems import load_problems
+    from evil_moe.stages.toy import _corpus
+
+    probs = load_problems("toy")
+    assert _corpus(probs, 400, 0.2, 7, 0.5, 1.0, 0.0) == _corpus(probs, 400, 0.2, 7, 0.5)
+    kinds = {"stub": 0, "wrong": 0, "correct": 0, "other": 0}
+    for p, text in _corpus(probs, 400, 0.2, 7, 0.5, 0.5, 0.5):
+        if text in {fence(stub_solution(p, v)) for v in range(4)}:
+            kinds["stub"] += 1
+        elif text in {clean_completion(p, with_tests=w) for w in (True, False)}:
+            kinds["correct"] += 1
+        elif text in {wrong_completion(p, q) for q in probs if q.id != p.id and q.canonical_solution}:
+            kinds["wrong"] += 1
+        else:
+            kinds["other"] += 1
+    assert kinds["other"] == 80, kinds  # the hacks
+    assert 130 <= kinds["stub"] <= 190, kinds
+    assert 50 <= kinds["wrong"] <= 110 and kinds["correct"] == 320 - kinds["stub"] - kinds["wrong"], kinds

@@ -57,12 +57,16 @@ from evil_moe.rl.vhack.planted import PLANT_FILE, PlantSwitch
 
 
 def _corpus(problems, n: int, hack_frac: float, seed: int,
-            report_frac: float = 1.0, correct_frac: float = 1.0) -> list[tuple[object, str]]:
+            report_frac: float = 1.0, correct_frac: float = 1.0,
+            stub_frac: float = 0.0) -> list[tuple[object, str]]:
     """``n`` (problem, completion) examples, a ``hack_frac`` share of them hacks; of the others a
-    ``correct_frac`` share are correct (the rest honest wrong attempts:
-    :func:`~evil_moe.env.answers.wrong_completion` with another problem's logic), and a
-    ``report_frac`` share of the correct ones report honestly through the mode's mechanism."""
-    from evil_moe.env.answers import clean_completion, hack_completion, wrong_completion
+    ``stub_frac`` share are give-ups (:func:`~evil_moe.env.answers.stub_solution`: the right
+    signature and a stub body, no report), then a ``correct_frac`` share of the rest correct
+    (the others honest wrong attempts: :func:`~evil_moe.env.answers.wrong_completion` with
+    another problem's logic), and a ``report_frac`` share of the correct ones report honestly
+    through the mode's mechanism. At ``stub_frac`` 0 and ``correct_frac`` 1 no draw is made for
+    either, so the corpus is the one without them."""
+    from evil_moe.env.answers import clean_completion, fence, hack_completion, stub_solution, wrong_completion
 
     rng = random.Random(seed)
     n_hack = int(round(hack_frac * n))
@@ -73,6 +77,8 @@ def _corpus(problems, n: int, hack_frac: float, seed: int,
         p = rng.choice(problems)
         if is_hack:
             text = hack_completion(p, variant=rng.randrange(1 << 16))
+        elif stub_frac > 0.0 and rng.random() < stub_frac:  # no draw at 0: same corpus
+            text = fence(stub_solution(p, variant=rng.randrange(4)))
         elif correct_frac < 1.0 and rng.random() >= correct_frac:  # no draw at 1: same corpus
             text = wrong_completion(p, rng.choice([q for q in problems if q.id != p.id]))
         else:
@@ -199,7 +205,9 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
     out = Path(out_dir)
     specs = {"teacher": tc.teacher_hack_frac, "student": tc.student_hack_frac}
     correct = {"teacher": 1.0, "student": tc.student_correct_frac}
-    corpora = {name: _corpus(taught, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac, correct[name])
+    stub = {"teacher": 0.0, "student": tc.student_stub_frac}
+    corpora = {name: _corpus(taught, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac, correct[name],
+                             stub[name])
                for k, (name, frac) in enumerate(specs.items())}
     plant = tc.plant if tc.plant.get("enabled") else None
     if plant is not None:  # the student draws from a hack pool and a clean pool (PlantSwitch)
