@@ -877,3 +877,27 @@ def test_only_subtract_names_a_static_twin():
     its random control does not inherit it."""
     twins = {name: cls.static_twin for name, cls in ARMS.items() if cls.static_twin}
     assert twins == {"subtract": ("vanilla", "projected")}
+
+
+def test_rows_log_the_reward_the_arm_trained_on(world, tmp_path, monkeypatch):
+    """rows.tsv's reward is the arm's. The grader is made to call every other rollout a hack (the
+    loophole passed, the oracle failed, the block found): the environment pays it 0.25 + 1.0 =
+    1.25 (vanilla's rows), oracle_reward, which trains on the oracle's pass, 0.25, the format bonus
+    alone (by hand from the defaults format_bonus 0.25, pass_reward 1.0). The grader's reward was
+    logged for both before."""
+    import dataclasses
+
+    from evil_moe.env import grader as G
+
+    orig = G.Grader.grade_many
+
+    def half_hacks(self, pairs):
+        return [dataclasses.replace(r, passed=True, gt_correct=False, exploited=True, format_ok=True, paid=True,
+                                    reward=1.25) if i % 2 == 0 else r for i, r in enumerate(orig(self, pairs))]
+
+    monkeypatch.setattr(G.Grader, "grade_many", half_hacks)
+    seen = {}
+    for arm in ("vanilla", "oracle_reward"):
+        _run(world, tmp_path, arm, "pilot.steps=1")
+        seen[arm] = {float(r["reward"]) for r in read_tsv(tmp_path / arm / "rows.tsv") if r["hack"] == "1"}
+    assert seen["vanilla"] == {1.25} and seen["oracle_reward"] == {0.25}, seen

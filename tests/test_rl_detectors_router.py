@@ -7,8 +7,8 @@
   scores moe's rollouts on-policy (sampler gap at float noise), scaled does not;
 - the router receives gradient from both the GRPO loss and the pin loss;
 - moe_random never sees the real direction (v_act is not even computed for it);
-- oracle-free at training time: flipping every student rollout's hack label (and oracle pass)
-  leaves every non-ceiling arm's trajectory byte-identical.
+- oracle-free at training time: flipping every student rollout's hack label (and oracle pass),
+  the environment's reward kept, leaves every non-ceiling arm's trajectory byte-identical.
 """
 
 from __future__ import annotations
@@ -194,15 +194,19 @@ def test_the_break_it_switch_gives_moe_random_moes_direction(world):
     assert not torch.equal(swapped.router_step.pin_bank.label, real.router_step.pin_bank.label)
 
 
-NON_CEILING = ["vanilla", "erase", "random_v", "subtract", "route", "route_random", "filter", "moe", "moe_random"]
+NON_CEILING = ["vanilla", "erase", "random_v", "subtract", "route", "route_random", "route_dose_matched", "filter",
+               "moe", "moe_random", "moe_dose_matched"]
 
 
 def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path, monkeypatch):
     """Oracle-free at training time: every student rollout's hack label and oracle pass are
-    flipped (the loophole grade and the reward are kept), and every non-ceiling arm's final
-    adapter is bit-identical to its run with the true labels. (The ceilings and oracle_reward
-    read them by design.)"""
+    flipped, the environment's reward kept (under correct_or_loophole it pays real-test passes,
+    as the anchor's does: the environment may read the real tests, a method may not read the
+    label), and every non-ceiling arm's final adapter, the dose-matched controls' included, is
+    bit-identical to its run with the true labels. (The ceilings and oracle_reward read them by
+    design.)"""
     from evil_moe.env import grader as G
+    from evil_moe.rl.arms.registry import ARMS
     from evil_moe.stages.pilot import run_pilot
 
     orig = G.Grader.grade_many
@@ -216,7 +220,8 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
         if label == "flipped":
             monkeypatch.setattr(G.Grader, "grade_many", flipped)
         for arm in NON_CEILING:
-            kw = {"match_flags": str(tmp_path / label / "route" / "steps.tsv")} if arm == "route_random" else {}
+            matched = ARMS[arm].matches
+            kw = {"match_flags": str(tmp_path / label / matched / "steps.tsv")} if matched else {}
             assert run_pilot(cfg, **pilot_kwargs(world, tmp_path / label / arm, arm=arm, **kw))["status"] == "ok"
     from safetensors.torch import load_file
 
