@@ -56,7 +56,7 @@ TOY_PEAKS_MB = {"toy_models": 1041, "teacher": 610, "extract": 705, "distill": 7
 TOY_SECONDS = {"toy_models": 166, "teacher": 10, "extract": 25, "distill": 36, "pilot": 124}
 # SmolLM2-135M on 2 CPU cores (config/smollm2.yaml with its made teacher, 2026-11-30, load
 # 1.4-2.2; Snakemake benchmark files, README "A real pretrained model"): max RSS and wall time.
-# extract since issue 27 (batched per-completion gradients, the bootstrap on stored gradients):
+# extract since it was batched (per-completion gradients, the bootstrap on stored gradients):
 # peak RSS 4133 MB in the full smollm2.yaml run of 2026-12-02 (Snakemake benchmark file; load
 # 8-15); its seconds are the 66 completions at 7.6 CPU-s each on one idle-equivalent core (the
 # merged-weights gradient, benchmarked on SmolLM2 rows of 610 tokens, docs/results-log.md) — the

@@ -1,5 +1,5 @@
 """The collapse rule of a pilot: a run whose policy collapsed is stopped at the step it is seen,
-naming the step and the cause, and never judged by the gate (issue 41).
+naming the step and the cause, and never judged by the gate.
 
 A policy that collapsed writes no code the grader can run, so every reward is the same (0),
 every group has zero variance and no gradient ever moves it back: the run goes on to its last
