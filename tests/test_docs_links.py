@@ -15,7 +15,7 @@ NOT_HERE = tuple(".".join(parts) for parts in (("science", "md"), ("DESIGN", "md
 ISSUE = re.compile(r"\b[Ii]ssues?[\s-]*#?\d+")
 
 def _pages():
-    return [REPO / "README.md", REPO / "results" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [REPO / "README.md", REPO / "results" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 def _anchors(path: Path) -> set[str]:
     """GitHub's heading anchors of a markdown page."""
