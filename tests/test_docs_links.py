@@ -15,7 +15,8 @@ NOT_HERE = tuple(".".join(parts) for parts in (("science", "md"), ("DESIGN", "md
 ISSUE = re.compile(r"\b[Ii]ssues?[\s-]*#?\d+")
 
 def _pages():
-    return [REPO / "README.md", REPO / "results" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [REPO / "README.md", REPO / "results" / "README.md", REPO / "config" / "README.md",
+            *sorted((REPO / "docs").rglob("*.md"))]
 
 def _anchors(path: Path) -> set[str]:
     """GitHub's heading anchors of a markdown page."""
@@ -53,6 +54,21 @@ def _tracked_texts():
             yield f, p.read_text()
         except UnicodeDecodeError:
             continue
+
+
+def _unlinked(index: Path, pages) -> list[str]:
+    """The paths among ``pages`` that ``index`` does not link."""
+    linked = {(index.parent / t.partition("#")[0]).resolve() for t in LINK.findall(index.read_text())}
+    return [str(p.relative_to(REPO)) for p in sorted(pages) if p != index and p.resolve() not in linked]
+
+
+def test_every_page_and_config_file_is_on_its_map():
+    """docs/README.md, the documentation's map, links every page under docs/, and
+    config/README.md, the catalog of configs, every file in config/: a new page or config file
+    without its line fails here."""
+    missing = (_unlinked(REPO / "docs" / "README.md", (REPO / "docs").rglob("*.md"))
+               + _unlinked(REPO / "config" / "README.md", (REPO / "config").glob("*.yaml")))
+    assert not missing, f"not on docs/README.md's or config/README.md's map: {missing}"
 
 
 def test_no_project_file_refers_outside_the_repository():
