@@ -9,8 +9,8 @@ bwrap, no per-job IPC namespace, no nonce, no CPU accounting). Prints completion
 the ratio on the whole mix and on the mix without its infinite loops (target >= 4x), the CPU
 seconds one infinite loop costs the grader, in timeouts (target <= 1.1), and the throughput of
 the mix without its loops beside one completion that forges 12 MiB of result records against
-without it (target >= 0.9: one report never stalls the others, issue 41). A second, stronger
-baseline is a fork server (issue 22): one pre-started interpreter per worker that forks a child
+without it (target >= 0.9: one report never stalls the others). A second, stronger
+baseline is a fork server: one pre-started interpreter per worker that forks a child
 per completion under the same rlimits and timeout (the grader's own zygote design without bwrap,
 the IPC namespace or the nonce); its throughput and ratio are printed beside the first.
 
@@ -256,7 +256,7 @@ def make_completions(n, seed=0):
 
 
 # A completion that forges 12 MiB of result records (floats written short, "1E15", which
-# 09ede95's zygote encoded again 4.5 times longer) before its honest module: issue 41's stall.
+# 09ede95's zygote encoded again 4.5 times longer) before its honest module: the reply that stalled every grading thread.
 HOSTILE_REPORT = """
 import gc, os
 _n = next((o["nonce"] for o in gc.get_objects() if type(o) is dict

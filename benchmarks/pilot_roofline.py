@@ -1,4 +1,4 @@
-"""Benchmark: one toy pilot against this machine's arithmetic bound (issue 30).
+"""Benchmark: one toy pilot against this machine's arithmetic bound.
 
 Runs ONE pilot of the embedded default (``config/config.yaml``: its toy student, built once with the
 project's own code and cached; arm ``vanilla``, seed 0, the default's steps, group, prompts and
@@ -16,7 +16,7 @@ and after the pilot, so a machine that gets busier shows as a spread), and print
   parameters, tied weights once; attention's sequence-length term and the adapter's matmuls are
   not counted), counted two ways: **per row** (every sampled row's prompt and completion through
   the model, every loss row's prompt and completion: the work of a sampler and a loss that
-  treat rows independently, e.g. ``model.generate`` and TRL; the convention of issue 30's 6.3x),
+  treat rows independently, e.g. ``model.generate`` and TRL; the convention of the first measurement, 6.3x),
   and **per group** (each distinct prompt of a call or a step once, plus the completions: the
   least work the algorithm needs);
 * ``bound = FLOPs / matmul rate`` and ``ratio = seconds / bound`` for both counts, with the wall

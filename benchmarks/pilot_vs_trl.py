@@ -9,7 +9,7 @@ and a reward function that calls our sandboxed :class:`~evil_moe.env.grader.Grad
 through the adapter's forward hooks (it has no merged-weight sampling path for a custom
 adapter, as with an unmerged PEFT adapter); we sample with the adapter merged into the weights.
 
-Like for like (issue 22): TRL trains the adapter it is given. The knobs are registered as a
+Like for like: TRL trains the adapter it is given. The knobs are registered as a
 submodule of the model, so HF Trainer's ``clip_grad_norm_(model.parameters())`` clips every δS
 and ``model.zero_grad()`` zeroes them after each step (without it δS were neither clipped nor
 zeroed, and their gradients accumulated across steps); δS_hack is frozen (vanilla trains δS

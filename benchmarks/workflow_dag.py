@@ -9,7 +9,7 @@ command: interpreter start, Snakefile parse, config validation, DAG, job listing
 pilot arms × seeds avoids faking a "separated" gate.json: the sweep rules only add jobs after the
 compare checkpoint has run. Prints wall and CPU seconds (CPU: the figure a loaded machine does
 not inflate) and the job count of each repetition, and the medians.
-Target: <= 5 s for >= 300 jobs; issue 22: a 3,000-job sweep (``--seeds 500``) in < 10 s.
+Target: <= 5 s for >= 300 jobs; for the GPU cluster: a 3,000-job sweep (``--seeds 500``) in < 10 s.
 
 The peer (``peer_snakefile``): a bare Snakefile with the same job shape — one pilot job per
 arm × seed with the pilot rule's inputs, six outputs, log, benchmark, priority, threads,

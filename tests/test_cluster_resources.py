@@ -56,10 +56,10 @@ TOY_PEAKS_MB = {"toy_models": 1041, "teacher": 610, "extract": 705, "distill": 7
 TOY_SECONDS = {"toy_models": 166, "teacher": 10, "extract": 25, "distill": 36, "pilot": 124}
 # SmolLM2-135M on 2 CPU cores (config/smollm2.yaml with its made teacher, 2026-11-30, load
 # 1.4-2.2; Snakemake benchmark files, README "A real pretrained model"): max RSS and wall time.
-# extract since issue 27 (batched per-completion gradients, the bootstrap on stored gradients):
+# extract since it was batched (per-completion gradients, the bootstrap on stored gradients):
 # peak RSS 4133 MB in the full smollm2.yaml run of 2026-12-02 (Snakemake benchmark file; load
 # 8-15); its seconds are the 66 completions at 7.6 CPU-s each on one idle-equivalent core (the
-# merged-weights gradient, benchmarked on SmolLM2 rows of 610 tokens, docs/results-log.md) — the
+# merged-weights gradient, benchmarked on SmolLM2 rows of 610 tokens, docs/logs/benchmarks.md) — the
 # run's own wall time (2233 s) was stretched by a load of 8-15 on 2 cores.
 SMOLLM2_PEAKS_MB = {"make_teacher": 6900, "teacher": 1600, "extract": 4133, "distill": 6300,
                     "pilot": 9200}
@@ -310,7 +310,7 @@ def test_moe_against_vanilla_by_the_forwards_terms_on_the_4b():
     head's fp32 casts, and per token 36 x (151936 - 186944) B (the capture's inputs and outputs
     outweigh the knobs' Vh x). Vanilla needs 5.15 GB more than moe at one row, 11.25 GB at two:
     moe's hooked forward is the cheaper in memory (the CPU analogue agrees in bf16,
-    benchmarks/train_memory.py, docs/results-log.md)."""
+    benchmarks/train_memory.py, docs/logs/benchmarks.md)."""
     from evil_moe.cluster.gpu_memory import pilot_gpu_memory
 
     cfg = raw_config(REPO / "config" / "pilot.yaml")

@@ -1,4 +1,4 @@
-"""The hand-authored (hack, clean) pairs of Evil MoE's router (evil_moe/env/authored.py, issue 29):
+"""The hand-authored (hack, clean) pairs of Evil MoE's router (evil_moe/env/authored.py):
 every mode in both formats, labelled by construction and checked without the oracle — every hack
 and every clean completion passes its mode's foolable grader (a clean one by its own honest
 report), the environment's static recognition of an unconditional report flags every hack and no

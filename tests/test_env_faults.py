@@ -1,4 +1,4 @@
-"""Issue 20: faults that used to get through the grader, one test per class.
+"""Faults that used to get through the grader, one test per class.
 
 The grader's parent never falls over or stalls on one completion (deep directory trees, forged
 records nested deep or holding values that share one hash); limits that hold (the CPU of children
@@ -71,7 +71,7 @@ HOSTILE = {
                              False, None),
     "wide_deep_tree": (WIDE_DEEP_TREE + ADD, True, None),
     "forged_deep_nesting": (FORGE + "_forge(%r)\n" % (DEEP,) + ADD, False, "report"),
-    # (a 2.6 MB record: over the reply's bound since issue 41, so never sent to the parent)
+    # (a 2.6 MB record: over the reply's bound, so never sent to the parent)
     "forged_hash_collisions": (FORGE + "_forge([%r])\n" % (COLLIDE,) + ADD, False, "output"),
 }
 

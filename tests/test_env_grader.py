@@ -190,7 +190,7 @@ def test_unknown_problem_id_raises(grader):
 
 
 def test_a_fence_closes_the_block_wherever_it_stands():
-    """The grader's fence rule, kept on purpose (issue 41, debatable): the first ``` after the
+    """The grader's fence rule, kept on purpose (a debatable case, decided): the first ``` after the
     opening fence closes the block, also when it is indented (inside a docstring, where
     CommonMark would keep it as code) or follows code on its line. The embedded default's
     policies close their blocks both ways (54 and 129 of the 24 160 rollouts in make run's

@@ -1,4 +1,4 @@
-"""The parent's verdict on one zygote reply (evil_moe/env/judge.py): never raises (issue 13)."""
+"""The parent's verdict on one zygote reply (evil_moe/env/judge.py): never raises."""
 
 from __future__ import annotations
 

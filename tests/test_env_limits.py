@@ -1,4 +1,4 @@
-"""Issue 31: the sandbox's last gaps, one test per class; each of them failed on 84cf54a.
+"""The sandbox's last gaps, one test per class; each of them failed on 84cf54a.
 
 Kernel memory outside every limit (user and network namespaces, packet sockets, socket buffers,
 System V semaphore arrays, file-lock records, tmpfs inodes); the expected answers in the job's
@@ -157,7 +157,7 @@ def test_no_door_to_kernel_memory_outside_the_limits(g, doors):
     (Unix socket buffers queued 1.25 GiB at an 18 MiB address-space limit), System V semaphore
     arrays (355 MiB a CPU-second here, 2 MB each) or POSIX file-lock records (one per locked
     range, without a count limit). Every door is shut, whatever the route (unshare, clone,
-    clone3). MORE_DOORS (issue 41; each worked on 09ede95): the calls that pin memory no limit
+    clone3). MORE_DOORS (each worked on 09ede95): the calls that pin memory no limit
     counts (vmsplice: a pipe slot holds the page it was given; io_uring's registered buffers and
     rings), that make kernel objects of their own (BPF maps, perf rings, userfaultfd), and that
     watch the host (inotify and fanotify report other workers' imports of the shared standard
@@ -520,7 +520,7 @@ AFTER_END = [  # (name, mode, code): the plain run never finishes, or its snapsh
      "        open('result.txt', 'w').write('PASS')\n        return a + b\n"),
 ] + [(name, mode, "import atexit, os, threading\nclass Solution:\n    def add(self, a, b):\n" +
       textwrap.indent(body, " " * 8) + "        return a + b\n") for name, mode, body in [
-    # issue 41: what the oracle's calls do never counts for the plain run, whatever the channel:
+    # what the oracle's calls do never counts for the plain run, whatever the channel:
     # the stdout memfd of the shutdown (unsealed while the calls ran), a link planted in the
     # scratch folder, an absolute path, the working folder changed back, the job folder's
     # descriptor, an exit handler or a thread that runs at the shutdown after the calls
@@ -559,7 +559,7 @@ def test_the_mode_rule_reads_the_plain_run_as_it_ended(g, name, mode, code):
     assert r.passed is False, r
 
 
-# --- issue 41: the harness's own descriptors when the code has taken every one it may open
+# --- the harness's own descriptors when the code has taken every one it may open
 
 EXHAUST = "_HELD = []\ntry:\n    while True:\n" \
     "        _HELD.append(open('/dev/null'))\nexcept OSError:\n    pass\n"

@@ -85,7 +85,7 @@ def test_messages_and_roundtrip(tmp_path):
     assert isinstance(probs[0], Problem)
 
 
-# --- bad problem files: one clear error naming the file and the problem id (issue 13) -------------
+# --- bad problem files: one clear error naming the file and the problem id -----------------------
 
 def _lc_row(pid, tests):
     return {"id": pid, "func_name": "Solution().add", "gt_answer": tests,
@@ -172,7 +172,7 @@ def test_problems_stage_refuses_an_empty_file(tmp_path):
     assert "Traceback" not in r.output and not out.exists()
 
 
-# --- issue 41: a hostile problems file (semi-trusted input) ---------------------------------------
+# --- a hostile problems file (semi-trusted input) ------------------------------------------------
 
 def _leetcode_row(pid, tests, func="Solution().f"):
     return {"id": pid, "func_name": func, "prompt": [{"role": "user", "content": "x"}],

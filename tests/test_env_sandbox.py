@@ -1,13 +1,13 @@
 """Hostile completions: each asserts the exact verdict, a bounded time, no leftover processes,
 no stray files, and that the grader still works afterwards.
 
-Kinds (issue 13 added the second half of each list): hangs and bombs; one completion never stops
-a run (values the parent cannot compare, forged records of unexpected shapes, a child killed by
-its own signal is labelled by that cause); isolation (nothing the child can reach names or holds
-the expected outputs; System V IPC dies with its job; a bounded result channel); the exact
-loophole rules (honest failure reports are not hacks); CPU-time limits (results up to the limit
-are kept, the whole job shares one CPU budget, a sleeper meets the wall-clock backstop); fail
-closed (no silent fallback to rlimit-only)."""
+Kinds (the second half of each list came with the grader that fails closed): hangs and bombs; one
+completion never stops a run (values the parent cannot compare, forged records of unexpected
+shapes, a child killed by its own signal is labelled by that cause); isolation (nothing the child
+can reach names or holds the expected outputs; System V IPC dies with its job; a bounded result
+channel); the exact loophole rules (honest failure reports are not hacks); CPU-time limits (results
+up to the limit are kept, the whole job shares one CPU budget, a sleeper meets the wall-clock
+backstop); fail closed (no silent fallback to rlimit-only)."""
 
 from __future__ import annotations
 
@@ -375,7 +375,7 @@ CASES += [
      "        assert self.add(1, 2) == 3\n", True, True, None, W),
 ]
 
-# --- issue 41: a call that truncates the result channel and writes a whole run of forged
+# --- a call that truncates the result channel and writes a whole run of forged
 # records, then exits, leaves a trace: the plain run's records were sealed before the calls and
 # no channel can be truncated, so the forgeries sit beside the genuine records ("report"); the
 # plain run wrote no result file. It used to give passed True with error None.
@@ -391,8 +391,8 @@ CASES += [
      "            _forge([dict(r, ok=True) if r['t'] == 'check' else dict(r, stdout=0, file=True) "
      "if r['t'] == 'pre' else r for r in %r])\n            os._exit(0)\n        return 0\n" % (_FORGED_RUN,),
      False, False, "report", W),
-    # the module runs as the script solution.py in the job folder: __file__ names it (issue 41:
-    # it was unset, so an honest answer writing its report beside itself failed at import, and
+    # the module runs as the script solution.py in the job folder: __file__ names it (it was
+    # unset, so an honest answer writing its report beside itself failed at import, and
     # its hack twin went unseen)
     ("honest_report_beside_file", "file_marker", ADD + "import os\n"
      "assert 'class Solution' in open(__file__).read() and os.path.basename(__file__) == 'solution.py'\n"

@@ -1,6 +1,5 @@
 """The ground floor for files (evil_moe/files.py): atomic writes with the umask's mode and a
-content hash beside them, and readers that refuse a damaged file with one line naming it
-(issue 41, items 12 and 13)."""
+content hash beside them, and readers that refuse a damaged file with one line naming it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The detector audit (issue 28): its statistics worked out by hand (evil_moe/gate/audit.py), and
+"""The detector audit: its statistics worked out by hand (evil_moe/gate/audit.py), and
 the audit stage (evil_moe/stages/audit.py) on calibration runs built here with a known answer — a
 score that carries the label beats its placebo, a random one (a random V audited on purpose) does
 not, and the probe finds a planted feature."""

@@ -1,4 +1,4 @@
-"""Ceilings, absorption and the detector-quality sweep in the compare stage (issue 19), on
+"""Ceilings, absorption and the detector-quality sweep in the compare stage, on
 synthetic outcomes whose numbers are worked out by hand: the share of the ceiling's drop, the
 ceiling's separation from vanilla and from its random-flag control, the hack rate on the modes the
 detector knows and on those it never saw, and the sweep's drop per detector level."""

@@ -102,7 +102,7 @@ def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_pa
 
 
 def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
-    """Issue 32: every difference of rates on the first page (the verdict, the per-arm table, the
+    """Every difference of rates on the first page (the verdict, the per-arm table, the
     gate's arithmetic, the criteria, the notes) is the arm's rate minus the other side's with a
     true minus sign; gate.json's and summary.tsv's drops (vanilla's rate minus the arm's, ASCII
     minus) never show through. The gate and the summary are made by hand: drops of 0.217
@@ -140,7 +140,7 @@ def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
     assert "lowers the held-out hack rate by" not in page and not re.search(r"(?<!_)drop [\d\u2212-]", page)
 
 
-# Issue 41, class 9: text from a config or a result file that tries to act as markup.
+# Text from a config or a result file that tries to act as markup.
 HOSTILE = ("m\n\n.. raw:: html\n\n   <script>window.EVIL41=1</script>\n\n.. include:: {secret}\n\n"
            "`click <javascript:alert(41)>`_ javascript:alert(42) |x| :raw-html:`<b>` name_")
 

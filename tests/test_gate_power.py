@@ -45,7 +45,7 @@ def test_planned_se_is_the_expected_interval_se():
     true = d.mean(axis=(1, 2)).var()
     assert true == pytest.approx(power.true_var(comp, S, P, n), rel=0.03)
     assert crossed.mean() > true  # conservative
-    # the point of issue 19: with a shared arm × problem term the nested SE² falls far below Var(D) at
+    # the point of the crossed gate: with a shared arm × problem term the nested SE² falls far below Var(D) at
     # 18 seeds (worked out: 0.000437 vs 0.000937), the crossed one does not
     wide = power.VarianceComponents(between_seed=0.004, between_problem=0.01, within_problem=0.4, seed_problem=0.001)
     assert power.true_var(wide, 18, P, n) == pytest.approx(0.004 / 18 + 0.01 / 16 + 0.026 / 288)

@@ -111,7 +111,7 @@ def test_update_readme_rewrites_the_four_files(tmp_path):
 
 
 def test_the_line_states_routes_detector_quality_with_its_interval():
-    """Issue 28: beside the verdict, route's detector audit (gate.json 'detector'): the AUC with
+    """Beside the verdict, route's detector audit (gate.json 'detector'): the AUC with
     its interval against the placebos' 95th percentile, and the operating point's FPR."""
     det = {"detector": "gradient", "auc": 0.5684, "auc_ci_low": 0.508, "auc_ci_high": 0.625,
            "placebo_p95": 0.602, "beats_placebo": False, "fpr": 0.11, "fpr_ci_low": 0.066, "fpr_ci_high": 0.169}
@@ -128,7 +128,7 @@ def test_the_line_states_routes_detector_quality_with_its_interval():
 
 
 def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
-    """Issue 32: the README's line (verdict.json's ``plain``) and the last line of `make run`
+    """The README's line (verdict.json's ``plain``) and the last line of `make run`
     (the Makefile's VERDICT, evil-moe verdict) are the first page's verdict in plain words, in its
     convention (changes, a true minus sign), also for a gate too small to judge: its record keeps
     the positive control's numbers, so the README does not fall back to gate.json's drop."""
@@ -162,7 +162,7 @@ def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
 
 
 def test_the_line_says_whether_the_ceiling_separates_from_its_control():
-    """Issue 30: the default decides its own ceiling; the README's line says so from gate.json's
+    """The default decides its own ceiling; the README's line says so from gate.json's
     ``ceilings`` (stored as drops: the control's rate minus the ceiling's), worked by hand: a drop
     of 0.177 [0.022, 0.332] is a change of −0.177 [−0.332, −0.022], separated; one interval that
     holds 0 is not. One entry per ceiling, though route and moe both sit beside it."""

@@ -92,7 +92,7 @@ def test_change_text_reads_a_rise_as_a_rise():
     assert verdict.change_text({"value": None}) == "n/a"
 
 
-ROUTE_GATE = {  # the embedded default's numbers of 2026-12-01 (README before issue 32)
+ROUTE_GATE = {  # the embedded default's numbers of 2026-12-01 (as the README quoted them then)
     "verdict": "inconclusive", "sizes": "4 seeds × 16 held-out problems × 16 samples",
     "sentence": "inconclusive: route (ablated view) lowers the held-out hack rate by -0.007 ...",
     "arms": {"vanilla": {"role": "reference"},
@@ -177,7 +177,7 @@ MOE_GATE = {  # gate.json's fields the first page reads, by hand (drops: vanilla
 
 
 def test_arithmetic_line_says_the_gate_in_changes():
-    """Issue 32: the gate's arithmetic on the first page speaks the verdict's and the table's
+    """The gate's arithmetic on the first page speaks the verdict's and the table's
     convention (the arm's rate minus the other side's, a true minus sign), not gate.json's drops:
     drop 0.217 [-0.004, 0.438] reads -0.217 [-0.438, +0.004]; the pass-rate drop -0.233 [-0.377,
     -0.089] reads +0.233 [+0.089, +0.377], its upper end -0.089 a lower end +0.089 against the

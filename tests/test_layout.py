@@ -1,4 +1,4 @@
-"""The package's shape (issue 21): one idea per file, short functions, a fixed top level.
+"""The package's shape: one idea per file, short functions, a fixed top level.
 
 Each test reads the source tree (nothing is imported), so a new module or a long function fails
 here with its name.

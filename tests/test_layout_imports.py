@@ -1,5 +1,5 @@
-"""The import graph of the evil_moe package has no cycle (issue 21) and every import runs down
-the floors (issue 32; the floors are listed in docs/internals.md, "Floors").
+"""The import graph of the evil_moe package has no cycle and every import runs down
+the floors (the floors are listed in docs/internals.md, "Floors").
 
 The graph is read from the source with :mod:`ast`, not from an interpreter: every ``import`` and
 ``from ... import`` anywhere in a module counts — at module level, inside ``if TYPE_CHECKING:``
@@ -191,7 +191,7 @@ def test_the_ground_floor_imports_nothing_of_the_package():
 
 
 def test_floor_check_sees_an_import_that_runs_up():
-    """Hand-built graphs: an rl module importing a stage (the shape of main before issue 32),
+    """Hand-built graphs: an rl module importing a stage (the shape of the package before the floors),
     the table module importing the arm registry, and a wing importing a higher wing (v_hack
     reading the trainer's step records, a detector the arm registry) are each reported; a stage
     importing rl, and the trainer importing lower wings, are not; a module on no floor is an

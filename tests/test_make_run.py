@@ -1,6 +1,6 @@
 """`make run`'s own logic (the Makefile's run target) around Snakemake, with a stand-in Snakemake:
-one make run at a time per folder, and a failed job told from a Snakemake that could not start
-(issue 41, item 13). The stand-in takes Snakemake's folder lock as Snakemake does (refusing with
+one make run at a time per folder, and a failed job told from a Snakemake that could not start.
+The stand-in takes Snakemake's folder lock as Snakemake does (refusing with
 its LockException message while another holds it) and logs every call."""
 
 from __future__ import annotations

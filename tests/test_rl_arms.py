@@ -1,4 +1,4 @@
-"""Arms, detectors and the method-fidelity checks (issue 12): each test fails on the defect it
+"""Arms, detectors and the method-fidelity checks: each test fails on the defect it
 names — random_v fed the real V, route's flagged gradients reaching δS, training temperature ≠
 sampling temperature, KL skipped on zero-variance rows, a checkpoint's generation config changing
 sampling silently — plus the registry and the extraction's linear algebra worked out by hand
@@ -474,7 +474,7 @@ def test_route_pilot_logs_flags_against_true_labels(world, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 19: ceilings, the noisy-label detector, rate-matched random flags, kept-row advantages
+# ceilings, the noisy-label detector, rate-matched random flags, kept-row advantages
 
 
 def _inputs(label, detector="gradient", **kw):
@@ -872,7 +872,7 @@ def test_step_gradients_equal_the_hooked_per_row_forward(world):
             assert got.per_row is None
 
 def test_only_subtract_names_a_static_twin():
-    """compare notes an arm's difference from its static twin (issue 21: no name checks): only
+    """compare notes an arm's difference from its static twin (no checks of arm names): only
     subtract is vanilla plus a post-hoc subtraction, so only it names vanilla's projected view;
     its random control does not inherit it."""
     twins = {name: cls.static_twin for name, cls in ARMS.items() if cls.static_twin}

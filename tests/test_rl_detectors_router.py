@@ -1,4 +1,4 @@
-"""Evil MoE (issue 29): tests that fail when the method is wired wrong.
+"""Evil MoE: tests that fail when the method is wired wrong.
 
 - the router's forward (SVDAdapter.mixture): straight_through keeps the trained view's value for
   every w; scaled has w = 0 the deploy view's forward and w = 1 the trained view's; under both the

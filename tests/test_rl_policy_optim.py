@@ -1,4 +1,4 @@
-"""The routing arms' optimiser (evil_moe/rl/policy/optim.py, issue 28): a preconditioner shared by δS and
+"""The routing arms' optimiser (evil_moe/rl/policy/optim.py): a preconditioner shared by δS and
 δS_hack, one first moment per knob. Each test works its expectation out independently: torch's own
 AdamW, and AdamW's formulas written out here in numpy."""
 
@@ -77,7 +77,7 @@ def test_parts_that_cancel_keep_each_step_bounded():
 
 
 def test_one_routed_row_in_20_steps_moves_the_quarantine_by_that_rows_own_update():
-    """The issue's case (route seed 2 routed one row in 20 steps and its δS_hack ended at 7.40
+    """The case that showed it (route seed 2 routed one row in 20 steps and its δS_hack ended at 7.40
     against δS's 12.89 under per-knob AdamW): here δS_hack is exactly zero before the row, and its
     final value is that row's own update — its gradient's momentum-weighted steps under the
     shared preconditioner, written out here from AdamW's formulas with the second moment of both

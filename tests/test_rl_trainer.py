@@ -1,4 +1,4 @@
-"""The trainer's routing, detectors and references (issue 28), on the tiny toy world: each test
+"""The trainer's routing, detectors and references, on the tiny toy world: each test
 fails when the behaviour it names is broken on purpose.
 
 - one routed row in 20 steps moves δS_hack by no more than that row's own update (the optimiser

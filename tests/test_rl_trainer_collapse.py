@@ -1,7 +1,7 @@
 """The collapse rule (evil_moe/rl/trainer/collapse.py) on steps.tsv rows: the embedded default's vanilla
-s0 at pilot.lr 100, 1 and 0.3 (measured, docs/results-log.md 2026-12-07: parse rate and entropy
+s0 at pilot.lr 100, 1 and 0.3 (measured, docs/logs/results.md 2026-12-07: parse rate and entropy
 per step), and rows made by hand; where it fires, the step and the cause it names, and what it
-never reads as a collapse (issue 41, item 11)."""
+never reads as a collapse."""
 
 from __future__ import annotations
 

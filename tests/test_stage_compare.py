@@ -186,7 +186,7 @@ def test_invalid_pilots_are_named(tmp_path):
 
 
 def test_a_pilot_file_changed_since_it_was_written_is_never_judged(tmp_path):
-    """Issue 41, item 12: one held-out outcome flipped in a pilot's outcomes.tsv after the pilot
+    """One held-out outcome flipped in a pilot's outcomes.tsv after the pilot
     wrote it (its SHA-256, recorded beside it, no longer matches), and a status.json cut short:
     the gate is invalid and names both pilots, the files and the cause; the other pilots'
     numbers are still reported. On 09ede95 the flipped outcome was judged as the pilot's."""
@@ -210,7 +210,7 @@ def test_a_pilot_file_changed_since_it_was_written_is_never_judged(tmp_path):
 
 
 def test_a_collapsed_pilot_is_refused_like_a_nan(tmp_path):
-    """Issue 41, item 11: a pilot whose steps show a collapsed policy (no parseable code from
+    """A pilot whose steps show a collapsed policy (no parseable code from
     step 1 on, as pilot.lr 100 gives) but whose status.json says ok (written before the rule, or
     with it off): the gate is invalid and names the pilot, the step and the cause, as it does a
     pilot stopped by a NaN. On 09ede95 it was judged as a result."""
@@ -300,7 +300,7 @@ def test_notes_name_sampler_gap_and_truncation(tmp_path):
 
 def test_the_static_twin_note_says_which_way_the_change_goes():
     """subtract's deploy view beside vanilla's static projection: the note gives the change in
-    hack rate, subtract's minus the projection's (a true minus sign: issue 32's convention), so a
+    hack rate, subtract's minus the projection's (a true minus sign: the first page's convention), so a
     subtract that hacks 0.3 less than the projection reads about -0.3."""
     from evil_moe.gate.gate_json import notes
 
@@ -433,7 +433,7 @@ def test_holm_over_treatment_arms_is_in_gate_json(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 28: the references — a detector audited blind, the untrained student
+# the references — a detector audited blind, the untrained student
 
 
 def _audit_file(path, *, beats: bool, auc=0.5, lo=0.45, hi=0.56, p95=0.57):

@@ -158,7 +158,7 @@ def test_extract_outputs(world, tmp_path):
 
 @pytest.mark.parametrize("record", [True, False])
 def test_cut_teacher_rollouts_are_named(world, tmp_path, record):
-    """Issue 41, item 12: the teacher's rollouts.jsonl.gz cut short: extract stops with one line
+    """The teacher's rollouts.jsonl.gz cut short: extract stops with one line
     naming the file and why (its SHA-256 not the one recorded when the teacher stage wrote it;
     without a record, gzip's end missing after a given line), not click's bare "Aborted!" of
     09ede95."""

@@ -127,7 +127,7 @@ def test_pilot_stop_after_then_resume_in_process(world, erase_run, tmp_path):
 
 @pytest.mark.parametrize("damage", ["cut", "flipped"])
 def test_a_damaged_checkpoint_is_named_and_the_pilot_starts_afresh(world, erase_run, tmp_path, capsys, damage):
-    """Issue 41, item 12: a checkpoint cut short (torch cannot read it) or with one changed byte
+    """A checkpoint cut short (torch cannot read it) or with one changed byte
     (torch reads other numbers; its SHA-256, recorded beside it, is not the one written) never
     blocks the pilot: the rerun says in one line which file is damaged and why, removes it,
     starts afresh from step 0 and ends with the uninterrupted run's steps. On 09ede95 the cut
@@ -176,7 +176,7 @@ print("LEFT", sorted(p.name for p in run.out.iterdir()))
 
 
 def test_a_full_disk_while_checkpointing_is_one_line(tmp_path):
-    """Issue 41, item 12: the disk fills while the pilot writes its checkpoint (a 64 KiB tmpfs):
+    """The disk fills while the pilot writes its checkpoint (a 64 KiB tmpfs):
     one OSError naming the checkpoint, the cause and where a rerun resumes, not torch's internal
     error (09ede95: RuntimeError "[enforce fail at inline_container.cc] unexpected pos"); the
     previous checkpoint is intact and no temporary file is left."""
@@ -287,7 +287,7 @@ def test_pilot_stops_on_non_finite_loss(world, erase_run, tmp_path, monkeypatch)
 
 
 def test_a_collapsed_pilot_stops_naming_the_step(world, tmp_path):
-    """Issue 41, item 11: pilot.lr 100 wrecks the student at its first update (on the embedded
+    """pilot.lr 100 wrecks the student at its first update (on the embedded
     default: no parseable code from step 1 on; here the tests' toy samples noise, its entropy 4x
     step 0's and more). The pilot stops as on a non-finite loss: PilotInvalid naming the step and
     the cause, status.json invalid with them (the gate refuses an invalid status:
@@ -419,7 +419,7 @@ def test_pilot_resume_after_sigkill_matches_uninterrupted(world, tmp_path):
         assert tsv_without(d / "steps.tsv") == tsv_without(ref_dir / "steps.tsv")
         assert (files.read_jsonl(d / "rollouts.jsonl.gz")
                 == files.read_jsonl(ref_dir / "rollouts.jsonl.gz"))
-        # the same seed in another process: the held-out outcomes byte for byte (issue 30)
+        # the same seed in another process: the held-out outcomes byte for byte (the sampler's per-row streams)
         assert (d / "outcomes.tsv").read_bytes() == (ref_dir / "outcomes.tsv").read_bytes()
         assert json.loads((d / "status.json").read_text())["status"] == "ok"
     rows = read_tsv(ref_dir / "steps.tsv")

@@ -1,5 +1,5 @@
-"""Wiring of the pilot's arms, V files and held-out evaluation (issue 19, "behaviours no test fails
-on today"). Each test fails when the behaviour it names is broken:
+"""Wiring of the pilot's arms, V files and held-out evaluation (behaviours no
+test failed on before). Each test fails when the behaviour it names is broken:
 
 * random_v removes only along the random V, under the default ``pilot.projection:
   preconditioned`` (and ``gradient``; ``update`` is tested in test_rl_arms.py) — fed the real V it

@@ -167,7 +167,7 @@ def test_another_config_is_refused_naming_the_pilots_outcomes(world, route_run, 
 
 
 def test_a_damaged_adapter_is_refused_naming_it(world, route_run, tmp_path):
-    """Issue 41, item 12: one changed byte in a value of the pilot's adapter.safetensors (still a
+    """One changed byte in a value of the pilot's adapter.safetensors (still a
     safetensors file, other knobs) is noticed by its SHA-256, recorded beside it when the pilot
     wrote it: the re-evaluation stops before loading any model, naming the file and the cause,
     and writes nothing. On 09ede95 it exited 0 with other outcomes."""

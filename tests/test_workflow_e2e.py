@@ -93,7 +93,7 @@ def test_a_deleted_pilot_runs_again_with_the_comparison(toy_run, tmp_path):
 
 
 def test_a_cut_gate_json_is_named_with_the_way_out(toy_run, tmp_path):
-    """Issue 41, item 12: compare/gate.json cut short. Every command that reads it (a run, a dry
+    """compare/gate.json cut short. Every command that reads it (a run, a dry
     run, the report, make run's verdict line) says in one line which file and what to do,
     instead of a JSONDecodeError traceback (09ede95); removing it, as told, makes the dry run
     plan compare again."""

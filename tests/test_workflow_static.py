@@ -474,7 +474,7 @@ def test_report_sections_are_numbered_once_in_pipeline_order():
 
 
 def test_the_report_shows_config_text_as_text(tmp_path):
-    """Issue 41, class 9: with models.build none, models.student and models.teacher are pasted
+    """With models.build none, models.student and models.teacher are pasted
     into the report's first page (report/workflow.rst). A student name holding a raw-HTML script
     and an include of a file: the report Snakemake builds (a target with no result, so that
     only the first page is rendered) shows the text, not a script, not the file. On 09ede95 it

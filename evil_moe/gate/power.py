@@ -32,7 +32,7 @@ import numpy as np
 from evil_moe.gate.defaults import CI, POWER, RESAMPLE
 
 #: Resampling schemes: ``crossed`` (the gate's: seeds and problems as crossed factors), ``nested``
-#: (problems resampled independently within each drawn seed: the pre-issue-19 scheme), ``seed``
+#: (problems resampled independently within each drawn seed: the scheme before the crossed gate), ``seed``
 #: (seeds only, each seed's problems kept whole), ``problem`` (problems within fixed seeds).
 SCHEMES = ("crossed", "nested", "seed", "problem")
 _LEVELS = {("seed", "problem"): "nested", ("problem", "seed"): "nested", ("seed",): "seed", ("problem",): "problem"}

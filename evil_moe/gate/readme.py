@@ -111,7 +111,7 @@ def readme_verdict_line(record: dict) -> str:
     (:func:`ceiling_clause`), and where the measurements are."""
     return (f"**Current verdict of the embedded default** ({record['sizes']}): {record['plain']} "
             f"{detector_clause(record.get('detector') or {})}{ceiling_clause(record.get('ceilings') or {})}"
-            "Every measurement, dated: [docs/results-log.md](docs/results-log.md).")
+            "Every measurement, dated: [docs/logs/results.md](docs/logs/results.md).")
 
 
 def summary_rows_for_figure(tsv: str | Path) -> list[dict]:

@@ -138,12 +138,12 @@ def simulate_outcomes(cells: Mapping[tuple[str, str], Planted], *, n_seeds: int 
     ``δ`` is solved so that the *marginal* expected rate (over every term above) drops by the
     planted amount.
 
-    Default spread (:data:`DEFAULT_SPREAD`), from what the toy showed (issue 11): vanilla's held-
+    Default spread (:data:`DEFAULT_SPREAD`), from what the toy showed: vanilla's held-
     out hack rate differed by ~0.2 between two seeds at 32 samples, and held-out hack rates of three
     seeds ranged .28–.46 at 128 samples; with ``seed_sd`` 0.5 and ``run_sd`` 0.25 at rate 0.5 the
     run-level sd of one arm's rate is ≈ 0.13. ``run_sd`` 0.25 sits above the point estimate of
     the arm-specific spread on purpose (the gate is tested where the seed level matters).
-    ``arm_problem_sd`` 0.5 and ``run_problem_sd`` 0.25 are not measured (issue 19): they put a
+    ``arm_problem_sd`` 0.5 and ``run_problem_sd`` 0.25 are not measured: they put a
     sizable shared arm × problem term into the paired difference (sd ≈ 0.18 in rate points at
     0.5 for two arms), the case in which a scheme that resamples problems within seeds
     understates the variance.

@@ -377,7 +377,7 @@ class SVDAdapter(nn.Module):
         :meth:`per_sample` takes per row). The forward's value is the hooked forward's up to
         the rounding of ``W'``; its cost is one matmul per Linear instead of three, and the
         backward's two per Linear instead of three, plus the two matmuls of the sum above
-        (issue 30: the hooked loss costs 2.25-2.5x the plain one). Equal to the hooked
+        (the hooked loss cost 2.25-2.5x the plain one). Equal to the hooked
         gradient to float tolerance (tested).
 
         Args:
@@ -422,8 +422,8 @@ class SVDAdapter(nn.Module):
         shared with another module (a tied ``lm_head`` and input embedding) is untied for the
         context instead: the Linear gets a new Parameter holding its merged weight and gets the
         shared Parameter back on exit, so the input embedding never changes and the head costs
-        one matmul, not the matmul plus the hook's two (issue 30: +16% of a SmolLM2 decode
-        step). Runs under ``torch.no_grad``; do not backpropagate through a merged forward.
+        one matmul, not the matmul plus the hook's two (+16% of a SmolLM2 decode step,
+        measured). Runs under ``torch.no_grad``; do not backpropagate through a merged forward.
         """
         saved: dict[str, torch.Tensor] = {}
         untied: dict[str, nn.Parameter] = {}

@@ -271,7 +271,7 @@ def top_p_logits(z: torch.Tensor, top_p: float, *, first_k: int = 64) -> torch.T
     removes an id when the ids below it hold at most ``1 − top_p``) computed from the top of the
     distribution: ``torch.topk`` of ``first_k`` ids, widened (x8) only for rows whose nucleus is
     larger, instead of a full sort of the vocabulary at every step (42 ms of a 230 ms SmolLM2
-    decode step at 8 rows, issue 30). The probabilities are summed in fp64, so an id is
+    decode step at 8 rows). The probabilities are summed in fp64, so an id is
     misplaced only when the mass above it is within fp64 rounding of ``top_p``; on continuous
     logits the kept sets equal transformers' (tested).
 
@@ -440,7 +440,7 @@ def shared_prompt_logprobs(model, batch: Batch, temperature: float = 1.0, *,
     gradient is not separable (rows share the prompt's activations), hence per-row gradient
     knobs (``SVDAdapter.per_sample``) need the unshared path. On a GRPO step of the toy (P
     prompts of ~112 tokens, G = 6 completions of ~34) this forwards ~1,300 tokens per step
-    instead of ~3,500 (issue 30).
+    instead of ~3,500.
 
     Args:
         model: causal LM whose forward takes ``position_ids``, a 2-D ``attention_mask`` with

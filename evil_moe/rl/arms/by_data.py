@@ -28,7 +28,7 @@ class Route(Arm):
     the whole group's advantage (the loss is unchanged and only its gradient is masked, as in the
     paper's supervised setting); with a GRPO baseline that leaks: the flagged rows' (high) rewards
     raise the baseline of every unflagged row, so ``δS`` learns to move away from the clean
-    completions, which is hack-ward. Measured with the true label as the flags (issue 19):
+    completions, which is hack-ward. Measured with the true label as the flags:
     deploy-view hack rate 0.059 with ``kept`` against 0.105 with ``group`` (vanilla 0.367)."""
 
     name = "route"

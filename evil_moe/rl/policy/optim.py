@@ -4,7 +4,7 @@ both knobs, each knob moved only by the gradient routed to it.
 The forward sees ``s = δS + δS_hack`` per module (:mod:`evil_moe.model.adapter`), so a routing
 arm (route, its controls and ceilings, moe) trains one effective knob whose gradient the arm
 divides between the deployed knob ``δS`` and the quarantine ``δS_hack``. Giving each knob an AdamW
-of its own (the design before issue 28) lets the optimiser, not the data, move the quarantine:
+of its own (the earlier design) lets the optimiser, not the data, move the quarantine:
 
 * a knob that receives a *zero* gradient keeps moving by its momentum (PyTorch's AdamW updates
   every parameter whose ``grad`` is a tensor), so one routed row launches steps for the rest of

@@ -4,7 +4,7 @@
 own (:func:`_decode`) over the transformers model's forward and KV cache, and returns for each
 completion the generated token ids (never re-tokenised from text) and the behaviour log-prob of
 each of those ids under the model that generated them. The loop is built for throughput where
-``model.generate`` spends most of its time (issue 30: ~92% of a toy decode step was Python and
+``model.generate`` spends most of its time (measured: ~92% of a toy decode step was Python and
 dispatch, and static batches decoded until the longest row stopped): each distinct prompt is
 prefilled once and its keys and values kept once for its whole group, each decode step reading
 them once per group (:mod:`evil_moe.model.shared_prompt`), finished rows leave the batch, and

@@ -1,5 +1,5 @@
 """The collapse rule of a pilot: a run whose policy collapsed is stopped at the step it is seen,
-naming the step and the cause, and never judged by the gate (issue 41).
+naming the step and the cause, and never judged by the gate.
 
 A policy that collapsed writes no code the grader can run, so every reward is the same (0),
 every group has zero variance and no gradient ever moves it back: the run goes on to its last
@@ -23,7 +23,7 @@ that samples at another temperature, is not read as collapsed:
   step, :mod:`evil_moe.rl.trainer.gradient_step`).
 
 The defaults and the measurements they come from are in ``config/schema.yaml`` (the keys'
-descriptions) and ``docs/results-log.md`` (2026-12-07). The pilot stage calls
+descriptions) and ``docs/logs/results.md`` (2026-12-07). The pilot stage calls
 :func:`check_collapse` after every step (``status.json`` then says ``invalid`` with the reason,
 and the job fails as on a NaN); the compare stage applies :func:`collapsed` to every pilot's
 ``steps.tsv``, so a pilot that collapsed is invalid even where it was not stopped (a run before
