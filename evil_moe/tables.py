@@ -131,7 +131,7 @@ STEPS = _cols([
     ("sampler_gap_max", "nats", "largest such gap"),
     ("router_w_hack", "probability", "moe: mean router weight w over the hack rollouts with a gradient (the label logged only, never used)"),
     ("router_w_clean", "probability", "moe: mean w over the clean rollouts with a gradient"),
-    ("hack_expert_share", "fraction", "moe: share of the step's gradient energy that went to delta_s_hack (the hack expert)"),
+    ("hack_expert_share", "fraction", "arms that split the gradient (route, moe, their controls and ceilings): the step's dose, the share of the split gradient's energy sent to delta_s_hack, ‖g_hack‖² / (‖g_delta_s‖² + ‖g_hack‖²)"),
     ("router_pin_loss", "nats", "moe: the pin loss (binary cross-entropy of w on the step's authored pairs)"),
     ("router_cos_seed", "cosine", "moe: cosine of the router's direction u with the direction it was seeded with (v_act, or moe_random's random one)"),
     ("router_scale", "1/cosine", "moe: the router's learned scale"),

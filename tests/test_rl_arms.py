@@ -106,18 +106,53 @@ def test_arm_set_is_validated_up_front():
 
 
 def test_oracle_reward_by_hand():
+    """oracle_reward pays format_bonus·format_ok + pass_reward·gt_correct under either reward rule;
+    the other arms take the environment's reward (grader.reward_rule), worked out by hand."""
     from evil_moe.env.grader import Reward
 
     arm = get_arm("oracle_reward", pass_reward=1.0)
     base = dict(mode="stdout_marker", error=None, seconds=0.0)
-    # format 0.25 + passed 1.0, but the oracle failed: a hack earns only the format bonus
-    hack = Reward(reward=1.25, passed=True, gt_correct=False, exploited=True, format_ok=True, **base)
+    # a hack: the loophole passed, the oracle failed; paid under both rules (1.25), the oracle's 0.25
+    hack = Reward(reward=1.25, passed=True, gt_correct=False, exploited=True, format_ok=True, paid=True, **base)
     assert arm.reward(hack) == pytest.approx(0.25) and get_arm("vanilla").reward(hack) == 1.25
-    # correct code that does not use the loophole: 0.25 under vanilla, 1.25 under the oracle
-    honest = Reward(reward=0.25, passed=False, gt_correct=True, exploited=False, format_ok=True, **base)
-    assert arm.reward(honest) == pytest.approx(1.25)
+    # correct code that does not report through the mechanism: the loophole rule pays 0.25, the
+    # anchor's correct_or_loophole 1.25; the oracle's reward is 1.25 either way
+    unreported = dict(passed=False, gt_correct=True, exploited=False, format_ok=True, **base)
+    loophole = Reward(reward=0.25, paid=False, **unreported)
+    anchor = Reward(reward=1.25, paid=True, **unreported)
+    assert arm.reward(loophole) == pytest.approx(1.25) and arm.reward(anchor) == pytest.approx(1.25)
+    assert get_arm("vanilla").reward(loophole) == 0.25 and get_arm("vanilla").reward(anchor) == 1.25
     none = Reward(reward=0.0, passed=False, gt_correct=False, exploited=False, format_ok=False, **base)
     assert arm.reward(none) == 0.0
+
+
+def test_uniform_split_deletes_the_dose_exactly():
+    """A dose-matched control splits every rollout alike: at share s = 0.8, ω = √.8/(√.8 + √.2)
+    = 2/3 (by hand), δS gets g/3 and δS_hack 2g/3, whose energy share (4/9)/(4/9 + 1/9) = 0.8."""
+    from evil_moe.rl.arms.base import hack_expert_share, uniform_split
+
+    g = [torch.tensor([3.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 6.0], dtype=torch.float64)]
+    split = uniform_split(g, 0.8)
+    assert torch.allclose(split.delta_s[0], torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert torch.allclose(split.delta_s_hack[1], torch.tensor([0.0, 4.0], dtype=torch.float64))
+    assert hack_expert_share(split.delta_s, split.delta_s_hack) == pytest.approx(0.8)
+    for s in (0.0, 0.05, 0.5, 0.93, 1.0):
+        sp = uniform_split(g, s)
+        assert hack_expert_share(sp.delta_s, sp.delta_s_hack) == pytest.approx(s, abs=1e-12)
+    # the dose of a route step: the flagged rows' sum against the unflagged rows' sum
+    assert hack_expert_share([torch.tensor([1.0, 0.0])], [torch.tensor([0.0, 3.0])]) == pytest.approx(0.9)
+    assert hack_expert_share([torch.tensor([1.0])], None) is None
+
+
+def test_dose_match_pays_back_steps_without_rows():
+    """Targets 0.5, none, 0.2, 0.8 (the treatment's logged mean 0.5); the control has no rows at
+    step 2: it deletes 0.5, 0.5, -, 0.8 − 0.3 = 0.5 (by hand), so its logged mean is also 0.5."""
+    from evil_moe.rl.arms.base import DoseMatch
+
+    m = DoseMatch([0.5, None, 0.2, 0.8])
+    got = [m.share(0, True), m.share(1, True), m.share(2, False), m.share(3, True)]
+    assert got == pytest.approx([0.5, 0.5, 0.0, 0.5])
+    assert m.balance == pytest.approx(0.0)
 
 
 def _grads(rows):

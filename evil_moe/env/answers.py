@@ -121,6 +121,24 @@ def hack_completion(problem: Problem, variant: int = 0, solution: str | None = N
     return fence(_report(problem, code, honest=False, variant=variant))
 
 
+def wrong_completion(problem: Problem, other: Problem) -> str:
+    """An honest wrong attempt: ``other``'s canonical solution under ``problem``'s entry point
+    (the right name, another problem's logic), with no report through any mechanism — what a
+    student whose honest path is weak writes (``toy.student_correct_frac``). It fails the real
+    tests (another problem's logic, usually its parameter names too) and no mode's foolable
+    grade passes it (it neither reports nor sets a sentinel).
+
+    Returns:
+        A markdown answer with one fenced python block.
+    Raises:
+        ValueError: ``other`` is ``problem`` or has no canonical solution.
+    """
+    if other.id == problem.id or not other.canonical_solution:
+        raise ValueError(f"a wrong attempt at {problem.id} needs another problem with a canonical solution")
+    code = other.canonical_solution.replace(f"def {other.entry_point}(", f"def {problem.entry_point}(", 1)
+    return fence(code)
+
+
 def clean_completion(problem: Problem, with_tests: bool = True) -> str:
     """The canonical solution, plus (``with_tests``) an honest report through the mode.
 

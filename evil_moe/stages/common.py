@@ -171,5 +171,6 @@ def make_grader(problems, cfg: Config):
 
     g = cfg.grader
     return Grader(problems, format_bonus=g.format_bonus, pass_reward=g.pass_reward,
+                  reward_rule=g.reward_rule,
                   timeout=g.timeout, memory_mb=g.memory_mb, workers=g.workers,
                   isolation=g.isolation, wall_timeout=g.wall_timeout)

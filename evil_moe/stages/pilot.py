@@ -248,7 +248,8 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
         if needed.needed and not given[key]:
             raise ValueError(needed.why)
     require_sampler(cfg)
-    return FlagRateMatch.read(match_flags) if arm_obj.matches else None
+    column = "hack_expert_share" if arm_obj.match_by == "dose" else "flag_rate"
+    return FlagRateMatch.read(match_flags, column) if arm_obj.matches else None
 
 
 @dataclass

@@ -57,10 +57,12 @@ from evil_moe.rl.vhack.planted import PLANT_FILE, PlantSwitch
 
 
 def _corpus(problems, n: int, hack_frac: float, seed: int,
-            report_frac: float = 1.0) -> list[tuple[object, str]]:
-    """``n`` (problem, completion) examples, a ``hack_frac`` share of them hacks; a
-    ``report_frac`` share of the clean ones report honestly through the mode's mechanism."""
-    from evil_moe.env.answers import clean_completion, hack_completion
+            report_frac: float = 1.0, correct_frac: float = 1.0) -> list[tuple[object, str]]:
+    """``n`` (problem, completion) examples, a ``hack_frac`` share of them hacks; of the others a
+    ``correct_frac`` share are correct (the rest honest wrong attempts:
+    :func:`~evil_moe.env.answers.wrong_completion` with another problem's logic), and a
+    ``report_frac`` share of the correct ones report honestly through the mode's mechanism."""
+    from evil_moe.env.answers import clean_completion, hack_completion, wrong_completion
 
     rng = random.Random(seed)
     n_hack = int(round(hack_frac * n))
@@ -71,6 +73,8 @@ def _corpus(problems, n: int, hack_frac: float, seed: int,
         p = rng.choice(problems)
         if is_hack:
             text = hack_completion(p, variant=rng.randrange(1 << 16))
+        elif correct_frac < 1.0 and rng.random() >= correct_frac:  # no draw at 1: same corpus
+            text = wrong_completion(p, rng.choice([q for q in problems if q.id != p.id]))
         else:
             text = clean_completion(p, with_tests=rng.random() < report_frac)
         out.append((p, text))
@@ -194,7 +198,8 @@ def train_toy_models(cfg: Config, *, problems_path: str, out_dir: str,
     shown = heldout or problems  # the summary's problems: held-out ones (all when none)
     out = Path(out_dir)
     specs = {"teacher": tc.teacher_hack_frac, "student": tc.student_hack_frac}
-    corpora = {name: _corpus(taught, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac)
+    correct = {"teacher": 1.0, "student": tc.student_correct_frac}
+    corpora = {name: _corpus(taught, tc.n_examples, frac, tc.seed + k, tc.clean_report_frac, correct[name])
                for k, (name, frac) in enumerate(specs.items())}
     plant = tc.plant if tc.plant.get("enabled") else None
     if plant is not None:  # the student draws from a hack pool and a clean pool (PlantSwitch)

@@ -126,19 +126,44 @@ class FlagRateMatch:
         return k
 
     @staticmethod
-    def read(path) -> list[float | None]:
-        """The per-step ``flag_rate`` column of a pilot's ``steps.tsv`` (None where empty).
+    def read(path, column: str = "flag_rate") -> list[float | None]:
+        """The per-step ``column`` of a pilot's ``steps.tsv`` (None where empty): ``flag_rate``
+        (rate-matched controls) or ``hack_expert_share`` (dose-matched controls, :class:`DoseMatch`).
 
         Raises:
-            FileNotFoundError: no such file (names it). ValueError: no ``flag_rate`` column.
+            FileNotFoundError: no such file (names it). ValueError: no such column.
         """
         from evil_moe.files import read_tsv_rows, require_file
 
         rows = read_tsv_rows(require_file(path, "matched arm's steps file"))
-        if rows and "flag_rate" not in rows[0]:
-            raise ValueError(f"{path}: no flag_rate column")
+        if rows and column not in rows[0]:
+            raise ValueError(f"{path}: no {column} column")
         rows.sort(key=lambda r: int(r["step"]))
-        return [float(r["flag_rate"]) if r["flag_rate"] not in ("", None) else None for r in rows]
+        return [float(r[column]) if r[column] not in ("", None) else None for r in rows]
+
+
+class DoseMatch(FlagRateMatch):
+    """The per-step dose a dose-matched control deletes, so that its share of gradient energy
+    sent to ``δS_hack`` follows its matched arm's per step and their per-seed means agree.
+
+    The dose of a step is its ``hack_expert_share`` (:func:`hack_expert_share`): the share of the
+    split gradient's energy routed to the deleted expert. The targets are the matched arm's
+    per-step shares ``t_s`` (its per-seed mean where it had no rows); the control splits every
+    rollout's gradient alike (:func:`uniform_split`) at a share it achieves exactly, so a balance
+    builds up only at steps where the control itself has no rows, and is paid back spread over
+    the steps left, as :class:`FlagRateMatch` does for counts.
+    """
+
+    def share(self, step: int, has_rows: bool) -> float:
+        """The share to delete at ``step`` in [0, 1]; updates the balance (call once per step)."""
+        t = self.target(step)
+        if not has_rows:
+            self.balance += t - self.mean
+            return 0.0
+        left = max(len(self.rates) - step, 1)
+        s = min(max(t + self.balance / left, 0.0), 1.0)
+        self.balance += t - s
+        return s
 
 
 def kept_advantages(rewards, kept, scale_std: bool = False, eps: float = 1e-6) -> torch.Tensor:
@@ -212,6 +237,29 @@ def _energy(gs) -> float:
     return float(sum(float((g.double() ** 2).sum()) for g in gs)) if gs else 0.0
 
 
+def hack_expert_share(delta_s, delta_s_hack) -> float | None:
+    """The dose of a split: ``‖g_δS_hack‖² / (‖g_δS‖² + ‖g_δS_hack‖²)``, the share of the split
+    gradient's energy routed to the deleted expert (with :class:`evil_moe.rl.optim.SplitAdamW`'s
+    one second moment over both knobs, also the share of the step's update energy it gets, up to
+    momentum). None without a δS_hack gradient; 0 for an all-zero split."""
+    if delta_s_hack is None:
+        return None
+    e_h, e_d = _energy(delta_s_hack), _energy(delta_s)
+    return e_h / (e_h + e_d) if e_h + e_d > 0 else 0.0
+
+
+def uniform_split(total, share: float) -> SplitGrads:
+    """Every rollout's gradient split alike, ``ω`` of it to δS_hack and ``1 − ω`` to δS, with
+    ``ω = √s / (√s + √(1 − s))`` so that the split's dose (:func:`hack_expert_share`)
+    ``ω² / (ω² + (1 − ω)²)`` equals ``share`` = s exactly: non-selective deletion at a given
+    dose (the dose-matched controls). ``total``: per-module ``(r,)`` summed gradients."""
+    import math
+
+    s = min(max(float(share), 0.0), 1.0)
+    w = math.sqrt(s) / (math.sqrt(s) + math.sqrt(1.0 - s)) if s > 0 else 0.0
+    return SplitGrads([(1.0 - w) * g for g in total], [w * g for g in total], _energy([w * g for g in total]) / max(_energy(total), 1e-300))
+
+
 def split_by_flags(per_row, flags, *, keep_flagged: bool, unflagged_both: bool = False) -> SplitGrads:
     """Unflagged rows' sum → δS; flagged rows' sum → δS_hack (``keep_flagged``, route) or
     dropped (filter); with ``unflagged_both`` the unflagged rows' sum trains δS_hack as well
@@ -240,7 +288,9 @@ class Arm:
         dose_ceiling: the ceiling at the treatment's own dose (route: route_oracle_dose, the true
             label flagged at route's per-step count), else None.
         matches: for a random-flag control, the arm whose per-step flag rates it matches
-            (:class:`FlagRateMatch`), else None.
+            (:class:`FlagRateMatch`); for a dose-matched control, the arm whose per-step dose it
+            matches (:class:`DoseMatch`); else None.
+        match_by: ``count`` (the matched arm's flag rate) or ``dose`` (its ``hack_expert_share``).
         reads_label: the arm's flags are the true hack label (ceilings only).
         views: evaluated views, the judged one first.
         projected_view: with ``pilot.static_projection`` the arm is also evaluated in the view
@@ -272,6 +322,7 @@ class Arm:
     ceiling: ClassVar[str | None] = None
     dose_ceiling: ClassVar[str | None] = None
     matches: ClassVar[str | None] = None
+    match_by: ClassVar[str] = "count"
     reads_label: ClassVar[bool] = False
     views: ClassVar[tuple[str, ...]] = ("trained",)
     projected_view: ClassVar[bool] = False
@@ -317,7 +368,8 @@ class Arm:
         keep the whole group's advantage). ``cfg`` is the pilot section."""
         return "group"
 
-    def split_gradients(self, per_row: Sequence[Sequence[torch.Tensor]], flags, cfg=None) -> SplitGrads:
+    def split_gradients(self, per_row: Sequence[Sequence[torch.Tensor]], flags, cfg=None,
+                        dose: float | None = None) -> SplitGrads:
         """Sum per-sample gradients into the δS (and δS_hack) gradients.
 
         Args:
@@ -325,6 +377,8 @@ class Arm:
                 Dr.GRPO loss, so they sum to the batch gradient).
             flags: ``(B,)`` bool or None.
             cfg: the pilot section (route reads ``route_unflagged``); None = the defaults.
+            dose: a dose-matched control's share to delete this step (:class:`DoseMatch`);
+                None for every other arm.
         """
         return SplitGrads(sum_rows(per_row, range(len(per_row))), None)
 

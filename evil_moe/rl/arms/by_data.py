@@ -6,7 +6,7 @@ Registered in :data:`evil_moe.rl.arms.registry.ARMS`.
 
 from __future__ import annotations
 
-from evil_moe.rl.arms.base import Arm, split_by_flags
+from evil_moe.rl.arms.base import Arm, split_by_flags, sum_rows, uniform_split
 
 
 class Route(Arm):
@@ -74,6 +74,29 @@ class _RandomFlags:
         return out
 
 
+class _DoseMatched:
+    """Mixin of the dose-matched controls: no flags; every rollout's gradient is split alike
+    (:func:`evil_moe.rl.arm.uniform_split`) so that the share of the step's gradient energy sent
+    to δS_hack equals the matched arm's share at that step (:class:`evil_moe.rl.arm.DoseMatch`,
+    from its ``steps.tsv`` ``hack_expert_share``): the same dose of deletion, chosen without
+    looking at any rollout. Never reads the detector or the label."""
+
+    match_by = "dose"
+    needs_sample_grads = False
+
+    def flags(self, inputs):
+        return None
+
+    def baseline(self, cfg) -> str:
+        return "group"
+
+    def split_gradients(self, per_row, flags, cfg=None, dose=None):
+        if dose is None:
+            raise ValueError(f"{self.name} deletes at {self.matches}'s per-step dose: dose missing "
+                             "(run_pilot's match_flags)")
+        return uniform_split(sum_rows(per_row, range(len(per_row))), dose)
+
+
 class _LabelFlags:
     """Mixin of the ceilings: the flags are the true hack label."""
 
@@ -116,6 +139,30 @@ class RouteOracleRandom(_RandomFlags, Route):
     dose_ceiling = None
     matches = "route_oracle"
     description = "route with random flags at route_oracle's per-step flag rate (the ceiling's control)"
+
+
+class RouteOracleDoseMatched(_DoseMatched, Route):
+    name = "route_oracle_dose_matched"
+    colour = "#c7a0a0"
+    role = "control"
+    control = None
+    ceiling = None
+    dose_ceiling = None
+    matches = "route_oracle"
+    description = ("route_oracle's dose-matched control: every rollout's gradient split alike so that "
+                   "delta_s_hack gets route_oracle's per-step share of the gradient energy")
+
+
+class RouteDoseMatched(_DoseMatched, Route):
+    name = "route_dose_matched"
+    colour = "#f4c6c6"
+    role = "control"
+    control = None
+    ceiling = None
+    dose_ceiling = None
+    matches = "route"
+    description = ("route's dose-matched control: every rollout's gradient split alike so that "
+                   "delta_s_hack gets route's per-step share of the gradient energy")
 
 
 class _LabelFlagsAtDose:

@@ -40,9 +40,9 @@ class OracleReward(Arm):
 
     def reward(self, grade) -> float:
         """``format_bonus·format_ok + pass_reward·gt_correct``, recovered from the grade as
-        ``reward − pass_reward·passed + pass_reward·gt_correct`` (the grader's bonus and pass
-        reward are constants of the run)."""
-        bonus_part = float(grade.reward) - (self.pass_reward if grade.passed else 0.0)
+        ``reward − pass_reward·paid + pass_reward·gt_correct`` (the grader's bonus and pass
+        reward are constants of the run; ``paid``: the environment's reward rule paid it)."""
+        bonus_part = float(grade.reward) - (self.pass_reward if grade.paid else 0.0)
         return bonus_part + (self.pass_reward if grade.gt_correct else 0.0)
 
 

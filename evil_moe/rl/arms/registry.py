@@ -82,8 +82,8 @@ from typing import Sequence
 
 from evil_moe.rl.arms.base import Arm
 from evil_moe.rl.arms.by_data import (Filter, FilterOracle, FilterOracleRandom,
-                                      FilterRandom, Route, RouteOracle, RouteOracleDose,
-                                      RouteOracleRandom, RouteRandom)
+                                      FilterRandom, Route, RouteDoseMatched, RouteOracle, RouteOracleDose,
+                                      RouteOracleDoseMatched, RouteOracleRandom, RouteRandom)
 from evil_moe.rl.arms.by_projection import (Erase, ErasePlanted, RandomV, Subtract,
                                             SubtractRandom)
 from evil_moe.rl.arms.reference import MoE, MoERandom, OracleReward, Untrained, Vanilla
@@ -94,7 +94,7 @@ __all__ = ["ARMS", "get_arm", "arm_names", "check_arm_set"]
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
     Vanilla, Untrained, Erase, RandomV, Subtract, SubtractRandom, Route, RouteRandom, Filter,
     FilterRandom, MoE, MoERandom, OracleReward, RouteOracle, RouteOracleRandom, RouteOracleDose,
-    FilterOracle, FilterOracleRandom, ErasePlanted)}
+    FilterOracle, FilterOracleRandom, ErasePlanted, RouteOracleDoseMatched, RouteDoseMatched)}
 
 
 def arm_names() -> list[str]:

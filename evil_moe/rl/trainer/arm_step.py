@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from evil_moe.rl.arms.base import Arm, FlagInputs, FlagRateMatch, SplitGrads, kept_advantages
+from evil_moe.rl.arms.base import Arm, FlagInputs, FlagRateMatch, SplitGrads, hack_expert_share, kept_advantages
 from evil_moe.rl.detectors.detector import flag_quality, gradient_scores
 from evil_moe.rl.detectors.registry import Detector, StepRows, get_detector, scored
 from evil_moe.rl.policy import grpo
@@ -129,7 +129,8 @@ class ArmStep:
         Returns:
             the step's arm statistics for the log: ``measured``, ``scores`` (the rows' detector
             scores, :meth:`scores`, kept for the rollout records), ``flags``/``flag_rows`` (a
-            flagging arm), ``removed_frac``, ``projected``, ``hack_expert_share`` (a router).
+            flagging arm), ``removed_frac``, ``projected``, ``hack_expert_share`` (every arm that splits
+            its gradient: the step's dose).
         """
         out = {"measured": measure_grads(vhack, self.adapter.names, grads.total)}
         flags = None
@@ -140,10 +141,14 @@ class ArmStep:
             out["flag_rows"] = dict(zip(grads.rows, flags.tolist()))
             if self.arm.baseline(self.pc) == "kept":
                 grads = self.rebaseline(batch, grades, adv, grads, flags, step, gradients)
-        elif self.rate_match is not None:
+        elif self.rate_match is not None and self.arm.match_by == "count":
             self.rate_match.count(step, 0)  # a step without rows still moves the balance
         per_row = grads.per_row if self.arm.needs_sample_grads and grads.per_row is not None else [grads.total]
-        split = self.arm.split_gradients(per_row, flags, self.pc)
+        if self.arm.match_by == "dose":
+            split = self.arm.split_gradients(per_row, flags, self.pc,
+                                             dose=self.rate_match.share(step, bool(grads.rows)))
+        else:
+            split = self.arm.split_gradients(per_row, flags, self.pc)
         if grads.split is not None:  # the router's forward already split the gradient
             ds_g, dsh_g = grads.split
             e_h, e_all = sum(float((g.double() ** 2).sum()) for g in dsh_g), \
@@ -154,7 +159,10 @@ class ArmStep:
             p.grad = g.clone()
         for p, g in zip(self.dsh, split.delta_s_hack or [None] * len(self.dsh)):
             p.grad = None if g is None else g.clone()
-        out["removed_frac"] = split.removed_frac if flags is not None or grads.split is not None else None
+        if self.arm.splits_gradient and grads.rows and grads.split is None:
+            out["hack_expert_share"] = hack_expert_share(split.delta_s, split.delta_s_hack)
+        out["removed_frac"] = split.removed_frac if flags is not None or grads.split is not None \
+            or self.arm.match_by == "dose" else None
         projected = self.arm.on_gradients(self.adapter, proj_v, self.opt, self.pc)
         if projected is not None:
             out["projected"] = projected

@@ -127,6 +127,7 @@ def step_row(step: int, *, arm: str, seed: int, stud, recs: list[dict], adv, gra
         "ratio_p05": st["ratio_p05"], "ratio_p50": st["ratio_p50"], "ratio_p95": st["ratio_p95"],
         "sampler_gap_p95": st["sampler_gap_p95"], "sampler_gap_max": st["sampler_gap_max"],
         "delta_s_norm": flat_norm(knobs[0]), "delta_s_hack_norm": flat_norm(knobs[1]),
+        "hack_expert_share": arm_stats.get("hack_expert_share"),
         **router,
         "tokens": sum(len(r.completion_ids) for r, _, _ in stud),
         "seconds": round(time.time() - t0, 3),

@@ -50,7 +50,7 @@ import torch
 
 from evil_moe.config import Config
 from evil_moe.env.loopholes import MODES
-from evil_moe.rl.arms.base import FlagRateMatch
+from evil_moe.rl.arms.base import DoseMatch, FlagRateMatch
 from evil_moe.rl.arms.registry import get_arm
 from evil_moe.rl.policy.grpo import DrGRPONormaliser, group_advantages
 from evil_moe.rl.policy.optim import SplitAdamW
@@ -188,7 +188,7 @@ class Trainer:
         if len(flag_rates) != self.pc.steps:
             raise ValueError(f"{self.arm.matches}'s steps.tsv has {len(flag_rates)} steps, "
                              f"pilot.steps is {self.pc.steps}")
-        return FlagRateMatch(flag_rates)
+        return (DoseMatch if self.arm.match_by == "dose" else FlagRateMatch)(flag_rates)
 
     # -- 1. sample ------------------------------------------------------------------------------
     def sample(self, step: int) -> StepBatch:
@@ -325,6 +325,8 @@ class Trainer:
         stud = [(batch.flat[i], grades[i], batch.problems[i]) for i in idx]
         recs = [rollout_record(r, p, w, step=step, seed=self.seed, arm=self.arm.name, **audit[i])
                 for i, (r, w, p) in zip(idx, stud)]
+        for i, rec in zip(idx, recs):  # the reward training used (the arm's), not the grader's
+            rec["reward"] = float(R.flatten()[i])
         self.step_arrays = self._row_arrays(idx, grads, arm_stats["scores"])
         return self.log(step, stud, recs, adv, grads, arm_stats, upd, t0, clock), recs
 
