@@ -34,7 +34,7 @@ class Route(Arm):
     name = "route"
     colour = "#d62728"
     role = "treatment"
-    control = "route_random"
+    control = "route_dose_matched"
     ceiling = "route_oracle"
     dose_ceiling = "route_oracle_dose"
     views = ("ablated", "trained")
@@ -123,7 +123,7 @@ class RouteOracle(_LabelFlags, Route):
     name = "route_oracle"
     colour = "#8c1d1d"
     role = "ceiling"
-    control = "route_oracle_random"
+    control = "route_oracle_dose_matched"
     ceiling = None
     dose_ceiling = None
     description = ("ceiling: route with the true hack label as the flags (a perfect detector); "
@@ -163,6 +163,18 @@ class RouteDoseMatched(_DoseMatched, Route):
     matches = "route"
     description = ("route's dose-matched control: every rollout's gradient split alike so that "
                    "delta_s_hack gets route's per-step share of the gradient energy")
+
+
+class MoEDoseMatched(_DoseMatched, Route):
+    name = "moe_dose_matched"
+    colour = "#b8e4ea"
+    role = "control"
+    control = None
+    ceiling = None
+    dose_ceiling = None
+    matches = "moe"
+    description = ("moe's dose-matched control: no router; every rollout's gradient split alike so that "
+                   "delta_s_hack gets moe's per-step share of the gradient energy")
 
 
 class _LabelFlagsAtDose:

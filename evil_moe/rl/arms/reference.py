@@ -63,7 +63,7 @@ class MoE(Arm):
     name = "moe"
     colour = "#17becf"
     role = "treatment"
-    control = "moe_random"
+    control = "moe_dose_matched"
     ceiling = "route_oracle"
     views = ("ablated", "trained")
     trains_delta_s_hack = True
@@ -82,4 +82,5 @@ class MoERandom(MoE):
     ceiling = None
     router = "random"
     description = ("moe with the router seeded by a random direction of the same norm and pinned on the "
-                   "same pairs with their labels shuffled (moe's control)")
+                   "same pairs with their labels shuffled (moe's count-matched control: a router of the same "
+                   "kind that knows nothing)")

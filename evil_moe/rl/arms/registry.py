@@ -40,17 +40,21 @@ random_v       control      erase along a random orthonormal V (same k per modul
 subtract       treatment    erase, and the removed part trains δS_hack (ablated at         subtract_random
                             deploy): vanilla plus a post-hoc subtraction, measured
 subtract_random control     subtract along a random V                                     —
-route          treatment    routing by data: detector-flagged samples train only δS_hack, route_random
+route          treatment    routing by data: detector-flagged samples train only δS_hack, route_dose_matched
                             the others only δS; the forward uses both; deploy ablates
 route_random   control      route with flags drawn at random at the detector's rate       —
+route_dose_    control      no flags: every rollout's gradient split alike at route's     —
+matched                     per-step dose (its share of gradient energy to δS_hack)
 filter         treatment    flagged samples are dropped from the loss (data filtering)   filter_random
 filter_random  control      filter with random flags at the detector's rate              —
 oracle_reward  positive     trained on the oracle's pass instead of the loophole; hacks  —
                control      less by construction (calibrates the gate's power)
-route_oracle   ceiling      route with the true hack label as the flags (a perfect       route_oracle_random
+route_oracle   ceiling      route with the true hack label as the flags (a perfect       route_oracle_dose_matched
                             detector): what route could achieve in this world
 route_oracle_  control      route with random flags at route_oracle's per-step rate      —
 random
+route_oracle_  control      no flags: every rollout's gradient split alike at             —
+dose_matched                route_oracle's per-step dose
 filter_oracle  ceiling      filter with the true hack label as the flags                 filter_oracle_random
 filter_oracle_ control      filter with random flags at filter_oracle's per-step rate    —
 random
@@ -83,7 +87,7 @@ from typing import Sequence
 from evil_moe.rl.arms.base import Arm
 from evil_moe.rl.arms.by_data import (Filter, FilterOracle, FilterOracleRandom,
                                       FilterRandom, Route, RouteDoseMatched, RouteOracle, RouteOracleDose,
-                                      RouteOracleDoseMatched, RouteOracleRandom, RouteRandom)
+                                      RouteOracleDoseMatched, RouteOracleRandom, RouteRandom, MoEDoseMatched)
 from evil_moe.rl.arms.by_projection import (Erase, ErasePlanted, RandomV, Subtract,
                                             SubtractRandom)
 from evil_moe.rl.arms.reference import MoE, MoERandom, OracleReward, Untrained, Vanilla
@@ -94,7 +98,7 @@ __all__ = ["ARMS", "get_arm", "arm_names", "check_arm_set"]
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
     Vanilla, Untrained, Erase, RandomV, Subtract, SubtractRandom, Route, RouteRandom, Filter,
     FilterRandom, MoE, MoERandom, OracleReward, RouteOracle, RouteOracleRandom, RouteOracleDose,
-    FilterOracle, FilterOracleRandom, ErasePlanted, RouteOracleDoseMatched, RouteDoseMatched)}
+    FilterOracle, FilterOracleRandom, ErasePlanted, RouteOracleDoseMatched, RouteDoseMatched, MoEDoseMatched)}
 
 
 def arm_names() -> list[str]:
@@ -116,7 +120,8 @@ def get_arm(name: str, *, pass_reward: float = 1.0) -> Arm:
 def check_arm_set(arms: Sequence[str], positive_control: str | None = None) -> None:
     """Validate a configured arm set up front (``pilot.arms``).
 
-    vanilla must be present (every arm is judged against it), every treatment's and ceiling's
+    vanilla must be present (every arm is judged against it), untrained when a treatment is (every
+    treatment must beat the student it starts from: the gate's criteria), every treatment's and ceiling's
     matched control must be present, every random-flag control's matched arm (whose flag rates it
     follows), and the positive control when one is configured.
 
@@ -130,6 +135,9 @@ def check_arm_set(arms: Sequence[str], positive_control: str | None = None) -> N
     missing = []
     if "vanilla" not in arms:
         missing.append("vanilla (every arm is judged against it)")
+    treatments = [a for a in arms if ARMS[a].role == "treatment"]
+    if treatments and "untrained" not in arms:
+        missing.append(f"untrained (every treatment must beat the untrained student: {treatments[0]})")
     for a in arms:
         c = ARMS[a].control
         if c and c not in arms:
