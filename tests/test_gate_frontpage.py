@@ -108,7 +108,8 @@ def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
     minus) never show through. The gate and the summary are made by hand: drops of 0.217
     [-0.004, 0.438] vs vanilla read -0.217 [-0.438, +0.004] in every place."""
     from evil_moe.gate.frontpage import write_front_page
-    from evil_moe.gate.verdict import decision_text, verdict_line
+    from evil_moe.gate.frontpage import decision_text
+    from evil_moe.gate.verdict import verdict_line
     from test_gate_verdict import MOE_GATE
 
     monkeypatch.chdir(tmp_path)
@@ -150,7 +151,8 @@ def test_config_and_result_text_reaches_the_first_page_as_text(tmp_path, monkeyp
     folder, put on the first page and rendered by docutils with its defaults (raw and include on,
     as Snakemake calls it): the page shows the text, runs no script, pulls in no file and links
     nowhere."""
-    from evil_moe.gate.verdict import decision_text, verdict_line
+    from evil_moe.gate.frontpage import decision_text
+    from evil_moe.gate.verdict import verdict_line
 
     monkeypatch.chdir(tmp_path)
     secret = tmp_path / "secret.txt"

@@ -183,7 +183,7 @@ def test_a_new_criterion_is_one_declaration(monkeypatch):
     import dataclasses
 
     from evil_moe.gate.judge import criterion_row
-    from evil_moe.gate.verdict import _criteria_lines
+    from evil_moe.gate.frontpage import _criteria_lines
 
     def big_drop(e, rel, lim):
         c = criteria.drop_vs_vanilla(e, 2 * lim.min_drop, lim.min_seeds)

@@ -4,7 +4,7 @@ the arms' reasons, each against text written out by hand."""
 
 from __future__ import annotations
 
-from evil_moe.gate import verdict
+from evil_moe.gate import frontpage, verdict
 from evil_moe.gate.sizing import Needed
 from evil_moe.gate.criteria import Limits
 from evil_moe.gate.rule import decide_arm
@@ -28,7 +28,7 @@ def test_decision_text_lists_open_criteria_notes_and_the_sweep():
                           "threshold": 0.5},
                          {"name": "drop_vs_vanilla", "arm": "erase", "control": "vanilla", "passed": True,
                           "value": 0.12345, "ci_low": 0.01, "ci_high": None, "mde": 0.2, "threshold": 0.05}]}
-    assert verdict.decision_text(gate, [2, 3], [], "results/sweep/") == "\n".join([
+    assert frontpage.decision_text(gate, [2, 3], [], "results/sweep/") == "\n".join([
         "Gate criteria:", "",
         "- not met: valid erase 1: 0.700 (threshold 0.5)",
         # the drop 0.123 [0.010, -] as the change it is: the arm's rate minus vanilla's
@@ -39,13 +39,13 @@ def test_decision_text_lists_open_criteria_notes_and_the_sweep():
         "**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is shown at these "
         "sizes; the sentence above says roughly how many more seeds or samples per problem would decide "
         "it (pilot.seeds, pilot.heldout_samples)."])
-    assert verdict.decision_text(None, [2], [], "x/") == ""
+    assert frontpage.decision_text(None, [2], [], "x/") == ""
     sep = {"verdict": "separated", "criteria": []}
-    assert verdict.decision_text(sep, [2, 3], ["sentinel"], "results/sweep/") == (
+    assert frontpage.decision_text(sep, [2, 3], ["sentinel"], "results/sweep/") == (
         "**Sweep: justified and scheduled** (extra seeds: 2, 3; leave-one-mode-out folds: sentinel); its "
         "comparison is under results/sweep/.")
-    assert verdict.decision_text(sep, [], [], "results/sweep/").startswith("**Sweep: justified but empty:**")
-    assert verdict.decision_text({"verdict": "not_separated"}, [2], [], "s/") == (
+    assert frontpage.decision_text(sep, [], [], "results/sweep/").startswith("**Sweep: justified but empty:**")
+    assert frontpage.decision_text({"verdict": "not_separated"}, [2], [], "s/") == (
         "**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, leave-one-mode-out "
         "folds); the verdict is 'not_separated', so the sweep was not justified (reasons above).")
 
@@ -256,12 +256,12 @@ def test_the_first_page_notes_give_the_ceilings_in_changes():
     assert ceiling_notes(ceilings) == [kept]  # gate.json's wording, unchanged
     m = "\u2212"
     gate = {"notes": ["a note", kept], "ceilings": ceilings}
-    assert verdict.page_notes(gate) == ["a note", (
+    assert frontpage.page_notes(gate) == ["a note", (
         f"route achieves 0.250 [{m}0.100, 0.600] of what a perfect detector achieves: its change in hack rate vs "
         f"vanilla {m}0.050 [{m}0.120, +0.020] (ablated view), route_oracle's {m}0.200 [{m}0.300, {m}0.100]; "
         f"route_oracle vs its random-flag control route_oracle_random: {m}0.150 [{m}0.250, {m}0.050] (reported "
         "beside the gate, never a criterion)")]
-    assert "Notes:\n\n- a note\n- route achieves" in verdict.decision_text(gate | {"verdict": "invalid"}, [], [], "x/")
+    assert "Notes:\n\n- a note\n- route achieves" in frontpage.decision_text(gate | {"verdict": "invalid"}, [], [], "x/")
 
 
 def test_the_arithmetic_is_the_sentence_s_in_changes():
@@ -300,7 +300,7 @@ def test_a_note_with_bars_renders_as_text_in_the_report():
     import docutils.core
 
     gate = {"verdict": "inconclusive", "criteria": [], "notes": ["gap |log pi_train - log pi_sampler| is 0.1"]}
-    rst = verdict.decision_text(gate, [], [], "x/")
+    rst = frontpage.decision_text(gate, [], [], "x/")
     out = docutils.core.publish_string(rst, writer_name="html", settings_overrides={
         "report_level": 2, "halt_level": 5, "warning_stream": False}).decode()
     assert "|log pi_train - log pi_sampler|" in out and "Undefined substitution" not in out

@@ -15,8 +15,9 @@ writes with :func:`front_page_rst` from the comparison's outputs:
    would only work next to ``results/``, and Snakemake's ``embeddedfigure`` directive renders an
    SVG as such a path),
 4. the held-out rates per arm and view (:data:`FRONT_COLUMNS` of ``compare/summary.tsv``, a table
-   that fits the page; every column is under Results), then the gate's criteria and the sweep
-   decision (:func:`evil_moe.gate.verdict.decision_text`, passed in by ``rules/common.smk``).
+   that fits the page; every column is under Results), then the gate's criteria, its notes
+   (:func:`page_notes`) and the sweep decision (:func:`decision_text`, passed in by
+   ``rules/common.smk``).
 
 One convention on the whole page: every difference of rates is the arm's rate minus the other
 side's (negative = lower, a true minus sign; :func:`evil_moe.gate.verdict.change_text`), though
@@ -29,9 +30,12 @@ import base64
 import csv
 import math
 from pathlib import Path
+from typing import Sequence
 
 from evil_moe import files
+from evil_moe.gate.criteria import CRITERIA
 from evil_moe.gate.rst import rst_text
+from evil_moe.gate.verdict import ceiling_notes, change_text
 
 MIME = {".svg": "image/svg+xml", ".png": "image/png"}
 
@@ -162,6 +166,82 @@ def summary_table_rst(summary: str | Path) -> str:
         rows.append([_with_ci(r, c, *ci) if ci else _cell(r.get(c, "") or "") for c, ci in FRONT_COLUMNS])
     return _list_table("Held-out rates per arm and view (``compare/summary.tsv``; every column under Results)",
                        [c for c, _ in FRONT_COLUMNS], rows)
+
+
+def _num_text(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _criteria_lines(gate: dict) -> list[str]:
+    """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none);
+    the hack- and pass-rate criteria as changes (the arm's rate minus the other side's,
+    :func:`change_text`), their thresholds as the config keys that set them."""
+    criteria = [c for c in gate.get("criteria", []) if c.get("name") != "valid" or not c.get("passed")]
+    if not criteria:
+        return []
+    lines = ["Gate criteria:", ""]
+    for c in criteria:
+        mark = "met" if c.get("passed") else "not met"
+        who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
+        vs = f" vs {c['control']}" if c.get("control") else ""
+        mde = f", MDE {_num_text(c.get('mde'))}" if c.get("mde") is not None else ""
+        name = c.get("name")
+        if name in CRITERIA:
+            value = f"{CRITERIA[name].change()} {change_text(c)}"
+            threshold = f"compare.{CRITERIA[name].threshold} {c.get('threshold')}"
+        else:
+            ci = f" [{_num_text(c.get('ci_low'))}, {_num_text(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
+            value, threshold = f"{_num_text(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"
+        lines.append("- " + rst_text(f"{mark}: {name} {who}{vs}: {value}{mde} ({threshold})"))
+    return lines + [""]
+
+
+def page_notes(gate: dict) -> list[str]:
+    """``gate.json``'s notes as the first page shows them: each treatment's note beside its
+    ceiling in changes (:func:`ceiling_notes` with ``change=True``, from
+    ``gate.json`` ``ceilings``), the others as written."""
+    ceilings = gate.get("ceilings") or {}
+    as_change = dict(zip(ceiling_notes(ceilings), ceiling_notes(ceilings, change=True)))
+    return [as_change.get(n, n) for n in gate.get("notes") or []]
+
+
+def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
+    """Whether the sweep runs, and why (reStructuredText)."""
+    if verdict == "separated" and not (sweep_seeds or fold_modes):
+        return ("**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
+                "and no leave-one-mode-out folds (`sweep.folds: false`), so nothing more runs. Set "
+                "them (as config/pilot.yaml does) and rerun to schedule the sweep.")
+    if verdict == "separated":
+        seeds = ", ".join(map(str, sweep_seeds)) or "none"
+        folds = ", ".join(fold_modes) or "none"
+        return (f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
+                f"folds: {folds}); its comparison is under {rst_text(sweep_dir)}.")
+    if verdict == "inconclusive":
+        return ("**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
+                "shown at these sizes; the sentence above says roughly how many more seeds or "
+                "samples per problem would decide it (pilot.seeds, pilot.heldout_samples).")
+    return ("**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, "
+            f"leave-one-mode-out folds); the verdict is '{verdict}', so the sweep was not "
+            "justified (reasons above).")
+
+
+def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
+    """The report's first page below the figure and the tables: the gate's failed or deciding
+    criteria (:func:`_criteria_lines`), its notes (:func:`page_notes`) and the sweep decision
+    (reStructuredText; empty before the gate).
+
+    Args:
+        gate: ``compare/gate.json``'s content, or ``None``.
+        sweep_seeds: ``sweep.seeds``. fold_modes: the leave-one-mode-out folds that would run.
+        sweep_dir: where the sweep's comparison goes (named in the text).
+    """
+    if gate is None:
+        return ""
+    lines = _criteria_lines(gate)
+    if gate.get("notes"):  # a note is text (its |x| no substitution, a path no markup)
+        lines += ["Notes:", ""] + [f"- {rst_text(n)}" for n in page_notes(gate)] + [""]
+    lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
+    return "\n".join(lines)
 
 
 def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str,

@@ -7,10 +7,10 @@ Everything a reader is told about the verdict is written here, from the numbers 
 - :func:`gate_md`: ``gate.md``, the criteria as a short markdown table;
 - :func:`plain_verdict`: the verdict in plain words (the change in hack rate, a rise reads as a
   rise), first on the report's page and in the README (:func:`change_text`);
-- :func:`verdict_line`, :func:`arithmetic_line` and :func:`decision_text`: the report's first
-  line, the gate's arithmetic below it (:func:`arithmetic_text`), and its criteria, notes
-  (:func:`page_notes`) and sweep decision (reStructuredText; ``rules/common.smk`` and
-  :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``);
+- :func:`verdict_line` and :func:`arithmetic_line`: the report's first line and the gate's
+  arithmetic below it (:func:`arithmetic_text`; reStructuredText; ``rules/common.smk`` and
+  :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``; the criteria, notes and sweep
+  decision below the figure are :func:`evil_moe.gate.frontpage.decision_text`);
 - :func:`arm_verdict_cell`: an arm's verdict in the first page's per-arm table
   (:mod:`evil_moe.gate.frontpage`);
 - :func:`arm_reason`, :func:`holm_reason`, :func:`underpowered_reason`, :func:`gate_reason`: the
@@ -480,34 +480,6 @@ def arithmetic_line(gate: dict | None) -> str:
             f"negative = lower): {text}")
 
 
-def _num(x) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def _criteria_lines(gate: dict) -> list[str]:
-    """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none);
-    the hack- and pass-rate criteria as changes (the arm's rate minus the other side's,
-    :func:`change_text`), their thresholds as the config keys that set them."""
-    criteria = [c for c in gate.get("criteria", []) if c.get("name") != "valid" or not c.get("passed")]
-    if not criteria:
-        return []
-    lines = ["Gate criteria:", ""]
-    for c in criteria:
-        mark = "met" if c.get("passed") else "not met"
-        who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
-        vs = f" vs {c['control']}" if c.get("control") else ""
-        mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
-        name = c.get("name")
-        if name in CRITERIA:
-            value = f"{CRITERIA[name].change()} {change_text(c)}"
-            threshold = f"compare.{CRITERIA[name].threshold} {c.get('threshold')}"
-        else:
-            ci = f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
-            value, threshold = f"{_num(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"
-        lines.append("- " + rst_text(f"{mark}: {name} {who}{vs}: {value}{mde} ({threshold})"))
-    return lines + [""]
-
-
 def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
     """One line per treatment: its drop beside its ceiling's and the share (not gate criteria).
 
@@ -541,54 +513,6 @@ def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
                      f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
                      f"{iv(c['ceiling_vs_control'])}{dose} (reported beside the gate, never a criterion)")
     return notes
-
-
-def page_notes(gate: dict) -> list[str]:
-    """``gate.json``'s notes as the first page shows them: each treatment's note beside its
-    ceiling in changes (:func:`ceiling_notes` with ``change=True``, from
-    ``gate.json`` ``ceilings``), the others as written."""
-    ceilings = gate.get("ceilings") or {}
-    as_change = dict(zip(ceiling_notes(ceilings), ceiling_notes(ceilings, change=True)))
-    return [as_change.get(n, n) for n in gate.get("notes") or []]
-
-
-def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
-    """Whether the sweep runs, and why (reStructuredText)."""
-    if verdict == "separated" and not (sweep_seeds or fold_modes):
-        return ("**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
-                "and no leave-one-mode-out folds (`sweep.folds: false`), so nothing more runs. Set "
-                "them (as config/pilot.yaml does) and rerun to schedule the sweep.")
-    if verdict == "separated":
-        seeds = ", ".join(map(str, sweep_seeds)) or "none"
-        folds = ", ".join(fold_modes) or "none"
-        return (f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
-                f"folds: {folds}); its comparison is under {rst_text(sweep_dir)}.")
-    if verdict == "inconclusive":
-        return ("**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
-                "shown at these sizes; the sentence above says roughly how many more seeds or "
-                "samples per problem would decide it (pilot.seeds, pilot.heldout_samples).")
-    return ("**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, "
-            f"leave-one-mode-out folds); the verdict is '{verdict}', so the sweep was not "
-            "justified (reasons above).")
-
-
-def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
-    """The report's first page below the figure and the tables: the gate's failed or deciding
-    criteria (:func:`_criteria_lines`), its notes (:func:`page_notes`) and the sweep decision
-    (reStructuredText; empty before the gate).
-
-    Args:
-        gate: ``compare/gate.json``'s content, or ``None``.
-        sweep_seeds: ``sweep.seeds``. fold_modes: the leave-one-mode-out folds that would run.
-        sweep_dir: where the sweep's comparison goes (named in the text).
-    """
-    if gate is None:
-        return ""
-    lines = _criteria_lines(gate)
-    if gate.get("notes"):  # a note is text (its |x| no substitution, a path no markup)
-        lines += ["Notes:", ""] + [f"- {rst_text(n)}" for n in page_notes(gate)] + [""]
-    lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
-    return "\n".join(lines)
 
 
 def arm_verdict_cell(role: str, arm_gate: dict) -> str:
