@@ -7,8 +7,10 @@ writes with :func:`front_page_rst` from the comparison's outputs:
 1. the verdict in plain words (:func:`evil_moe.gate.verdict.verdict_line`; the verdict word
    appears once, in it),
 2. the per-arm table (:func:`arm_table_rst`): vanilla and the untrained student, then each
-   judged arm's change in hack rate vs vanilla and vs its matched control and its share of its
-   ceiling's change, with intervals, and its verdict; then the gate's arithmetic
+   judged arm's hack rate and pass rate side by side, each with its change vs the untrained
+   student, its change in hack rate vs vanilla and vs its matched control and its share of its
+   ceiling's change, with intervals, and its verdict (with its finding: "no better than not
+   training"); then the gate's arithmetic
    (:func:`evil_moe.gate.verdict.arithmetic_line`: ``compare/gate.json``'s criteria in the same
    changes),
 3. the comparison figure, embedded as a data URI (the report is one self-contained file; a path
@@ -35,7 +37,7 @@ from typing import Sequence
 from evil_moe import files
 from evil_moe.gate.criteria import CRITERIA
 from evil_moe.gate.rst import rst_text
-from evil_moe.gate.verdict import ceiling_notes, change_text
+from evil_moe.gate.verdict import arithmetic_line, arm_verdict_cell, ceiling_notes, change_text
 
 MIME = {".svg": "image/svg+xml", ".png": "image/png"}
 
@@ -97,10 +99,8 @@ def _with_ci(row: dict, col: str, lo: str, hi: str) -> str:
 
 
 def _change_ci(row: dict, col: str, lo: str, hi: str) -> str:
-    """A summary row's hack-rate *drop* as the change it is, a rise reading as a rise:
+    """A summary row's hack- or pass-rate *drop* as the change it is, a rise reading as a rise:
     ``+0.007 [−0.075, +0.089]`` (:func:`evil_moe.gate.verdict.change_text`; a dash when empty)."""
-    from evil_moe.gate.verdict import change_text
-
     v, a, b = _num(row.get(col)), _num(row.get(lo)), _num(row.get(hi))
     if v is None:
         return "–"
@@ -118,17 +118,19 @@ def _list_table(title: str, header: list[str], rows: list[list[str]]) -> str:
 def arm_table_rst(summary: str | Path, gate: dict) -> str:
     """The first page's per-arm table: the references first (vanilla, and the untrained student
     every pilot starts from), then one row per arm the gate judged (treatments) or reports
-    beside them (ceilings, the positive control), on its judged view: held-out hack rate, its
-    change vs vanilla and vs its matched control (the arm's rate minus theirs, so that a rise
-    reads as a rise: ``compare/summary.tsv``'s drops negated, :func:`_change_ci`), its share of
-    its ceiling's change (the same ratio as of the drops; all with the gate's intervals) and its verdict (``gate.json`` ``arms``;
-    "reference" for vanilla and the untrained student, "reported" for arms never judged).
+    beside them (ceilings, the positive control), on its judged view: its held-out hack rate and
+    its change vs the untrained student, its pass rate beside it and its change vs the untrained
+    student, the hack rate's change vs vanilla and vs its matched control (every change is the
+    arm's rate minus theirs, so that a rise reads as a rise: ``compare/summary.tsv``'s drops
+    negated, :func:`_change_ci`), its share of its ceiling's change (the same ratio as of the
+    drops; all with the gate's intervals) and its verdict (``gate.json`` ``arms``, with its
+    finding: "no better than not training"; "reference" for vanilla and the untrained student,
+    "reported" for arms never judged).
 
     Raises:
         FileNotFoundError: the summary is missing.
     """
     from evil_moe.rl.arms.registry import ARMS
-    from evil_moe.gate.verdict import arm_verdict_cell
 
     verdicts = gate.get("arms", {}) or {}
     rows = []
@@ -144,7 +146,11 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
             continue
         v = verdicts.get(r["arm"], {})
         verdict = arm_verdict_cell(cls.role, v)
-        rows.append([f"{r['arm']} ({r['view']})", _with_ci(r, "hack_rate", "hack_ci_low", "hack_ci_high"),
+        rows.append([f"{r['arm']} ({r['view']})",
+                     _with_ci(r, "hack_rate", "hack_ci_low", "hack_ci_high"),
+                     _change_ci(r, "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high"),
+                     _with_ci(r, "pass_rate", "pass_ci_low", "pass_ci_high"),
+                     _change_ci(r, "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high"),
                      _change_ci(r, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high") if r["arm"] != "vanilla" else "–",
                      (f"{_change_ci(r, 'drop_vs_control', 'control_ci_low', 'control_ci_high')} vs {cls.control}"
                       if cls.control else "–"),
@@ -152,10 +158,11 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
                      verdict])
     if not rows:  # no arm of the registry on its judged view: nothing to show (docutils refuses an empty table)
         return ""
-    return _list_table("Held-out hack rate per arm on its judged view, and its change vs vanilla and vs its "
-                       "matched control (the arm's rate minus theirs: negative = less hacking; 95% intervals, "
-                       "crossed seed × problem bootstrap)",
-                       ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
+    return _list_table("Held-out hack and pass rates per arm on its judged view, each with its change vs the "
+                       "untrained student, and the hack rate's change vs vanilla and vs its matched control (the "
+                       "arm's rate minus theirs: negative = less; 95% intervals, crossed seed × problem bootstrap)",
+                       ["arm (view)", "hack rate", "hack: change vs untrained", "pass rate",
+                        "pass: change vs untrained", "hack: change vs vanilla", "hack: change vs its control",
                         "share of its ceiling's change", "verdict"], rows)
 
 
@@ -188,7 +195,8 @@ def _criteria_lines(gate: dict) -> list[str]:
         name = c.get("name")
         if name in CRITERIA:
             value = f"{CRITERIA[name].change()} {change_text(c)}"
-            threshold = f"compare.{CRITERIA[name].threshold} {c.get('threshold')}"
+            key = CRITERIA[name].threshold
+            threshold = f"compare.{key} {c.get('threshold')}" if key else "bound 0"
         else:
             ci = f" [{_num_text(c.get('ci_low'))}, {_num_text(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
             value, threshold = f"{_num_text(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"
@@ -271,8 +279,6 @@ def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str
         raise ValueError(f"figure {figure}: expected one of {sorted(MIME)}")
     uri = f"data:{MIME[figure.suffix]};base64,{base64.b64encode(figure.read_bytes()).decode()}"
     caption = " ".join(caption.split())
-    from evil_moe.gate.verdict import arithmetic_line
-
     parts = [
         verdict.strip(),
         arm_table_rst(summary, gate) if gate is not None else "",
