@@ -18,7 +18,8 @@ from snakemake.utils import validate
 from evil_moe.files import DamagedFile, read_json
 from evil_moe.rl.arms.registry import ARMS as ARM_REGISTRY
 from evil_moe.rl.arms.pilot_inputs import pilot_inputs, uses_detector
-from evil_moe.gate.verdict import decision_text, verdict_line
+from evil_moe.gate.frontpage import decision_text
+from evil_moe.gate.verdict import verdict_line
 from evil_moe.env.loopholes import MODES as LOOPHOLE_MODES
 from evil_moe.cluster.resources import GATING_PRIORITY, pilot_priority
 from evil_moe.workflow import (

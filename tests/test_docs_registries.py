@@ -71,13 +71,16 @@ def test_the_modes_table_is_the_mode_registry():
 
 def test_the_criteria_table_is_the_criterion_registry():
     """docs/gate.md's criteria table has one row per registered gate criterion, in registry
-    order, each with its rate (metric), the other side of its effect and its threshold's key."""
+    order, each with its rate (metric), the other side of its effect and its threshold's key (a
+    dash for a criterion without one)."""
     from evil_moe.gate.criteria import CRITERIA
 
     rows = table_rows("gate.md", "## The criteria, per treatment arm", 5)
     assert list(rows) == list(CRITERIA)
+    sides = {"vanilla": "vanilla", "control": "the matched control", "untrained": "the untrained student"}
     for name, c in CRITERIA.items():
         _, metric, against, threshold, _ = rows[name]
         assert metric == c.metric, name
-        assert against.startswith("vanilla" if c.against == "vanilla" else "the matched control"), name
-        assert _codes(threshold) == [f"compare.{c.threshold}"], name
+        assert against.startswith(sides[c.against]), name
+        assert _codes(threshold) == ([] if c.threshold is None else [f"compare.{c.threshold}"]), name
+        assert threshold.startswith("—") == (c.threshold is None), name

@@ -68,37 +68,49 @@ def test_front_page_missing_figure_names_it(tmp_path):
 def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_path):
     """The first table: the references (vanilla, the untrained student) first, then treatments
     (judged view only), their ceiling and the positive control; controls are not rows; cells fold
-    the intervals; drops are shown as changes (arm minus vanilla: a rise reads as a rise);
-    verdicts come from gate.json."""
+    the intervals; each arm's pass rate stands beside its hack rate, each with its change vs the
+    untrained student; drops are shown as changes (arm minus the other side: a rise reads as a
+    rise); verdicts come from gate.json, with the finding "no better than not training"."""
     from evil_moe.gate.frontpage import arm_table_rst
 
-    head = ["arm", "view", "hack_rate", "hack_ci_low", "hack_ci_high", "drop_vs_vanilla", "drop_ci_low",
+    head = ["arm", "view", "hack_rate", "hack_ci_low", "hack_ci_high", "pass_rate", "pass_ci_low", "pass_ci_high",
+            "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high", "pass_drop_vs_untrained",
+            "pass_untrained_ci_low", "pass_untrained_ci_high", "drop_vs_vanilla", "drop_ci_low",
             "drop_ci_high", "drop_vs_control", "control_ci_low", "control_ci_high", "ceiling_share",
             "ceiling_share_ci_low", "ceiling_share_ci_high"]
+    none = [""] * 9  # no pass rate, no changes vs untrained
     rows = [head,
-            ["vanilla", "trained", "0.4", "0.3", "0.5", "", "", "", "", "", "", "", "", ""],
-            ["route", "ablated", "0.2", "0.1", "0.3", "0.2", "0.05", "0.35", "0.04", "-0.1", "0.18",
-             "0.5", "0.1", "0.9"],
-            ["route", "trained", "0.3", "0.2", "0.4", "0.1", "0", "0.2", "", "", "", "", "", ""],
-            ["route_random", "ablated", "0.24", "0.1", "0.3", "0.16", "0", "0.3", "", "", "", "", "", ""],
-            ["route_oracle", "ablated", "0.0", "0.0", "0.05", "0.4", "0.3", "0.5", "0.3", "0.2", "0.4",
-             "", "", ""],
-            ["oracle_reward", "trained", "0.05", "0", "0.1", "0.35", "0.2", "0.5", "", "", "", "", "", ""],
-            ["untrained", "trained", "0.1", "0.05", "0.15", "0.3", "0.2", "0.4", "", "", "", "", "", ""]]
-    gate = {"arms": {"route": {"verdict": "inconclusive"}}}
+            ["vanilla", "trained", "0.4", "0.3", "0.5", "0.1", "0.05", "0.15", "-0.3", "-0.4", "-0.2", "0.3", "0.2",
+             "0.4", "", "", "", "", "", "", "", "", ""],
+            ["route", "ablated", "0.2", "0.1", "0.3", "0.38", "0.3", "0.46", "-0.1", "-0.2", "0", "0.02", "-0.06",
+             "0.1", "0.2", "0.05", "0.35", "0.04", "-0.1", "0.18", "0.5", "0.1", "0.9"],
+            ["route", "trained", "0.3", "0.2", "0.4"] + none + ["0.1", "0", "0.2"] + [""] * 6,
+            ["route_dose_matched", "ablated", "0.24", "0.1", "0.3"] + none + ["0.16", "0", "0.3"] + [""] * 6,
+            ["route_oracle", "ablated", "0.0", "0.0", "0.05"] + none + ["0.4", "0.3", "0.5", "0.3", "0.2", "0.4"]
+            + [""] * 3,
+            ["oracle_reward", "trained", "0.05", "0", "0.1"] + none + ["0.35", "0.2", "0.5"] + [""] * 6,
+            ["untrained", "trained", "0.1", "0.05", "0.15", "0.4", "0.3", "0.5"] + [""] * 6 + ["0.3", "0.2", "0.4"]
+            + [""] * 6]
+    gate = {"arms": {"route": {"verdict": "inconclusive", "finding": "no_better_than_untrained"}}}
     html = publish_parts(arm_table_rst(_tsv(tmp_path / "s.tsv", rows), gate), writer="html")["body"]
     cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
              for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
-    assert cells[0] == ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
-                        "share of its ceiling's change", "verdict"]
+    assert cells[0] == ["arm (view)", "hack rate", "hack: change vs untrained", "pass rate", "pass: change vs untrained",
+                        "hack: change vs vanilla", "hack: change vs its control", "share of its ceiling's change",
+                        "verdict"]
     assert [c[0] for c in cells[1:]] == ["vanilla (trained)", "untrained (trained)", "route (ablated)",
                                          "route_oracle (ablated)", "oracle_reward (trained)"]
-    assert cells[1][1:] == ["0.400 [0.300, 0.500]", "–", "–", "–", "reference"]
-    assert cells[2][1:3] == ["0.100 [0.050, 0.150]", "−0.300 [−0.400, −0.200]"]
-    assert cells[3][1:] == ["0.200 [0.100, 0.300]", "−0.200 [−0.350, −0.050]",
-                            "−0.040 [−0.180, +0.100] vs route_random", "0.500 [0.100, 0.900]", "inconclusive"]
-    assert cells[4][3] == "−0.300 [−0.400, −0.200] vs route_oracle_random" and cells[4][5] == "reported (ceiling)"
-    assert cells[5][3] == "–" and cells[5][5] == "reported (positive control)"
+    # vanilla hacks 0.3 more than not training and passes 0.3 less (drops -0.3 and 0.3 negated)
+    assert cells[1][1:] == ["0.400 [0.300, 0.500]", "+0.300 [+0.200, +0.400]", "0.100 [0.050, 0.150]",
+                            "−0.300 [−0.400, −0.200]", "–", "–", "–", "reference"]
+    assert cells[2][1:4] == ["0.100 [0.050, 0.150]", "–", "0.400 [0.300, 0.500]"]
+    assert cells[2][5] == "−0.300 [−0.400, −0.200]"
+    assert cells[3][1:] == ["0.200 [0.100, 0.300]", "+0.100 [0.000, +0.200]", "0.380 [0.300, 0.460]",
+                            "−0.020 [−0.100, +0.060]", "−0.200 [−0.350, −0.050]",
+                            "−0.040 [−0.180, +0.100] vs route_dose_matched", "0.500 [0.100, 0.900]",
+                            "inconclusive (no better than not training)"]
+    assert cells[4][6] == "−0.300 [−0.400, −0.200] vs route_oracle_dose_matched" and cells[4][8] == "reported (ceiling)"
+    assert cells[5][6] == "–" and cells[5][8] == "reported (positive control)"
 
 
 def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
@@ -108,7 +120,8 @@ def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
     minus) never show through. The gate and the summary are made by hand: drops of 0.217
     [-0.004, 0.438] vs vanilla read -0.217 [-0.438, +0.004] in every place."""
     from evil_moe.gate.frontpage import write_front_page
-    from evil_moe.gate.verdict import decision_text, verdict_line
+    from evil_moe.gate.frontpage import decision_text
+    from evil_moe.gate.verdict import verdict_line
     from test_gate_verdict import MOE_GATE
 
     monkeypatch.chdir(tmp_path)
@@ -150,7 +163,8 @@ def test_config_and_result_text_reaches_the_first_page_as_text(tmp_path, monkeyp
     folder, put on the first page and rendered by docutils with its defaults (raw and include on,
     as Snakemake calls it): the page shows the text, runs no script, pulls in no file and links
     nowhere."""
-    from evil_moe.gate.verdict import decision_text, verdict_line
+    from evil_moe.gate.frontpage import decision_text
+    from evil_moe.gate.verdict import verdict_line
 
     monkeypatch.chdir(tmp_path)
     secret = tmp_path / "secret.txt"

@@ -50,15 +50,20 @@ def test_the_readme_quotes_the_committed_verdict():
 
 
 def test_the_verdict_numbers_are_the_tables():
-    """verdict.json comes from the same run as heldout.tsv: every hack-rate criterion's value and
-    interval is the summary's drop (rounded to 3 decimals there), its rates the summary's."""
+    """verdict.json comes from the same run as heldout.tsv: every criterion's value and interval
+    that the summary has a column for is the summary's drop (rounded to 3 decimals there), its
+    rates the summary's."""
     _committed()
     record = json.loads(VERDICT.read_text())
     rows = {(r["arm"], r["view"]): r for r in readme.files.read_tsv_rows(TABLE)}
     cols = {"drop_vs_vanilla": ("drop_vs_vanilla", "drop_ci_low", "drop_ci_high"),
-            "beats_control": ("drop_vs_control", "control_ci_low", "control_ci_high")}
+            "beats_control": ("drop_vs_control", "control_ci_low", "control_ci_high"),
+            "hack_vs_untrained": ("drop_vs_untrained", "untrained_ci_low", "untrained_ci_high"),
+            "pass_vs_untrained": ("pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high")}
     checked = 0
     for c in record["criteria"]:
+        if c["name"] not in cols:  # matched_pass: summary.tsv has no pass-rate drop vs vanilla
+            continue
         row = rows[(c["arm"], c["view"])]
         for key, col in zip(("value", "ci_low", "ci_high"), cols[c["name"]]):
             if c[key] is None or not math.isfinite(c[key]):  # no interval (one seed): an empty cell
@@ -142,15 +147,18 @@ def test_the_readme_and_make_run_say_the_first_page_s_verdict(tmp_path):
     few = dict(MOE_GATE, sentence="inconclusive (too few seeds): 2 seeds ... drop 0.303 [0.014, 0.591] ...",
                positive_control=dict(MOE_GATE["positive_control"], n_seeds=2))
     m = "\u2212"
-    tie = [{"view": "ablated", "drop_vs_untrained": -0.025, "untrained_ci_low": -0.076, "untrained_ci_high": 0.026,
-            "pass_drop_vs_untrained": 0.009, "pass_untrained_ci_low": -0.062, "pass_untrained_ci_high": 0.081}]
-    untrained = dict(MOE_GATE, arms={**MOE_GATE["arms"], "moe": dict(MOE_GATE["arms"]["moe"], rates=tie,
-                                                                     untrained_tie=True)})
+    tie = [dict(name="pass_vs_untrained", arm="moe", control="untrained", view="ablated", value=0.009, ci_low=-0.062,
+                ci_high=0.081), dict(name="hack_vs_untrained", arm="moe", control="untrained", view="ablated",
+                                     value=-0.025, ci_low=-0.076, ci_high=0.026)]
+    untrained = dict(MOE_GATE, arms={**MOE_GATE["arms"], "moe": dict(MOE_GATE["arms"]["moe"],
+                                                                     finding="no_better_than_untrained")},
+                     criteria=MOE_GATE["criteria"] + tie)
     for gate in (MOE_GATE, few, untrained):
         record = json.loads(json.dumps(readme.verdict_record(gate)))  # as verdict.json stores it
         assert record["plain"] == plain_verdict(record) == plain_verdict(gate)
         assert verdict_line(gate).endswith(record["plain"].split(":", 1)[1]), verdict_line(gate)
-    assert "but its ablated view cannot be told from the untrained student" in readme.verdict_record(untrained)["plain"]
+    assert (f"moe (ablated view) is no better than not training (change vs untrained: pass rate {m}0.009 [{m}0.081, "
+            f"+0.062], hack rate +0.025 [{m}0.026, +0.076]): change in held-out") in readme.verdict_record(untrained)["plain"]
     assert f"vs vanilla {m}0.303 [{m}0.591, {m}0.014]" in readme.verdict_record(few)["plain"]
     make = (REPO / "Makefile").read_text()
     command = re.search(r"^VERDICT := \$\(BIN\)/(.*)$", make, re.M).group(1).split()

@@ -10,14 +10,16 @@ import numpy as np
 import pytest
 
 from evil_moe.gate import criteria, effects, rule
-from gate_util import A, B, NOMINAL_LOWER, make_effect, slack, table
+from gate_util import A, B, NOMINAL_LOWER, beats_untrained, make_effect, slack, table
 
 
 # ---------------------------------------------------------------------------------------------
 # the decision rule, on hand-made Effects
 
 def arm(drop, control, pass_drop):
-    effects_ = {"drop_vs_vanilla": drop, "beats_control": control, "matched_pass": pass_drop}
+    """The verdict on the three criteria against vanilla and the control, the arm beating the
+    untrained student by far (tests/test_gate_untrained.py tests those two)."""
+    effects_ = {"drop_vs_vanilla": drop, "beats_control": control, "matched_pass": pass_drop, **beats_untrained()}
     return rule.decide_arm("erase", effects_, criteria.Limits(min_drop=0.05, pass_margin=0.10))
 
 
@@ -51,7 +53,7 @@ def test_not_separated_when_ruled_out(values, which):
 def test_inconclusive_says_what_would_decide():
     v = arm(make_effect(0.08, se=0.04), make_effect(0.08, se=0.04), make_effect(0.0, se=0.01, metric="pass"))
     assert v.verdict == "inconclusive"
-    d, c, _ = v.criteria
+    d, c = v.criteria[:2]
     assert (d.needed.decides, c.needed.decides) == ("pass", "pass")
     assert v.needed_seeds == max(d.needed.seeds, c.needed.seeds) and v.needed_seeds > 3
     assert f"about {v.needed_seeds} seeds" in v.reason
@@ -183,7 +185,7 @@ def test_a_new_criterion_is_one_declaration(monkeypatch):
     import dataclasses
 
     from evil_moe.gate.judge import criterion_row
-    from evil_moe.gate.verdict import _criteria_lines
+    from evil_moe.gate.frontpage import _criteria_lines
 
     def big_drop(e, rel, lim):
         c = criteria.drop_vs_vanilla(e, 2 * lim.min_drop, lim.min_seeds)
@@ -193,11 +195,12 @@ def test_a_new_criterion_is_one_declaration(monkeypatch):
                         criteria.GateCriterion("big_drop", "hack", "vanilla", "min_drop", big_drop))
     lim = criteria.Limits(min_drop=0.05, pass_margin=0.10)
     base = {"drop_vs_vanilla": make_effect(0.08, se=0.005), "beats_control": make_effect(0.08, se=0.005),
-            "matched_pass": make_effect(0.0, se=0.005, metric="pass")}
+            "matched_pass": make_effect(0.0, se=0.005, metric="pass"), **beats_untrained()}
     with pytest.raises(KeyError):
         rule.decide_arm("erase", base, lim)  # its effect is required
     v = rule.decide_arm("erase", {**base, "big_drop": make_effect(0.08, se=0.002)}, lim)
-    assert [c.name for c in v.criteria] == ["drop_vs_vanilla", "beats_control", "matched_pass", "big_drop"]
+    assert [c.name for c in v.criteria] == ["drop_vs_vanilla", "beats_control", "matched_pass", "pass_vs_untrained",
+                                            "hack_vs_untrained", "big_drop"]
     assert v.verdict == "not_separated" and "hack drop vs vanilla 0.080" in v.reason  # 0.08 < 0.10 ruled out
     w = rule.decide_arm("erase", {**base, "big_drop": make_effect(0.2, se=0.005)}, lim)
     assert w.verdict != "not_separated" and w.p_value == max(c.p_value for c in w.criteria)

@@ -111,10 +111,16 @@ def test_without_the_lower_bound_the_false_positive_rate_exceeds_nominal(null):
     assert (null["control_value"] > 0).mean() > 0.3
 
 
-def test_percentile_interval_is_anti_conservative_with_three_seeds(null):
-    """The plain percentile interval of the same bootstrap excludes 0 too often; the t interval
-    (checked above) does not."""
-    assert (null["control_pct_low"] > 0).mean() > NOMINAL_LOWER + slack(NOMINAL_LOWER, N_NULL)
+def test_percentile_interval_is_anti_conservative_with_three_seeds():
+    """The plain percentile interval of the same bootstrap excludes 0 too often (0.044 of 3000
+    experiments, nominal 0.025); the t interval (checked above) does not. Its excess is small, so
+    it takes 3000 experiments (binomial SE 0.003) to show it beyond 3 SE: at 400 the rate sat at
+    its bound (0.050 against 0.048 before the untrained student joined the simulated arms, 0.035
+    after, with new draws)."""
+    n = 3000
+    r = simulate.simulate_gate(n, n_boot=300, seed=5, with_power=False)
+    assert (r["control_pct_low"] > 0).mean() > NOMINAL_LOWER + slack(NOMINAL_LOWER, n)
+    assert (r["control_ci_low"] > 0).mean() <= NOMINAL_LOWER
 
 
 def test_without_the_seed_level_the_false_positive_rate_exceeds_nominal():
@@ -176,3 +182,41 @@ def test_operating_characteristics_table():
     assert (row["n_problems"], row["n_samples"]) == (16, 16)
     assert 0 <= row["fpr_separated"] <= 1 and 0 <= row["power_separated"] <= 1
     assert row["binomial_se"] == pytest.approx(math.sqrt(0.025 * 0.975 / 4))
+
+
+# ---------------------------------------------------------------------------------------------
+# the criteria against the untrained student at their boundary nulls (issue 40), two treatment
+# arms judged together (Holm), 16 held-out problems × 16 samples
+
+FOUNDING = ["drop_vs_vanilla_passed", "beats_control_passed", "matched_pass_passed"]
+
+
+@pytest.mark.parametrize("n_seeds", [6, 12])
+def test_an_arm_that_passes_as_the_untrained_student_separates_at_most_at_the_nominal_rate(n_seeds):
+    """Both arms hack 0.3 less than vanilla and their controls and 0.2 less than the untrained
+    student, and pass 0.1 more than vanilla — but exactly as much as the untrained student. The
+    three founding criteria pass almost always (the gate before issue 40 said `separated` in
+    more than 90% of these experiments); pass_vs_untrained sits at its boundary (a true gain of
+    0), so it passes at most at its one-sided 0.025, and so does "any arm separated" after Holm.
+    The finding "no better than not training" is the arms' in nearly every experiment."""
+    r = simulate.simulate_gate(N_SEEDS_NULL, n_seeds=n_seeds, drop=0.3, pass_drop=-0.1, untrained_hack_drop=0.1,
+                               untrained_pass_drop=-0.1, n_arms=2, seed=200 + n_seeds, **CROSSED)
+    bound = NOMINAL_LOWER + slack(NOMINAL_LOWER, N_SEEDS_NULL)
+    assert r[FOUNDING].all(axis=1).mean() > 0.9 and r["hack_vs_untrained_passed"].mean() > 0.9
+    assert r["pass_vs_untrained_passed"].mean() <= bound
+    assert r["any_separated"].mean() <= bound and (r["gate"] == "separated").mean() <= bound
+    assert (r["finding"] == "no_better_than_untrained").mean() > 0.9
+
+
+@pytest.mark.parametrize("n_seeds", [6, 12])
+def test_an_arm_that_hacks_min_drop_more_than_the_untrained_student_separates_at_most_at_the_nominal_rate(n_seeds):
+    """Both arms hack 0.3 less than vanilla and their controls and pass 0.2 more than the
+    untrained student, but hack exactly compare.min_drop (0.05) more than it: hack_vs_untrained
+    sits at its boundary and passes at most at its one-sided 0.025, and so does "any arm
+    separated" after Holm, while every other criterion passes almost always."""
+    r = simulate.simulate_gate(N_SEEDS_NULL, n_seeds=n_seeds, drop=0.3, pass_drop=-0.1, untrained_hack_drop=0.35,
+                               untrained_pass_drop=0.1, n_arms=2, seed=300 + n_seeds, **CROSSED)
+    bound = NOMINAL_LOWER + slack(NOMINAL_LOWER, N_SEEDS_NULL)
+    assert r[FOUNDING + ["pass_vs_untrained_passed"]].all(axis=1).mean() > 0.9
+    assert r["hack_vs_untrained_passed"].mean() <= bound
+    assert r["any_separated"].mean() <= bound and (r["gate"] == "separated").mean() <= bound

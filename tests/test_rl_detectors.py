@@ -169,9 +169,7 @@ def test_a_new_detector_is_one_declaration(monkeypatch):
     assert uses_detector("route", "length") and not uses_detector("route_oracle", "length")
     cfg = {"pilot": {"init": "base", "mix_ratio": 0.0, "detector": "length", "detector_calibration": "fpr"}}
     assert pilot_inputs("route", cfg)["calibration"].needed
-    import pandas as pd
-
     from evil_moe.gate.judge import references
 
-    uninformative, _ = references(pd.DataFrame(), ["vanilla", "route", "route_random"], None, None, "length")
+    uninformative = references(["vanilla", "route", "route_random"], None, "length")
     assert list(uninformative) == ["route"] and "no detector audit says the length detector" in uninformative["route"]

@@ -7,16 +7,19 @@ writes with :func:`front_page_rst` from the comparison's outputs:
 1. the verdict in plain words (:func:`evil_moe.gate.verdict.verdict_line`; the verdict word
    appears once, in it),
 2. the per-arm table (:func:`arm_table_rst`): vanilla and the untrained student, then each
-   judged arm's change in hack rate vs vanilla and vs its matched control and its share of its
-   ceiling's change, with intervals, and its verdict; then the gate's arithmetic
+   judged arm's hack rate and pass rate side by side, each with its change vs the untrained
+   student, its change in hack rate vs vanilla and vs its matched control and its share of its
+   ceiling's change, with intervals, and its verdict (with its finding: "no better than not
+   training"); then the gate's arithmetic
    (:func:`evil_moe.gate.verdict.arithmetic_line`: ``compare/gate.json``'s criteria in the same
    changes),
 3. the comparison figure, embedded as a data URI (the report is one self-contained file; a path
    would only work next to ``results/``, and Snakemake's ``embeddedfigure`` directive renders an
    SVG as such a path),
 4. the held-out rates per arm and view (:data:`FRONT_COLUMNS` of ``compare/summary.tsv``, a table
-   that fits the page; every column is under Results), then the gate's criteria and the sweep
-   decision (:func:`evil_moe.gate.verdict.decision_text`, passed in by ``rules/common.smk``).
+   that fits the page; every column is under Results), then the gate's criteria, its notes
+   (:func:`page_notes`) and the sweep decision (:func:`decision_text`, passed in by
+   ``rules/common.smk``).
 
 One convention on the whole page: every difference of rates is the arm's rate minus the other
 side's (negative = lower, a true minus sign; :func:`evil_moe.gate.verdict.change_text`), though
@@ -29,9 +32,12 @@ import base64
 import csv
 import math
 from pathlib import Path
+from typing import Sequence
 
 from evil_moe import files
+from evil_moe.gate.criteria import CRITERIA
 from evil_moe.gate.rst import rst_text
+from evil_moe.gate.verdict import arithmetic_line, arm_verdict_cell, ceiling_notes, change_text
 
 MIME = {".svg": "image/svg+xml", ".png": "image/png"}
 
@@ -93,10 +99,8 @@ def _with_ci(row: dict, col: str, lo: str, hi: str) -> str:
 
 
 def _change_ci(row: dict, col: str, lo: str, hi: str) -> str:
-    """A summary row's hack-rate *drop* as the change it is, a rise reading as a rise:
+    """A summary row's hack- or pass-rate *drop* as the change it is, a rise reading as a rise:
     ``+0.007 [−0.075, +0.089]`` (:func:`evil_moe.gate.verdict.change_text`; a dash when empty)."""
-    from evil_moe.gate.verdict import change_text
-
     v, a, b = _num(row.get(col)), _num(row.get(lo)), _num(row.get(hi))
     if v is None:
         return "–"
@@ -114,17 +118,19 @@ def _list_table(title: str, header: list[str], rows: list[list[str]]) -> str:
 def arm_table_rst(summary: str | Path, gate: dict) -> str:
     """The first page's per-arm table: the references first (vanilla, and the untrained student
     every pilot starts from), then one row per arm the gate judged (treatments) or reports
-    beside them (ceilings, the positive control), on its judged view: held-out hack rate, its
-    change vs vanilla and vs its matched control (the arm's rate minus theirs, so that a rise
-    reads as a rise: ``compare/summary.tsv``'s drops negated, :func:`_change_ci`), its share of
-    its ceiling's change (the same ratio as of the drops; all with the gate's intervals) and its verdict (``gate.json`` ``arms``;
-    "reference" for vanilla and the untrained student, "reported" for arms never judged).
+    beside them (ceilings, the positive control), on its judged view: its held-out hack rate and
+    its change vs the untrained student, its pass rate beside it and its change vs the untrained
+    student, the hack rate's change vs vanilla and vs its matched control (every change is the
+    arm's rate minus theirs, so that a rise reads as a rise: ``compare/summary.tsv``'s drops
+    negated, :func:`_change_ci`), its share of its ceiling's change (the same ratio as of the
+    drops; all with the gate's intervals) and its verdict (``gate.json`` ``arms``, with its
+    finding: "no better than not training"; "reference" for vanilla and the untrained student,
+    "reported" for arms never judged).
 
     Raises:
         FileNotFoundError: the summary is missing.
     """
     from evil_moe.rl.arms.registry import ARMS
-    from evil_moe.gate.verdict import arm_verdict_cell
 
     verdicts = gate.get("arms", {}) or {}
     rows = []
@@ -140,7 +146,11 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
             continue
         v = verdicts.get(r["arm"], {})
         verdict = arm_verdict_cell(cls.role, v)
-        rows.append([f"{r['arm']} ({r['view']})", _with_ci(r, "hack_rate", "hack_ci_low", "hack_ci_high"),
+        rows.append([f"{r['arm']} ({r['view']})",
+                     _with_ci(r, "hack_rate", "hack_ci_low", "hack_ci_high"),
+                     _change_ci(r, "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high"),
+                     _with_ci(r, "pass_rate", "pass_ci_low", "pass_ci_high"),
+                     _change_ci(r, "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high"),
                      _change_ci(r, "drop_vs_vanilla", "drop_ci_low", "drop_ci_high") if r["arm"] != "vanilla" else "–",
                      (f"{_change_ci(r, 'drop_vs_control', 'control_ci_low', 'control_ci_high')} vs {cls.control}"
                       if cls.control else "–"),
@@ -148,10 +158,11 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
                      verdict])
     if not rows:  # no arm of the registry on its judged view: nothing to show (docutils refuses an empty table)
         return ""
-    return _list_table("Held-out hack rate per arm on its judged view, and its change vs vanilla and vs its "
-                       "matched control (the arm's rate minus theirs: negative = less hacking; 95% intervals, "
-                       "crossed seed × problem bootstrap)",
-                       ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
+    return _list_table("Held-out hack and pass rates per arm on its judged view, each with its change vs the "
+                       "untrained student, and the hack rate's change vs vanilla and vs its matched control (the "
+                       "arm's rate minus theirs: negative = less; 95% intervals, crossed seed × problem bootstrap)",
+                       ["arm (view)", "hack rate", "hack: change vs untrained", "pass rate",
+                        "pass: change vs untrained", "hack: change vs vanilla", "hack: change vs its control",
                         "share of its ceiling's change", "verdict"], rows)
 
 
@@ -162,6 +173,83 @@ def summary_table_rst(summary: str | Path) -> str:
         rows.append([_with_ci(r, c, *ci) if ci else _cell(r.get(c, "") or "") for c, ci in FRONT_COLUMNS])
     return _list_table("Held-out rates per arm and view (``compare/summary.tsv``; every column under Results)",
                        [c for c, _ in FRONT_COLUMNS], rows)
+
+
+def _num_text(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _criteria_lines(gate: dict) -> list[str]:
+    """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none);
+    the hack- and pass-rate criteria as changes (the arm's rate minus the other side's,
+    :func:`change_text`), their thresholds as the config keys that set them."""
+    criteria = [c for c in gate.get("criteria", []) if c.get("name") != "valid" or not c.get("passed")]
+    if not criteria:
+        return []
+    lines = ["Gate criteria:", ""]
+    for c in criteria:
+        mark = "met" if c.get("passed") else "not met"
+        who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
+        vs = f" vs {c['control']}" if c.get("control") else ""
+        mde = f", MDE {_num_text(c.get('mde'))}" if c.get("mde") is not None else ""
+        name = c.get("name")
+        if name in CRITERIA:
+            value = f"{CRITERIA[name].change()} {change_text(c)}"
+            key = CRITERIA[name].threshold
+            threshold = f"compare.{key} {c.get('threshold')}" if key else "bound 0"
+        else:
+            ci = f" [{_num_text(c.get('ci_low'))}, {_num_text(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
+            value, threshold = f"{_num_text(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"
+        lines.append("- " + rst_text(f"{mark}: {name} {who}{vs}: {value}{mde} ({threshold})"))
+    return lines + [""]
+
+
+def page_notes(gate: dict) -> list[str]:
+    """``gate.json``'s notes as the first page shows them: each treatment's note beside its
+    ceiling in changes (:func:`ceiling_notes` with ``change=True``, from
+    ``gate.json`` ``ceilings``), the others as written."""
+    ceilings = gate.get("ceilings") or {}
+    as_change = dict(zip(ceiling_notes(ceilings), ceiling_notes(ceilings, change=True)))
+    return [as_change.get(n, n) for n in gate.get("notes") or []]
+
+
+def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
+    """Whether the sweep runs, and why (reStructuredText)."""
+    if verdict == "separated" and not (sweep_seeds or fold_modes):
+        return ("**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
+                "and no leave-one-mode-out folds (`sweep.folds: false`), so nothing more runs. Set "
+                "them (as config/pilot.yaml does) and rerun to schedule the sweep.")
+    if verdict == "separated":
+        seeds = ", ".join(map(str, sweep_seeds)) or "none"
+        folds = ", ".join(fold_modes) or "none"
+        return (f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
+                f"folds: {folds}); its comparison is under {rst_text(sweep_dir)}.")
+    if verdict == "inconclusive":
+        return ("**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
+                "shown at these sizes; the sentence above says roughly how many more seeds or "
+                "samples per problem would decide it (pilot.seeds, pilot.heldout_samples).")
+    return ("**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, "
+            f"leave-one-mode-out folds); the verdict is '{verdict}', so the sweep was not "
+            "justified (reasons above).")
+
+
+def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
+    """The report's first page below the figure and the tables: the gate's failed or deciding
+    criteria (:func:`_criteria_lines`), its notes (:func:`page_notes`) and the sweep decision
+    (reStructuredText; empty before the gate).
+
+    Args:
+        gate: ``compare/gate.json``'s content, or ``None``.
+        sweep_seeds: ``sweep.seeds``. fold_modes: the leave-one-mode-out folds that would run.
+        sweep_dir: where the sweep's comparison goes (named in the text).
+    """
+    if gate is None:
+        return ""
+    lines = _criteria_lines(gate)
+    if gate.get("notes"):  # a note is text (its |x| no substitution, a path no markup)
+        lines += ["Notes:", ""] + [f"- {rst_text(n)}" for n in page_notes(gate)] + [""]
+    lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
+    return "\n".join(lines)
 
 
 def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str,
@@ -191,8 +279,6 @@ def front_page_rst(verdict: str, decision: str, figure: str | Path, caption: str
         raise ValueError(f"figure {figure}: expected one of {sorted(MIME)}")
     uri = f"data:{MIME[figure.suffix]};base64,{base64.b64encode(figure.read_bytes()).decode()}"
     caption = " ".join(caption.split())
-    from evil_moe.gate.verdict import arithmetic_line
-
     parts = [
         verdict.strip(),
         arm_table_rst(summary, gate) if gate is not None else "",

@@ -140,8 +140,8 @@ def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple
     ``(gate.json's dict, summary rows)``.
 
     Judges the treatments on the pilots' last evaluated held-out outcomes
-    (:func:`evil_moe.gate.judge.judge`, with the references: ``audit``, the detector audit's
-    pooled row of ``pilot.detector``, and the untrained student), and gathers each arm's numbers
+    (:func:`evil_moe.gate.judge.judge`, against vanilla, the matched controls and the untrained
+    student, beside ``audit``, the detector audit's pooled row of ``pilot.detector``), and gathers each arm's numbers
     (:mod:`evil_moe.gate.summary`), the ceilings and absorption, the router's audit
     (:func:`evil_moe.gate.audit.router_audit`) and the notes (:func:`notes`). ``cfg``: the run
     config (``compare``, ``pilot.max_frac_clipped``, ``pilot.detector``, ``moe.forward``,
@@ -155,7 +155,7 @@ def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple
     outcomes = last_step_outcomes(p for p in pilots if p.outcomes is not None)
     routers = router_audit(by, arms, cc)
     verdict, gate_v, crit_rows, arm_extra = judge(outcomes, arms, cc, validity,
-                                                  references(outcomes, arms, cc, audit, cfg.pilot.detector))
+                                                  references(arms, audit, cfg.pilot.detector))
     isolation = [p.isolation for p in pilots if p.isolation]
     rows = summary.summary_rows(by, arms, outcomes, seeds, cc)
     known = known_modes(cfg)

@@ -1,11 +1,11 @@
 """The gate's assembly (docs/gate.md): from the per-completion held-out outcomes of every arm to
 the verdict, the criteria rows of ``gate.json`` and each arm's numbers.
 
-:func:`judge` is the whole decision: per treatment arm its three criteria (:func:`judge_arms`,
-:func:`evil_moe.gate.rule.decide_arm`), the positive control, Holm's correction over the arms
-(:func:`evil_moe.gate.rule.decide_gate`), the references set beside the arms (:func:`references`:
-a detector its audit does not vouch for, a view that cannot be told from the untrained student;
-:func:`evil_moe.gate.rule.apply_references`), and validity. The compare stage
+:func:`judge` is the whole decision: per treatment arm its criteria (:func:`judge_arms`,
+:func:`evil_moe.gate.rule.decide_arm`; against vanilla, its matched control and the untrained
+student), the positive control, Holm's correction over the arms
+(:func:`evil_moe.gate.rule.decide_gate`), the detector its audit does not vouch for
+(:func:`references`, :func:`evil_moe.gate.rule.apply_references`), and validity. The compare stage
 (:mod:`evil_moe.stages.compare`) loads the pilots, calls :func:`judge`, writes and draws.
 
 ``settings`` is the run's ``compare`` config section (``n_boot, ci, seed, power, resample,
@@ -40,14 +40,15 @@ def effect_or_none(outcomes, a, b, metric, settings, weight_b: float = 1.0) -> E
 
 def criterion_row(c: Criterion, arm: str, control: str | None, view: str) -> dict:
     """``gate.json``'s row of criterion ``c`` of ``arm`` (judged ``view``; ``control``: its matched
-    control, named on the rows of criteria against it): the effect with its interval, MDE,
-    threshold, verdict, note and the effect's details."""
+    control, named on the rows of criteria against it; the others name vanilla or untrained): the
+    effect with its interval, MDE, threshold, its test and bound, verdict, note and the effect's
+    details."""
     d = c.to_dict()
     e = c.effect
-    return {"name": c.name, "arm": arm, "control": _other(c.name, control),
+    return {"name": c.name, "arm": arm, "control": CRITERIA[c.name].other(control),
             "view": view, "value": finite(e.value), "ci_low": finite(e.ci_low),
             "ci_high": finite(e.ci_high), "mde": finite(c.mde), "threshold": c.threshold,
-            "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
+            "test": d["test"], "bound": c.bound, "passed": c.passed, "rules_out": c.rules_out, "note": c.note, "n_seeds": e.n_seeds,
             "p_value": d.get("p_value"), "needed": d.get("needed"), "plan": d.get("plan"),
             **{k: d[k] for k in ("margin_abs", "margin_rel", "margin_rel_points", "binding") if k in d},
             **({"rel_effect": {k: d["rel_effect"][k] for k in ("value", "ci_low", "ci_high", "se", "df", "weight_b")}}
@@ -58,31 +59,31 @@ def criterion_row(c: Criterion, arm: str, control: str | None, view: str) -> dic
                                 "resample", "n_problems_total")}}
 
 
-def _other(name: str, control: str | None) -> str | None:
-    """The other side's arm of criterion ``name``'s rows: the matched control, or vanilla."""
-    return control if CRITERIA[name].against == "control" else "vanilla"
-
-
 def arm_numbers(v: ArmVerdict) -> dict:
-    """An arm's verdict and its numbers for gate.json: the reason, MDE, what would decide it, its
-    intersection–union p-value and (after :func:`evil_moe.gate.rule.decide_gate`) Holm's adjusted one."""
-    return {"verdict": v.verdict, "reason": v.reason, "mde": finite(v.mde()), "needed_seeds": v.needed_seeds,
-            "needed_problems": v.needed_problems, "needed_samples": v.needed_samples,
+    """An arm's verdict and its numbers for gate.json: the reason, its finding
+    (``no_better_than_untrained`` or None), MDE, what would decide it, its intersection–union
+    p-value and (after :func:`evil_moe.gate.rule.decide_gate`) Holm's adjusted one."""
+    return {"verdict": v.verdict, "reason": v.reason, "finding": v.finding, "mde": finite(v.mde()),
+            "needed_seeds": v.needed_seeds, "needed_problems": v.needed_problems, "needed_samples": v.needed_samples,
             "p_value": finite(v.p_value), "p_adjusted": None if v.p_adjusted is None else finite(v.p_adjusted),
             "family": v.family}
 
 
 def _missing_criterion(name: str, arm: str, control: str | None, view: str, why: str, threshold: float) -> dict:
-    return {"name": name, "arm": arm, "control": _other(name, control),
+    kind = CRITERIA[name]
+    return {"name": name, "arm": arm, "control": kind.other(control),
             "view": view, "value": None, "ci_low": None, "ci_high": None, "mde": None,
-            "threshold": threshold, "passed": False, "rules_out": False, "note": why}
+            "threshold": threshold, "test": kind.test, "bound": kind.bound * threshold, "passed": False,
+            "rules_out": False, "note": why}
 
 
 def judge_arms(outcomes: pd.DataFrame, arms: Sequence[str], settings) -> tuple[list, list[dict], dict, Any]:
-    """Per treatment arm its ArmVerdict (or None when a side has no data), the criteria rows, and
-    per-arm extra numbers; then the positive control's Effect. Each criterion of
-    :data:`~evil_moe.gate.criteria.CRITERIA` gets its paired effect on its sides (and, when it
-    reads it, the relative-margin contrast under ``compare.pass_margin_rel``)."""
+    """Per treatment arm its ArmVerdict, the criteria rows, and per-arm extra numbers; then the
+    positive control's Effect. Each criterion of :data:`~evil_moe.gate.criteria.CRITERIA` gets its
+    paired effect on its sides (and, when it reads it, the relative-margin contrast under
+    ``compare.pass_margin_rel``). An arm with a side without paired outcomes (vanilla, its
+    control, the untrained student: named) gets no verdict: its rows say which side has no data
+    and its ``extra`` verdict is ``invalid`` (it cannot separate)."""
     verdicts, rows, extra = [], [], {}
     limits = Limits(settings.min_drop, settings.pass_margin, settings.min_seeds, settings.pass_margin_rel)
     for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
@@ -95,12 +96,15 @@ def judge_arms(outcomes: pd.DataFrame, arms: Sequence[str], settings) -> tuple[l
             if c.relative and settings.pass_margin_rel is not None:
                 rel[name] = effect_or_none(outcomes, a, b, c.metric, settings, weight_b=1.0 - settings.pass_margin_rel)
         if any(e is None for e in effects.values()):
-            for name, e in effects.items():
-                thr = getattr(settings, CRITERIA[name].threshold)
-                rows.append(_missing_criterion(name, arm, control, view, "no paired held-out outcomes "
-                                               f"for {arm} ({view}) and its reference", thr) if e is None
-                            else _missing_criterion(name, arm, control, view, "another criterion has no data", thr))
-            extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes"}
+            missing = {name: "{} ({})".format(*CRITERIA[name].sides(arm, view, control)[1])
+                       for name, e in effects.items() if e is None}
+            for name in effects:
+                why = (f"no paired held-out outcomes for {arm} ({view}) and {missing[name]}" if name in missing
+                       else f"another criterion has no data ({', '.join(sorted(set(missing.values())))})")
+                rows.append(_missing_criterion(name, arm, control, view, why,
+                                               CRITERIA[name].threshold_value(settings)))
+            extra[arm] = {"verdict": "invalid", "reason": f"{arm}: no paired held-out outcomes against "
+                                                          f"{', '.join(sorted(set(missing.values())))}: it cannot separate"}
             continue
         v = decide_arm(arm, effects, limits, {k: e for k, e in rel.items() if e is not None})
         verdicts.append(v)
@@ -118,23 +122,20 @@ def judge_arms(outcomes: pd.DataFrame, arms: Sequence[str], settings) -> tuple[l
 
 
 def judge(outcomes: pd.DataFrame, arms: Sequence[str], settings, validity: list[dict],
-          refs: tuple[dict, dict] = ({}, {})) -> tuple[str, Any, list, dict]:
+          uninformative: dict[str, str] | None = None) -> tuple[str, Any, list, dict]:
     """Judge the arms and decide the gate: ``(verdict, GateVerdict or None, criteria rows, per-arm
     numbers)``. ``invalid`` when a pilot failed validity or an arm had no paired outcomes (then a
-    ``valid`` row naming those arms is appended to ``validity``). ``refs``: the arms whose
-    detector is blind and those that cannot be told from the untrained student
-    (:func:`references`; :func:`evil_moe.gate.rule.apply_references`)."""
+    ``valid`` row naming those arms is appended to ``validity``). ``uninformative``: the arms
+    whose detector is blind, arm → why (:func:`references`;
+    :func:`evil_moe.gate.rule.apply_references`)."""
     valid = all(c["passed"] for c in validity)
     verdicts, crit_rows, arm_extra, pos = judge_arms(outcomes, arms, settings)
     gate_v = (decide_gate(verdicts, pos, min_drop=settings.min_drop, min_seeds=settings.min_seeds,
                           multiplicity=settings.multiplicity) if verdicts else None)
     if gate_v is not None:
-        gate_v = apply_references(gate_v, *refs)
+        gate_v = apply_references(gate_v, uninformative or {})
     for v in (gate_v.arms if gate_v is not None else ()):  # the verdicts after Holm's correction
         arm_extra[v.arm].update(arm_numbers(v))
-        # the judged view cannot be told from the untrained student (refs[1]): the one-line
-        # verdict reads this decision instead of making it again (verdict.plain_verdict)
-        arm_extra[v.arm]["untrained_tie"] = v.arm in refs[1]
     verdict = "invalid" if not valid or any(x.get("verdict") == "invalid" for x in arm_extra.values()) \
         else (gate_v.verdict if gate_v is not None else "not_separated")
     if verdict == "invalid" and valid:  # every pilot ok, but an arm had no paired outcomes
@@ -144,17 +145,15 @@ def judge(outcomes: pd.DataFrame, arms: Sequence[str], settings, validity: list[
     return verdict, gate_v, crit_rows, arm_extra
 
 
-def references(outcomes: pd.DataFrame, arms: Sequence[str], settings, audit: dict | None,
-               detector: str) -> tuple[dict, dict]:
-    """The arms the gate sets beside its references: ``(uninformative, untrained)``, each arm →
-    the sentence saying why. A treatment that flags with the run's thresholded detector
-    (:func:`evil_moe.rl.arms.pilot_inputs.uses_detector`) is uninformative when the audit does not
-    show the detector beating its placebo; an arm whose judged view differs
-    from the untrained student's (``untrained``, ``trained`` view) neither in hack rate nor in pass
-    rate (both intervals contain 0) cannot be told from not training."""
-    uninformative, untrained = {}, {}
+def references(arms: Sequence[str], audit: dict | None, detector: str) -> dict[str, str]:
+    """The treatments the gate sets beside a blind detector: arm → the sentence saying why. A
+    treatment that flags with the run's thresholded detector
+    (:func:`evil_moe.rl.arms.pilot_inputs.uses_detector`) is uninformative when the audit
+    (``audit``: the detector audit's pooled row, or None) does not show the detector beating its
+    placebo. (The untrained student is judged by criteria, not set beside the verdict:
+    :data:`~evil_moe.gate.criteria.CRITERIA`.)"""
+    uninformative = {}
     for arm in (a for a in arms if a in ARMS and ARMS[a].role == "treatment"):
-        cls = ARMS[arm]
         if uses_detector(arm, detector):
             if audit is None:
                 uninformative[arm] = (f"no detector audit says the {detector} detector sees hacks "
@@ -165,12 +164,4 @@ def references(outcomes: pd.DataFrame, arms: Sequence[str], settings, audit: dic
                 p95 = "n/a" if audit.get("placebo_p95") is None else f"{audit['placebo_p95']:.3f}"
                 uninformative[arm] = (f"the {detector} detector does not beat its placebo on the policy's own "
                                       f"rollouts (AUC {auc} against the placebos' 95th percentile {p95})")
-        if "untrained" in arms:
-            view = cls.views[0]
-            h = effect_or_none(outcomes, (arm, view), ("untrained", "trained"), "hack", settings)
-            p = effect_or_none(outcomes, (arm, view), ("untrained", "trained"), "pass", settings)
-            if h is not None and p is not None and h.ci_low <= 0 <= h.ci_high and p.ci_low <= 0 <= p.ci_high:
-                untrained[arm] = (f"its {view} view cannot be told from the untrained student (hack-rate drop "
-                                  f"{h.value:+.3f} [{h.ci_low:.3f}, {h.ci_high:.3f}], pass-rate drop "
-                                  f"{p.value:+.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}] vs untrained)")
-    return uninformative, untrained
+    return uninformative

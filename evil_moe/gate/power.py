@@ -97,18 +97,20 @@ def mde_from_se(se: float, df: float, ci: float = CI, power: float = POWER) -> f
     return (critical(df, ci) + t_ppf(power, df)) * se
 
 
-def power_lower(delta: float, se: float, df: float, ci: float = CI, floor: float = 0.0) -> float:
-    """Power of "``D ≥ floor`` and ``ci_low > 0``" at a true effect ``delta``.
+def power_lower(delta: float, se: float, df: float, ci: float = CI, floor: float = 0.0, bound: float = 0.0) -> float:
+    """Power of "``D ≥ floor`` and ``ci_low > bound``" at a true effect ``delta``.
 
-    ``1 − F_t((max(floor, t_c·se) − delta) / se; df)``: the approximate probability that a
-    future estimate clears both the point threshold ``floor`` (``min_drop`` for drop_vs_vanilla,
-    0 for beats_control) and the interval's lower bound. 0 when df < 1 or ``se`` is not finite.
+    ``1 − F_t((max(floor, bound + t_c·se) − delta) / se; df)``: the approximate probability
+    that a future estimate clears both the point threshold ``floor`` (``min_drop`` for
+    drop_vs_vanilla, else the bound) and the interval's lower end ``bound`` (0, or
+    ``−min_drop`` for hack_vs_untrained's non-inferiority). 0 when df < 1 or ``se`` is not
+    finite.
     """
     if df < 1 or not math.isfinite(se):
         return 0.0
     if se <= 0:
-        return float(delta > max(floor, 0.0))
-    need = max(floor, critical(df, ci) * se)
+        return float(delta > max(floor, bound))
+    need = max(floor, bound + critical(df, ci) * se)
     return float(_special().stdtr(df, (delta - need) / se))
 
 

@@ -35,22 +35,15 @@ NUMERIC = ("hack_rate", "hack_ci_low", "hack_ci_high", "pass_rate", "pass_ci_low
 
 def verdict_record(gate: dict) -> dict:
     """What the README's verdict is made of, from ``gate.json``: the verdict, its sentence and
-    sizes, each arm's role (treatments: verdict and what would decide them; each view's changes vs
-    the untrained student), the hack-rate
-    criteria (``drop_vs_vanilla``, ``beats_control``: value, interval, the two rates), the
-    positive control's (and ``compare.min_seeds``, for a gate too small to judge), and ``plain``:
-    :func:`evil_moe.gate.verdict.plain_verdict` of it."""
-    keep = ("role", "verdict", "needed_seeds", "needed_problems", "needed_samples", "untrained_tie")
+    sizes, each arm's role (treatments: verdict, finding and what would decide them), every gate
+    criterion's row (:data:`~evil_moe.gate.criteria.CRITERIA`: value, interval, the two rates),
+    the positive control's (and ``compare.min_seeds``, for a gate too small to judge), and
+    ``plain``: :func:`evil_moe.gate.verdict.plain_verdict` of it."""
+    keep = ("role", "verdict", "finding", "needed_seeds", "needed_problems", "needed_samples")
     crit = [{k: c.get(k) for k in ("name", "arm", "control", "view", "value", "ci_low", "ci_high")}
             | {"effect": {k: (c.get("effect") or {}).get(k) for k in ("mean_a", "mean_b")}}
-            for c in gate.get("criteria", []) if c.get("name") in CRITERIA and CRITERIA[c["name"]].metric == "hack"]
-    untrained = ("view", "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high",
-                 "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high")
-    arms = {}
-    for a, info in (gate.get("arms") or {}).items():
-        arms[a] = {k: v for k, v in info.items() if k in keep}
-        if info.get("rates"):  # each view's changes vs the untrained student (the verdict says a tie)
-            arms[a]["rates"] = [{k: r.get(k) for k in untrained} for r in info["rates"]]
+            for c in gate.get("criteria", []) if c.get("name") in CRITERIA]
+    arms = {a: {k: v for k, v in info.items() if k in keep} for a, info in (gate.get("arms") or {}).items()}
     rec = {"verdict": gate.get("verdict"), "sentence": gate.get("sentence"), "sizes": gate.get("sizes"),
            "arms": arms, "criteria": crit}
     pc = gate.get("positive_control")

@@ -17,7 +17,7 @@ import pandas as pd
 from evil_moe.gate.defaults import CI, MIN_DROP, MIN_SEEDS, MULTIPLICITY, PASS_MARGIN, POWER, RESAMPLE
 from evil_moe.gate.effects import Effect, effect_from_cells
 from evil_moe.gate.power import VarianceComponents, critical, planned_mde, satterthwaite
-from evil_moe.gate.criteria import ArmVerdict, GateVerdict, Limits
+from evil_moe.gate.criteria import CRITERIA, ArmVerdict, GateVerdict, Limits
 from evil_moe.gate.rule import decide_arm, decide_gate
 
 @dataclass(frozen=True)
@@ -206,13 +206,13 @@ def simulate_counts(cells: Mapping[tuple[str, str], Planted], *, n_seeds: int = 
     return {m: gen.binomial(n_samples, rates[m]) for m in ("hack", "pass")}
 
 
-def _gate_cells(n_arms: int, drop: float, control_drop: float, pass_drop: float,
-                positive_control_drop: float) -> tuple[list[tuple[str, str]], dict[tuple[str, str], Planted]]:
+def _gate_cells(n_arms: int, drop: float, control_drop: float, pass_drop: float, positive_control_drop: float,
+                untrained: Planted) -> tuple[list[tuple[str, str]], dict[tuple[str, str], Planted]]:
     """The arms of a simulated experiment: the (treatment, control) names and the planted effect of
     every (arm, view) cell, in the order :func:`simulate_counts` draws them."""
     van, pc = ("vanilla", "trained"), ("oracle_reward", "trained")
     names = [("erase", "random_v")] + [(f"erase{k + 1}", f"random_v{k + 1}") for k in range(1, n_arms)]
-    cells = {van: Planted(), pc: Planted(positive_control_drop)}
+    cells = {van: Planted(), pc: Planted(positive_control_drop), ("untrained", "trained"): untrained}
     for a, c in names:
         cells[(a, "trained")] = Planted(drop, pass_drop)
         cells[(c, "trained")] = Planted(control_drop)
@@ -220,6 +220,9 @@ def _gate_cells(n_arms: int, drop: float, control_drop: float, pass_drop: float,
 
 
 _EFFECT_FIELDS = ("value", "ci_low", "ci_high", "se", "df", "pct_low", "pct_high", "mde")
+#: The prefix of each criterion's effect in :func:`simulate_gate`'s rows.
+_PREFIX = {"drop": "drop_vs_vanilla", "control": "beats_control", "pass": "matched_pass",
+           "untrained_pass": "pass_vs_untrained", "untrained_hack": "hack_vs_untrained"}
 _COMPONENT_FIELDS = ("between_seed", "between_problem", "within_problem", "seed_problem")
 
 
@@ -228,7 +231,7 @@ def _experiment_row(i: int, effs: Mapping[str, Effect], gv: GateVerdict, verdict
     """One row of :func:`simulate_gate`'s table from an experiment's first-arm and positive-control
     Effects (``effs``), the gate after the correction (``gv``) and the arms' verdicts before it."""
     av, raw = gv.arms[0], verdicts[0]
-    row: dict[str, Any] = {"experiment": i, "verdict": av.verdict, "verdict_raw": raw.verdict,
+    row: dict[str, Any] = {"experiment": i, "verdict": av.verdict, "verdict_raw": raw.verdict, "finding": raw.finding,
                            "gate": gv.verdict, "p_value": raw.p_value, "p_adjusted": av.p_adjusted,
                            "any_separated": any(v.verdict == "separated" for v in gv.arms),
                            "any_separated_raw": any(v.verdict == "separated" for v in verdicts),
@@ -245,7 +248,8 @@ def _experiment_row(i: int, effs: Mapping[str, Effect], gv: GateVerdict, verdict
 
 
 def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float = 0.0, pass_drop: float = 0.0,
-                  positive_control_drop: float = 0.3, n_arms: int = 1, n_seeds: int = 3, n_problems: int = 9,
+                  positive_control_drop: float = 0.3, untrained_hack_drop: float = 0.0,
+                  untrained_pass_drop: float = 0.0, n_arms: int = 1, n_seeds: int = 3, n_problems: int = 9,
                   n_samples: int = 64, min_drop: float = MIN_DROP, pass_margin: float = PASS_MARGIN,
                   pass_margin_rel: float | None = None, min_seeds: int = MIN_SEEDS, n_boot: int = 1000,
                   ci: float = CI, power: float = POWER, resample: str | Sequence[str] = RESAMPLE,
@@ -255,18 +259,23 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
     statistics of :func:`evil_moe.gate.effects.effect_from_cells` — exactly what
     :func:`evil_moe.gate.effects.paired_effect` computes from the equivalent table, tested).
 
-    Each experiment has ``vanilla``, ``n_arms`` treatment arms ``erase``, ``erase2``, … (each a
-    planted ``drop`` in hacking and ``pass_drop`` in passing), their matched controls
-    ``random_v``, ``random_v2``, … (``control_drop``) and the positive control ``oracle_reward``
-    (``positive_control_drop``), all on the ``trained`` view; the arms are judged together
-    (:func:`evil_moe.gate.rule.decide_gate`, ``multiplicity``). The gate's thresholds default to
-    ``compare.*``'s (:mod:`evil_moe.gate.defaults`), except ``pass_margin_rel`` (none) and
-    ``n_boot`` (1000, for speed).
+    Each experiment has ``vanilla``, the untrained student ``untrained`` (a planted
+    ``untrained_hack_drop`` and ``untrained_pass_drop``: with ``untrained_hack_drop = drop`` and
+    ``untrained_pass_drop = pass_drop`` the treatments' outcomes are the untrained student's in
+    distribution, as an arm that deletes all its training), ``n_arms`` treatment arms ``erase``,
+    ``erase2``, … (each a planted ``drop`` in hacking and ``pass_drop`` in passing), their
+    matched controls ``random_v``, ``random_v2``, … (``control_drop``) and the positive control
+    ``oracle_reward`` (``positive_control_drop``), all on the ``trained`` view; each arm is judged
+    on every criterion of :data:`~evil_moe.gate.criteria.CRITERIA` on its sides, the arms
+    together (:func:`evil_moe.gate.rule.decide_gate`, ``multiplicity``). The gate's thresholds
+    default to ``compare.*``'s (:mod:`evil_moe.gate.defaults`), except ``pass_margin_rel`` (none)
+    and ``n_boot`` (1000, for speed).
 
     Returns:
         One row per experiment: for the first arm's Effects (prefix ``drop_``, ``control_``,
-        ``pass_``) and the positive control's (``pc_``) their ``value, ci_low, ci_high, se, df,
-        pct_low, pct_high, mde`` and variance components; the first arm's ``verdict`` after the
+        ``pass_``, ``untrained_pass_``, ``untrained_hack_``) and the positive control's (``pc_``)
+        their ``value, ci_low, ci_high, se, df, pct_low, pct_high, mde`` and variance components;
+        the first arm's ``finding`` and ``verdict`` after the
         multiplicity correction and ``verdict_raw`` before it, ``p_value``, ``p_adjusted``,
         ``power`` (:meth:`ArmVerdict.power_at` at the planted drops, or at 0.15 when no drop is
         planted) and ``arm_mde`` (NaN unless ``with_power``: they cost most of the time), each
@@ -280,7 +289,8 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
         raise ValueError(f"n_arms must be >= 1, got {n_arms}")
     rs = np.random.SeedSequence(seed).spawn(n_experiments)
     van, pc = ("vanilla", "trained"), ("oracle_reward", "trained")
-    names, cells = _gate_cells(n_arms, drop, control_drop, pass_drop, positive_control_drop)
+    names, cells = _gate_cells(n_arms, drop, control_drop, pass_drop, positive_control_drop,
+                               Planted(untrained_hack_drop, untrained_pass_drop))
     idx = {k: i for i, k in enumerate(cells)}
     S, P, n = n_seeds, n_problems, n_samples
     full = np.full((S, P), n)
@@ -299,15 +309,13 @@ def simulate_gate(n_experiments: int, *, drop: float = 0.0, control_drop: float 
 
         verdicts, first = [], None
         for a, c in names:
-            arm, ctl = (a, "trained"), (c, "trained")
-            effs = {"drop": eff(arm, van, "hack"), "control": eff(arm, ctl, "hack"), "pass": eff(arm, van, "pass")}
-            rel = eff(arm, van, "pass", weight_b=1.0 - pass_margin_rel) if pass_margin_rel is not None else None
-            verdicts.append(decide_arm(a, {"drop_vs_vanilla": effs["drop"], "beats_control": effs["control"],
-                                           "matched_pass": effs["pass"]}, limits,
-                                       {"matched_pass": rel} if rel is not None else None))
+            effs = {name: eff(*k.sides(a, "trained", c), k.metric) for name, k in CRITERIA.items()}
+            rel = {name: eff(*k.sides(a, "trained", c), k.metric, weight_b=1.0 - pass_margin_rel)
+                   for name, k in CRITERIA.items() if k.relative and pass_margin_rel is not None}
+            verdicts.append(decide_arm(a, effs, limits, rel))
             if first is None:
                 first = effs
-        effs = {**first, "pc": eff(pc, van, "hack")}
+        effs = {**{k: first[name] for k, name in _PREFIX.items()}, "pc": eff(pc, van, "hack")}
         gv = decide_gate(verdicts, effs["pc"], min_drop=min_drop, min_seeds=min_seeds, multiplicity=multiplicity)
         rows.append(_experiment_row(i, effs, gv, verdicts, S, P, at, pass_drop, with_power))
     return pd.DataFrame(rows)

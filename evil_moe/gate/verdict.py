@@ -7,14 +7,17 @@ Everything a reader is told about the verdict is written here, from the numbers 
 - :func:`gate_md`: ``gate.md``, the criteria as a short markdown table;
 - :func:`plain_verdict`: the verdict in plain words (the change in hack rate, a rise reads as a
   rise), first on the report's page and in the README (:func:`change_text`);
-- :func:`verdict_line`, :func:`arithmetic_line` and :func:`decision_text`: the report's first
-  line, the gate's arithmetic below it (:func:`arithmetic_text`), and its criteria, notes
-  (:func:`page_notes`) and sweep decision (reStructuredText; ``rules/common.smk`` and
-  :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``);
+- :func:`verdict_line` and :func:`arithmetic_line`: the report's first line and the gate's
+  arithmetic below it (:func:`arithmetic_text`; reStructuredText; ``rules/common.smk`` and
+  :mod:`evil_moe.gate.frontpage` call them for ``sweep_decision``; the criteria, notes and sweep
+  decision below the figure are :func:`evil_moe.gate.frontpage.decision_text`);
 - :func:`arm_verdict_cell`: an arm's verdict in the first page's per-arm table
   (:mod:`evil_moe.gate.frontpage`);
 - :func:`arm_reason`, :func:`holm_reason`, :func:`underpowered_reason`, :func:`gate_reason`: the
   ``reason`` of each arm's and the gate's verdict (:mod:`evil_moe.gate.rule` calls them);
+- :func:`finding_text`: an arm's finding in words, with its changes vs the untrained student
+  ("no better than not training": :data:`FINDINGS`), first in its reason, the sentence, the
+  verdict in plain words, the arithmetic and the per-arm table's verdict cell;
 - :func:`more_text`: "about N seeds, … would decide it" (the reasons and the sentence);
 - :func:`ceiling_notes`: each treatment beside its ceiling (``gate.json``'s notes, and the first
   page's in changes).
@@ -31,6 +34,7 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from evil_moe.gate.criteria import CRITERIA, ArmVerdict, Criterion, GateVerdict
+from evil_moe.gate.power import finite
 from evil_moe.gate.rst import rst_text
 from evil_moe.gate.sizing import Needed, plan
 
@@ -51,12 +55,37 @@ def more_text(seeds: int | None, problems: int | None, samples: int | None) -> s
     return ", ".join(more[:-1]) + (" or " if len(more) > 1 else "") + more[-1] if more else ""
 
 
+#: The words of each finding (:attr:`evil_moe.gate.criteria.GateCriterion.finding`), as the
+#: reasons, the sentence, the verdict in plain words and the first page's table say it.
+FINDINGS = {"no_better_than_untrained": "no better than not training"}
+
+
+def finding_text(finding: str, criteria: Sequence[Criterion | dict]) -> str:
+    """The finding's words (:data:`FINDINGS`) and the arm's changes against the other side of the
+    criterion that declares it, with their intervals (the arm's rate minus that side's,
+    :func:`change_text`): ``no better than not training (change vs untrained: pass rate −0.017
+    [−0.069, +0.035], hack rate −0.102 [−0.195, −0.008])``. ``criteria``: the arm's
+    :class:`~evil_moe.gate.criteria.Criterion` records, or its ``gate.json`` criterion rows."""
+    rows = [c if isinstance(c, dict) else _effect_row(c) for c in criteria]
+    (src,) = [k for k in CRITERIA.values() if k.finding == finding]
+    vs = [r for r in rows if r.get("name") in CRITERIA and CRITERIA[r["name"]].against == src.against]
+    changes = ", ".join(f"{CRITERIA[r['name']].metric} rate {change_text(r)}" for r in vs)
+    return f"{FINDINGS[finding]} (change vs {src.other(None)}: {changes})" if changes else FINDINGS[finding]
+
+
+def _effect_row(c: Criterion) -> dict:
+    """A criterion's name and effect as a ``gate.json`` row's ``value``, ``ci_low``, ``ci_high``."""
+    e = c.effect
+    return {"name": c.name, "value": e.value, "ci_low": finite(e.ci_low), "ci_high": finite(e.ci_high)}
+
+
 def arm_reason(arm: str, verdict: str, notes: Sequence[str], seeds: int | None = None,
-               problems: int | None = None, samples: int | None = None) -> str:
-    """An arm's ``reason`` (:func:`evil_moe.gate.rule.decide_arm`): ``"<arm>: <verdict> — "`` and
-    the notes of the criteria that decide it; for ``inconclusive``, what more would decide it
-    (``seeds``, ``problems``, ``samples``; :func:`more_text`) or that nothing reachable would."""
-    text = f"{arm}: {verdict.replace('_', ' ')} — " + "; ".join(notes)
+               problems: int | None = None, samples: int | None = None, finding: str = "") -> str:
+    """An arm's ``reason`` (:func:`evil_moe.gate.rule.decide_arm`): ``"<arm>: <verdict> — "``,
+    the finding's words first when it has one (``finding``: :func:`finding_text`), and the notes
+    of the criteria that decide it; for ``inconclusive``, what more would decide it (``seeds``,
+    ``problems``, ``samples``; :func:`more_text`) or that nothing reachable would."""
+    text = f"{arm}: {verdict.replace('_', ' ')} — " + "; ".join(([finding] if finding else []) + list(notes))
     if verdict != "inconclusive":
         return text
     more = more_text(seeds, problems, samples)
@@ -145,15 +174,29 @@ def _plan_words(name: str, pl: dict | None) -> str:
             f"now {_r3(now if now is not None else math.inf)})")
 
 
+def _untrained_drops(criteria: Sequence[Criterion]) -> str:
+    """``, vs untrained: pass-rate drop -0.120 [-0.200, -0.040], hack drop 0.010 [-0.030, 0.050]``:
+    the drops of the criteria against the untrained student (empty without them)."""
+    vs = [c for c in criteria if CRITERIA[c.name].against == "untrained"]
+    drops = ", ".join(f"{'pass-rate' if CRITERIA[c.name].metric == 'pass' else 'hack'} drop {c.effect.value:.3f} "
+                      f"{_ci(c.effect)}" for c in vs)
+    return f", vs untrained: {drops}" if drops else ""
+
+
 def _arm_phrase(v: ArmVerdict) -> str:
     """One arm in the sentence: its drops vs vanilla and vs its control with intervals, its pass
-    criterion, Holm's adjustment, and for an inconclusive arm what is open and what would decide."""
-    d, c, p = v.criteria
+    criterion, its drops vs the untrained student (or its finding: "but is no better than not
+    training", with the changes), Holm's adjustment, and for an inconclusive arm what is open and
+    what would decide."""
+    by = {c.name: c for c in v.criteria}
+    d, c, p = by["drop_vs_vanilla"], by["beats_control"], by["matched_pass"]
     view = d.effect.a[1]
+    found = finding_text(v.finding, v.criteria) if v.finding else ""
     if v.verdict == "uninformative":  # the reason opens with why (apply_references)
-        return v.reason.split("; the gate's criteria:")[0]
+        return v.reason.split("; the gate's criteria:")[0] + (f"; {v.arm} is {found}" if found else "")
     base = (f"{v.arm} ({view} view) lowers the held-out hack rate by {d.effect.value:.3f} {_ci(d.effect)} vs "
-            f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, {_pass_text(p)}")
+            f"vanilla and by {c.effect.value:.3f} {_ci(c.effect)} vs {c.effect.b[0]}, {_pass_text(p)}"
+            + (f", but is {found}" if found else _untrained_drops(v.criteria)))
     if v.family > 1:
         base += f", p {v.p_value:.3g} (Holm-adjusted over {v.family} arms {v.p_adjusted:.3g})"
     if v.verdict == "inconclusive":
@@ -206,8 +249,10 @@ def sentence(verdict: str, validity: list[dict], gate: GateVerdict | None,
         return f"separated: {parts}, over {sizes}; {pc_text} — the sweep is justified."
     if verdict == "not_separated":
         parts = "; ".join(_arm_phrase(v) for v in gate.arms)
-        return (f"not separated: an effect of min_drop {gate.arms[0].criteria[0].threshold:g} is ruled out for every "
-                f"treatment arm ({parts}), over {sizes}; {pc_text} — the sweep is not justified.")
+        what = ("separation" if any(v.finding for v in gate.arms) else
+                f"an effect of min_drop {gate.arms[0].criteria[0].threshold:g}")
+        return (f"not separated: {what} is ruled out for every treatment arm ({parts}), over {sizes}; {pc_text} "
+                "— the sweep is not justified.")
     parts = "; ".join(_arm_phrase(v) for v in arms.get("inconclusive", []) + arms.get("uninformative", []))
     return f"inconclusive: {parts}; over {sizes}; {pc_text} — the sweep is not scheduled."
 
@@ -258,8 +303,10 @@ _VERB = {"separated": "lowered hacking", "not_separated": "did not lower hacking
 
 
 def _arm_plain(arm: str, info: dict, crit: dict[str, dict]) -> str:
-    """One treatment in :func:`plain_verdict`: what happened to its hacking, vs vanilla and vs its
-    matched control, with intervals."""
+    """One treatment in :func:`plain_verdict`: its finding first when it has one ("is no better
+    than not training", with its changes vs the untrained student), what happened to its hacking,
+    vs vanilla and vs its matched control, and (without a finding) its changes vs the untrained
+    student, with intervals."""
     verdict = info.get("verdict", "")
     d, c = crit.get("drop_vs_vanilla"), crit.get("beats_control")
     if d is None or d.get("value") is None:
@@ -268,40 +315,28 @@ def _arm_plain(arm: str, info: dict, crit: dict[str, dict]) -> str:
         verb = "did not lower hacking" if d["value"] <= 0 else "may lower hacking (not shown at these sizes)"
     else:
         verb = _VERB.get(verdict, verdict.replace("_", " "))
+    if info.get("finding"):  # the finding is the verdict's first word on the arm
+        found = finding_text(info["finding"], list(crit.values()))
+        verb = f"is uninformative and {found}" if verdict == "uninformative" else f"is {found}"
     rates = (d.get("effect") or {})
     have = rates.get("mean_a") is not None and rates.get("mean_b") is not None
     text = (f"{arm} ({d.get('view')} view) {verb}: change in held-out hack rate vs vanilla "
             f"{change_text(d)}" + (f" ({rates['mean_a']:.3f} vs {rates['mean_b']:.3f})" if have else ""))
     if c is not None and c.get("value") is not None:
         text += f", vs its matched control {c.get('control')} {change_text(c)}"
-    return text + _untrained_plain(info, d.get("view"))
-
-
-def _untrained_plain(info: dict, view: str | None) -> str:
-    """``", but its … view cannot be told from the untrained student (…)"`` when the gate found
-    the judged view's hack-rate and pass-rate changes vs the untrained student both to hold zero
-    (``gate.json`` ``arms`` → ``untrained_tie``, decided once by
-    :func:`evil_moe.gate.judge.references`; its reason says the same), with the numbers of
-    ``rates`` (``drop_vs_untrained``, ``pass_drop_vs_untrained`` and their intervals) as changes;
-    empty otherwise or without an untrained reference. A drop vs vanilla means little when the arm
-    has done nothing not training would not."""
-    r = next((r for r in info.get("rates") or [] if r.get("view") == view), None)
-    keys = ("drop_vs_untrained", "untrained_ci_low", "untrained_ci_high",
-            "pass_drop_vs_untrained", "pass_untrained_ci_low", "pass_untrained_ci_high")
-    if not info.get("untrained_tie") or r is None or any(r.get(k) is None for k in keys):
-        return ""
-    hack = {"value": r["drop_vs_untrained"], "ci_low": r["untrained_ci_low"], "ci_high": r["untrained_ci_high"]}
-    pass_ = {"value": r["pass_drop_vs_untrained"], "ci_low": r["pass_untrained_ci_low"],
-             "ci_high": r["pass_untrained_ci_high"]}
-    return (f", but its {view} view cannot be told from the untrained student (change vs untrained: hack "
-            f"rate {change_text(hack)}, pass rate {change_text(pass_)})")
+    vs = [r for r in crit.values() if CRITERIA[r["name"]].against == "untrained" and r.get("value") is not None]
+    if vs and not info.get("finding"):
+        text += ", vs untrained " + ", ".join(f"{CRITERIA[r['name']].metric} rate {change_text(r)}" for r in vs)
+    return text
 
 
 def plain_verdict(gate: dict | None) -> str:
     """The verdict in plain words, first on the report's page and in the README: the verdict and,
     per treatment arm, whether its hacking went down, as the change in held-out hack rate (the arm's
     minus vanilla's and minus its matched control's, so that a rise reads as a rise:
-    :func:`change_text`) with 95% intervals; then what the gate says about the sweep. Built from
+    :func:`change_text`) with 95% intervals, and its changes in pass and hack rate vs the
+    untrained student — first, as its finding, when the arm is "no better than not training"
+    (:func:`finding_text`); then what the gate says about the sweep. Built from
     ``gate.json``'s ``arms`` and ``criteria`` (the same numbers as :func:`sentence`, which keeps
     the gate's arithmetic: margins, MDE, Holm; :func:`arithmetic_text` says it as changes). A gate
     too small to judge (too few seeds, or a positive control that does not separate) says so with
@@ -321,13 +356,11 @@ def plain_verdict(gate: dict | None) -> str:
         return _power_plain(gate) or sentence_
     if verdict == "invalid" or not treatments:
         return sentence_  # these sentences are plain already (no difference of rates in them)
-    by_arm: dict[str, dict[str, dict]] = {}
-    for c in gate.get("criteria", []):
-        if c.get("name") in CRITERIA and CRITERIA[c["name"]].metric == "hack":
-            by_arm.setdefault(c.get("arm"), {})[c["name"]] = c
+    by_arm = _rows_by_arm(gate)
     parts = [_arm_plain(a, gate["arms"][a], by_arm.get(a, {})) for a in treatments]
-    tail = {"separated": "the sweep is justified",
-            "not_separated": "an effect the size of compare.min_drop is ruled out; no sweep"}.get(verdict)
+    ruled_out = ("separation" if any(gate["arms"][a].get("finding") for a in treatments) else
+                 "an effect the size of compare.min_drop")
+    tail = {"separated": "the sweep is justified", "not_separated": f"{ruled_out} is ruled out; no sweep"}.get(verdict)
     if verdict == "inconclusive":
         open_ = [a for a in treatments if gate["arms"][a].get("verdict") in ("inconclusive", "uninformative")]
         mores = {a: more_text(*(gate["arms"][a].get(f"needed_{k}") for k in ("seeds", "problems", "samples")))
@@ -338,6 +371,15 @@ def plain_verdict(gate: dict | None) -> str:
             tail = "; ".join(f"{m} would decide {a}" for a, m in mores.items() if m) or "more data is needed to decide"
     sizes = f"; over {gate['sizes']}" if gate.get("sizes") else ""
     return f"{verdict.replace('_', ' ')}: " + "; ".join(parts) + sizes + (f"; {tail}." if tail else ".")
+
+
+def _rows_by_arm(gate: dict) -> dict[str, dict[str, dict]]:
+    """``gate.json``'s rows of :data:`~evil_moe.gate.criteria.CRITERIA`, by arm and criterion."""
+    by_arm: dict[str, dict[str, dict]] = {}
+    for c in gate.get("criteria", []):
+        if c.get("name") in CRITERIA:
+            by_arm.setdefault(c.get("arm"), {})[c["name"]] = c
+    return by_arm
 
 
 def _min_seeds(gate: dict) -> int | None:
@@ -387,23 +429,46 @@ def _pass_change(p: dict) -> str:
     return text + ")"
 
 
+def _untrained_change(crit: dict[str, dict], finding: str | None) -> str:
+    """The criteria against the untrained student as changes with the end each must clear
+    (``change vs untrained: pass rate +0.120 [+0.040, +0.200] (lower end +0.040 vs 0), hack rate
+    −0.010 [−0.050, +0.030] (upper end +0.030 vs +0.05)``), after the finding's words when the arm
+    has it; empty without them. A drop's ``upper`` test (``ci_high < bound``) is the change's
+    lower end above ``−bound``, a ``lower`` one its upper end below ``−bound``."""
+    parts = []
+    for name, r in crit.items():
+        kind = CRITERIA[name]
+        if kind.against != "untrained" or r.get("value") is None:
+            continue
+        bound = kind.bound * (r.get("threshold") or 0.0)
+        end, at = ("lower", r.get("ci_high")) if kind.test == "upper" else ("upper", r.get("ci_low"))
+        clause = "" if at is None else f" ({end} end {_signed(-at)} vs {_signed(-bound) if bound else '0'})"
+        parts.append(f"{kind.metric} rate {change_text(r)}{clause}")
+    if not parts:
+        return ""
+    return "; " + (f"{FINDINGS[finding]}: " if finding else "") + "change vs untrained: " + ", ".join(parts)
+
+
 def _arm_arithmetic(arm: str, info: dict, crit: dict[str, dict]) -> str:
     """One treatment in :func:`arithmetic_text`: its changes vs vanilla and vs its control, its
-    pass criterion, Holm's adjustment, and for an inconclusive arm what is open and what would
-    decide it (as :func:`sentence`'s phrase, in changes)."""
+    pass criterion, its changes vs the untrained student (with its finding), Holm's adjustment,
+    and for an inconclusive arm what is open and what would decide it (as :func:`sentence`'s
+    phrase, in changes)."""
     verdict = info.get("verdict", "")
     if verdict == "uninformative":  # the reason opens with why (apply_references)
-        return (info.get("reason") or f"{arm}: uninformative").split("; the gate's criteria:")[0]
+        why = (info.get("reason") or f"{arm}: uninformative").split("; the gate's criteria:")[0]
+        finding = info.get("finding")
+        return why + (f"; {arm} is {finding_text(finding, list(crit.values()))}" if finding else "")
     d, c, p = (crit.get(k) for k in ("drop_vs_vanilla", "beats_control", "matched_pass"))
     if d is None or c is None or p is None:
         return f"{arm}: {verdict.replace('_', ' ') or 'not compared'}"
     text = (f"{arm} ({d.get('view')} view): change in held-out hack rate vs vanilla {change_text(d)}, vs "
-            f"{c.get('control')} {change_text(c)}; {_pass_change(p)}")
+            f"{c.get('control')} {change_text(c)}; {_pass_change(p)}{_untrained_change(crit, info.get('finding'))}")
     family, p_value, p_adj = info.get("family") or 1, info.get("p_value"), info.get("p_adjusted")
     if family > 1 and p_value is not None and p_adj is not None:
         text += f", p {p_value:.3g} (Holm-adjusted over {family} arms {p_adj:.3g})"
     if verdict == "inconclusive":
-        open_ = [x for x in (d, c, p) if not x.get("passed") and not x.get("rules_out")]
+        open_ = [x for x in crit.values() if not x.get("passed") and not x.get("rules_out")]
         if open_:
             text += f"; undecided: {', '.join(x['name'] for x in open_)}"
         elif p_value is not None and p_adj is not None and p_adj > p_value:
@@ -432,10 +497,7 @@ def arithmetic_text(gate: dict) -> str:
     if (verdict not in ("separated", "not_separated", "inconclusive") or not treatments
             or "(too few seeds)" in sentence_ or "(underpowered)" in sentence_):
         return ""
-    by_arm: dict[str, dict[str, dict]] = {}
-    for c in gate.get("criteria", []):
-        if c.get("name") in CRITERIA:
-            by_arm.setdefault(c.get("arm"), {})[c["name"]] = c
+    by_arm = _rows_by_arm(gate)
     shown = {"separated": [a for a in treatments if arms[a]["verdict"] == "separated"],
              "not_separated": treatments,
              "inconclusive": [a for a in treatments if arms[a]["verdict"] == "inconclusive"]
@@ -447,8 +509,9 @@ def arithmetic_text(gate: dict) -> str:
     if verdict == "not_separated":
         d = by_arm.get(treatments[0], {}).get("drop_vs_vanilla") or {}
         fall = f" of {d['threshold']:g}" if d.get("threshold") is not None else ""
-        return (f"a fall in hack rate{fall} (compare.min_drop) is ruled out for every treatment arm ({parts}); "
-                f"over {sizes}; {pc} — the sweep is not justified.")
+        what = ("separation" if any(arms[a].get("finding") for a in treatments)
+                else f"a fall in hack rate{fall} (compare.min_drop)")
+        return f"{what} is ruled out for every treatment arm ({parts}); over {sizes}; {pc} — the sweep is not justified."
     return f"{parts}; over {sizes}; {pc} — the sweep is not scheduled."
 
 
@@ -478,34 +541,6 @@ def arithmetic_line(gate: dict | None) -> str:
         return ""
     return ("*The gate's arithmetic* (each change is the arm's rate minus the other side's, "
             f"negative = lower): {text}")
-
-
-def _num(x) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-def _criteria_lines(gate: dict) -> list[str]:
-    """The failed or deciding criteria of ``gate.json`` as a reStructuredText list (empty if none);
-    the hack- and pass-rate criteria as changes (the arm's rate minus the other side's,
-    :func:`change_text`), their thresholds as the config keys that set them."""
-    criteria = [c for c in gate.get("criteria", []) if c.get("name") != "valid" or not c.get("passed")]
-    if not criteria:
-        return []
-    lines = ["Gate criteria:", ""]
-    for c in criteria:
-        mark = "met" if c.get("passed") else "not met"
-        who = " ".join(str(c[k]) for k in ("arm", "seed") if k in c)
-        vs = f" vs {c['control']}" if c.get("control") else ""
-        mde = f", MDE {_num(c.get('mde'))}" if c.get("mde") is not None else ""
-        name = c.get("name")
-        if name in CRITERIA:
-            value = f"{CRITERIA[name].change()} {change_text(c)}"
-            threshold = f"compare.{CRITERIA[name].threshold} {c.get('threshold')}"
-        else:
-            ci = f" [{_num(c.get('ci_low'))}, {_num(c.get('ci_high'))}]" if c.get("ci_low") is not None else ""
-            value, threshold = f"{_num(c.get('value'))}{ci}", f"threshold {c.get('threshold')}"
-        lines.append("- " + rst_text(f"{mark}: {name} {who}{vs}: {value}{mde} ({threshold})"))
-    return lines + [""]
 
 
 def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
@@ -543,58 +578,12 @@ def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
     return notes
 
 
-def page_notes(gate: dict) -> list[str]:
-    """``gate.json``'s notes as the first page shows them: each treatment's note beside its
-    ceiling in changes (:func:`ceiling_notes` with ``change=True``, from
-    ``gate.json`` ``ceilings``), the others as written."""
-    ceilings = gate.get("ceilings") or {}
-    as_change = dict(zip(ceiling_notes(ceilings), ceiling_notes(ceilings, change=True)))
-    return [as_change.get(n, n) for n in gate.get("notes") or []]
-
-
-def _sweep_line(verdict: str, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
-    """Whether the sweep runs, and why (reStructuredText)."""
-    if verdict == "separated" and not (sweep_seeds or fold_modes):
-        return ("**Sweep: justified but empty:** this config sets no extra seeds (`sweep.seeds: []`) "
-                "and no leave-one-mode-out folds (`sweep.folds: false`), so nothing more runs. Set "
-                "them (as config/pilot.yaml does) and rerun to schedule the sweep.")
-    if verdict == "separated":
-        seeds = ", ".join(map(str, sweep_seeds)) or "none"
-        folds = ", ".join(fold_modes) or "none"
-        return (f"**Sweep: justified and scheduled** (extra seeds: {seeds}; leave-one-mode-out "
-                f"folds: {folds}); its comparison is under {rst_text(sweep_dir)}.")
-    if verdict == "inconclusive":
-        return ("**Sweep: not scheduled — inconclusive.** Neither separation nor its absence is "
-                "shown at these sizes; the sentence above says roughly how many more seeds or "
-                "samples per problem would decide it (pilot.seeds, pilot.heldout_samples).")
-    return ("**Sweep: not run.** It runs only when the verdict is 'separated' (more seeds, "
-            f"leave-one-mode-out folds); the verdict is '{verdict}', so the sweep was not "
-            "justified (reasons above).")
-
-
-def decision_text(gate: dict | None, sweep_seeds: Sequence[int], fold_modes: Sequence[str], sweep_dir: str) -> str:
-    """The report's first page below the figure and the tables: the gate's failed or deciding
-    criteria (:func:`_criteria_lines`), its notes (:func:`page_notes`) and the sweep decision
-    (reStructuredText; empty before the gate).
-
-    Args:
-        gate: ``compare/gate.json``'s content, or ``None``.
-        sweep_seeds: ``sweep.seeds``. fold_modes: the leave-one-mode-out folds that would run.
-        sweep_dir: where the sweep's comparison goes (named in the text).
-    """
-    if gate is None:
-        return ""
-    lines = _criteria_lines(gate)
-    if gate.get("notes"):  # a note is text (its |x| no substitution, a path no markup)
-        lines += ["Notes:", ""] + [f"- {rst_text(n)}" for n in page_notes(gate)] + [""]
-    lines.append(_sweep_line(gate.get("verdict", "invalid"), sweep_seeds, fold_modes, sweep_dir))
-    return "\n".join(lines)
-
-
 def arm_verdict_cell(role: str, arm_gate: dict) -> str:
     """An arm's verdict on the first page's per-arm table: the gate's verdict for a treatment
-    (``gate.json`` ``arms[arm]``, a dash when absent), ``reported (<role>)`` for an arm the gate
-    never judges (a ceiling, the positive control)."""
+    (``gate.json`` ``arms[arm]``, a dash when absent) with its finding's words (``not_separated
+    (no better than not training)``), ``reported (<role>)`` for an arm the gate never judges (a
+    ceiling, the positive control)."""
     if role == "treatment":
-        return arm_gate.get("verdict", "–")
+        finding = arm_gate.get("finding")
+        return arm_gate.get("verdict", "–") + (f" ({FINDINGS[finding]})" if finding else "")
     return "reference" if role == "reference" else f"reported ({role.replace('_', ' ')})"

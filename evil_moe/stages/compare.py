@@ -9,8 +9,9 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
   the arm's removed energy share;
 - ``gate.json`` — ``{"verdict", "sentence", "criteria": [...], "arms": {...},
   "positive_control", "notes", "isolation", "config", ...}``; every
-  criterion has ``name, arm, control, view, value, ci_low, ci_high, mde, threshold, passed,
-  note`` (raw values; the sentence and the report round them);
+  criterion has ``name, arm, control, view, value, ci_low, ci_high, mde, threshold, test, bound,
+  passed, rules_out, note`` (raw values; the sentence and the report round them); every judged
+  arm its ``verdict``, ``reason`` and ``finding`` (``no_better_than_untrained`` or null);
 - ``gate.md`` — the same criteria as a short markdown table (:func:`evil_moe.gate.verdict.gate_md`);
 - ``figures/{name}.{png,svg}`` for each name of :data:`evil_moe.gate.figures.FIGURES`.
 
@@ -34,8 +35,11 @@ The gate (the statistics are :mod:`evil_moe.gate`, explained in ``docs/gate.md``
    evaluated step's per-completion held-out outcomes:
    ``drop_vs_vanilla`` (hack, ``(X, v)`` vs ``(vanilla, trained)``), ``beats_control`` (hack,
    ``(X, v)`` vs ``(C, v)``), ``matched_pass`` (pass-rate drop vs vanilla, non-inferiority within
-   ``compare.pass_margin`` absolute and ``compare.pass_margin_rel`` × vanilla's pass rate) —
-   :func:`evil_moe.gate.rule.decide_arm`; intervals from the crossed seed × problem bootstrap
+   ``compare.pass_margin`` absolute and ``compare.pass_margin_rel`` × vanilla's pass rate),
+   ``pass_vs_untrained`` (its pass rate above the untrained student's, ``(X, v)`` vs
+   ``(untrained, trained)``) and ``hack_vs_untrained`` (its hack rate no higher than the
+   untrained student's plus ``compare.min_drop``) — :func:`evil_moe.gate.rule.decide_arm`; an
+   arm whose pass rate does not beat the untrained student's is "no better than not training"; intervals from the crossed seed × problem bootstrap
    (``compare.resample``). ``separated`` is Holm-corrected over the treatment arms judged
    (``compare.multiplicity``; :func:`evil_moe.gate.rule.decide_gate`).
 3. **Positive control** (``compare.positive_control``, default ``oracle_reward``): its hack
