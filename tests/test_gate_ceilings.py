@@ -73,21 +73,22 @@ def test_mode_rates_split_known_and_unknown():
     assert mode_rates(o, ("vanilla", "trained"), ["run_tests"], n_boot=100) is None
 
 
-ARMS_C = ("vanilla", "route", "route_random", "route_oracle", "route_oracle_random", "oracle_reward")
+ARMS_C = ("vanilla", "untrained", "route", "route_dose_matched", "route_oracle", "route_oracle_dose_matched",
+          "oracle_reward")
 
 
 def test_compare_sets_each_treatment_beside_its_ceiling_and_splits_modes(tmp_path):
-    """route drops the hack rate by 0.25 (0.5 of the ceiling's 0.5; its random-flag control's drop
+    """route drops the hack rate by 0.25 (0.5 of the ceiling's 0.5; its dose-matched control's drop
     is 0.125, so a share computed against the control would read 0.25); the ceiling separates from
-    vanilla and from its random-flag control; the deploy view's hack rate on the never-seen modes
+    vanilla and from its dose-matched control; the deploy view's hack rate on the never-seen modes
     is reported apart from the known modes'. None of it is a gate criterion."""
     van = 0.75
     route = {"run_tests": 0.25, "stdout_marker": 0.25, "sentinel": 0.75, "file_marker": 0.75}  # 0.5
-    rates = {("vanilla", "trained"): van, ("oracle_reward", "trained"): 0.0,
+    rates = {("vanilla", "trained"): van, ("untrained", "trained"): van, ("oracle_reward", "trained"): 0.0,
              ("route", "ablated"): route, ("route", "trained"): van,
-             ("route_random", "ablated"): 0.625, ("route_random", "trained"): van,
+             ("route_dose_matched", "ablated"): 0.625, ("route_dose_matched", "trained"): van,
              ("route_oracle", "ablated"): 0.25, ("route_oracle", "trained"): van,
-             ("route_oracle_random", "ablated"): van, ("route_oracle_random", "trained"): van}
+             ("route_oracle_dose_matched", "ablated"): van, ("route_oracle_dose_matched", "trained"): van}
     root = write_pilots(tmp_path / "pilots", outcomes_of(rates))
     cfg = load_config(data={"pilot": {"arms": list(ARMS_C), "seeds": [0, 1, 2]},
                             "vhack": {"known_modes": ["run_tests", "stdout_marker"]}},

@@ -132,7 +132,7 @@ def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):
     summary = _tsv(tmp_path / "s.tsv", [head, ["vanilla", "trained", "0.3", "0.2", "0.4"] + [""] * 9,
                                         ["moe", "ablated", "0.083", "0.01", "0.2", "0.217", "-0.004", "0.438",
                                          "-0.02", "-0.205", "0.166", "0.5", "-0.1", "0.9"]])
-    ceilings = {"moe": {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_random",
+    ceilings = {"moe": {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_dose_matched",
                         "drop": {"value": 0.217, "ci_low": -0.004, "ci_high": 0.438},
                         "ceiling_drop": {"value": 0.4, "ci_low": 0.3, "ci_high": 0.5}, "ceiling_vs_control": None,
                         "share": {"value": 0.5, "ci_low": -0.1, "ci_high": 0.9}}}

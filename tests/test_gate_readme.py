@@ -177,12 +177,12 @@ def test_the_line_says_whether_the_ceiling_separates_from_its_control():
     m = "\u2212"
     vs = {"value": 0.17708, "ci_low": 0.02168, "ci_high": 0.33249}
     gate = {"verdict": "inconclusive", "sentence": "x", "sizes": "6 seeds", "arms": {}, "criteria": [],
-            "ceilings": {a: {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_random",
+            "ceilings": {a: {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_dose_matched",
                              "ceiling_vs_control": vs} for a in ("route", "moe")}}
     record = readme.verdict_record(gate)
     assert list(record["ceilings"]) == ["route_oracle"]
     clause = readme.ceiling_clause(record["ceilings"])
-    assert clause == ("The ceiling route_oracle (ablated view) vs its random-flag control route_oracle_random: "
+    assert clause == ("The ceiling route_oracle (ablated view) vs its matched control route_oracle_dose_matched: "
                       f"change in held-out hack rate {m}0.177 [{m}0.332, {m}0.022], so the run tells perfect "
                       "flags from random ones. ")
     assert clause in readme.readme_verdict_line(record)

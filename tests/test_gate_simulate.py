@@ -185,7 +185,7 @@ def test_operating_characteristics_table():
 
 
 # ---------------------------------------------------------------------------------------------
-# the criteria against the untrained student at their boundary nulls (issue 40), two treatment
+# the criteria against the untrained student at their boundary nulls, two treatment
 # arms judged together (Holm), 16 held-out problems × 16 samples
 
 FOUNDING = ["drop_vs_vanilla_passed", "beats_control_passed", "matched_pass_passed"]
@@ -195,7 +195,7 @@ FOUNDING = ["drop_vs_vanilla_passed", "beats_control_passed", "matched_pass_pass
 def test_an_arm_that_passes_as_the_untrained_student_separates_at_most_at_the_nominal_rate(n_seeds):
     """Both arms hack 0.3 less than vanilla and their controls and 0.2 less than the untrained
     student, and pass 0.1 more than vanilla — but exactly as much as the untrained student. The
-    three founding criteria pass almost always (the gate before issue 40 said `separated` in
+    three founding criteria pass almost always (the gate before these criteria said `separated` in
     more than 90% of these experiments); pass_vs_untrained sits at its boundary (a true gain of
     0), so it passes at most at its one-sided 0.025, and so does "any arm separated" after Holm.
     The finding "no better than not training" is the arms' in nearly every experiment."""

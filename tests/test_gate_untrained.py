@@ -1,4 +1,4 @@
-"""The gate against the untrained student (issue 40): an arm must beat not training on pass rate
+"""The gate against the untrained student: an arm must beat not training on pass rate
 (pass_vs_untrained, superiority) and hack no more than it plus min_drop (hack_vs_untrained,
 non-inferiority). An arm whose outcomes are the untrained student's (one that deletes all its
 training: route with every rollout sent to the deleted expert) is never separated, whatever it
@@ -55,7 +55,7 @@ def _rows(rows, arm="route"):
 def test_an_arm_that_deletes_all_its_training_is_never_separated(n_seeds):
     """route's deploy view is the untrained student's outcomes, byte for byte: it beats vanilla
     and its dose-matched control on hack by a mile and keeps vanilla's pass rate, so the three
-    founding criteria pass (before issue 40 it was `separated`); its pass-rate drop vs the
+    founding criteria pass (before these criteria it was `separated`); its pass-rate drop vs the
     untrained student is exactly 0 with the interval [0, 0], which rules a gain out: not
     separated, "no better than not training", at every number of seeds."""
     cc = _settings(n_seeds)

@@ -255,22 +255,22 @@ def test_the_first_page_notes_give_the_ceilings_in_changes():
     the first page; the other notes as written."""
     from evil_moe.gate.verdict import ceiling_notes
 
-    ceilings = {"route": {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_random",
+    ceilings = {"route": {"ceiling": "route_oracle", "view": "ablated", "ceiling_control": "route_oracle_dose_matched",
                           "drop": {"value": 0.05, "ci_low": -0.02, "ci_high": 0.12},
                           "ceiling_drop": {"value": 0.2, "ci_low": 0.1, "ci_high": 0.3},
                           "ceiling_vs_control": {"value": 0.15, "ci_low": 0.05, "ci_high": 0.25},
                           "dose_ceiling": None, "dose_ceiling_drop": None,
                           "share": {"value": 0.25, "ci_low": -0.1, "ci_high": 0.6}}}
     kept = ("route achieves 0.250 [-0.100, 0.600] of what a perfect detector achieves: its drop vs vanilla 0.050 "
-            "[-0.020, 0.120] (ablated view), route_oracle's 0.200 [0.100, 0.300]; route_oracle vs its random-flag "
-            "control route_oracle_random: 0.150 [0.050, 0.250] (reported beside the gate, never a criterion)")
+            "[-0.020, 0.120] (ablated view), route_oracle's 0.200 [0.100, 0.300]; route_oracle vs its matched "
+            "control route_oracle_dose_matched: 0.150 [0.050, 0.250] (reported beside the gate, never a criterion)")
     assert ceiling_notes(ceilings) == [kept]  # gate.json's wording, unchanged
     m = "\u2212"
     gate = {"notes": ["a note", kept], "ceilings": ceilings}
     assert frontpage.page_notes(gate) == ["a note", (
         f"route achieves 0.250 [{m}0.100, 0.600] of what a perfect detector achieves: its change in hack rate vs "
         f"vanilla {m}0.050 [{m}0.120, +0.020] (ablated view), route_oracle's {m}0.200 [{m}0.300, {m}0.100]; "
-        f"route_oracle vs its random-flag control route_oracle_random: {m}0.150 [{m}0.250, {m}0.050] (reported "
+        f"route_oracle vs its matched control route_oracle_dose_matched: {m}0.150 [{m}0.250, {m}0.050] (reported "
         "beside the gate, never a criterion)")]
     assert "Notes:\n\n- a note\n- route achieves" in frontpage.decision_text(gate | {"verdict": "invalid"}, [], [], "x/")
 

@@ -37,7 +37,10 @@ def test_registry_matches_schema_and_controls_are_registered():
             # a matched control differs from its arm only in where it acts: same views, same
             # knobs, same kind of gradients
             assert ctl.views == cls.views and ctl.trains_delta_s_hack == cls.trains_delta_s_hack
-            assert ctl.needs_sample_grads == cls.needs_sample_grads
+            # (a dose-matched control splits every rollout alike, a linear map of the summed
+            # gradient, so it needs no per-sample gradients: uniform_split of the total equals the
+            # sum of the rows' uniform splits)
+            assert ctl.needs_sample_grads == cls.needs_sample_grads or ctl.match_by == "dose"
     assert {c.role for c in ARMS.values()} == {"reference", "treatment", "control", "positive_control", "ceiling"}
     # judged view first: the knob-training arms are judged with delta_s_hack ablated
     for cls in ARMS.values():
@@ -87,15 +90,19 @@ def test_arm_set_is_validated_up_front():
     from evil_moe.checks import load_run_config as load_config
     from evil_moe.config import ConfigError
 
-    check_arm_set(["vanilla", "erase", "random_v", "oracle_reward"], "oracle_reward")
+    check_arm_set(["vanilla", "untrained", "erase", "random_v", "oracle_reward"], "oracle_reward")
     with pytest.raises(ValueError, match=r"missing random_v \(the matched control of erase\)"):
-        check_arm_set(["vanilla", "erase"])
+        check_arm_set(["vanilla", "untrained", "erase"])
     with pytest.raises(ValueError, match="missing vanilla"):
-        check_arm_set(["erase", "random_v"])
+        check_arm_set(["untrained", "erase", "random_v"])
+    # every treatment must beat the student it starts from: the gate needs the untrained arm
+    with pytest.raises(ValueError, match=r"missing untrained \(every treatment must beat"):
+        check_arm_set(["vanilla", "erase", "random_v"])
+    check_arm_set(["vanilla", "route_oracle", "route_oracle_dose_matched"])  # no treatment: not needed
     with pytest.raises(ValueError, match=r"oracle_reward \(compare.positive_control\)"):
         check_arm_set(["vanilla"], "oracle_reward")
-    with pytest.raises(ConfigError, match="pilot.arms is missing route_random"):
-        load_config(overrides=["pilot.arms=[vanilla, route, oracle_reward]"])
+    with pytest.raises(ConfigError, match="pilot.arms is missing route_dose_matched"):
+        load_config(overrides=["pilot.arms=[vanilla, untrained, route, oracle_reward]"])
     load_config(overrides=["pilot.arms=[vanilla]", "compare.positive_control=null"])
     # the rerun test switches must name an arm that runs (a typo would otherwise fail nothing)
     with pytest.raises(ConfigError, match=r"pilot.fail_arm': 'bogus' is not in pilot.arms"):

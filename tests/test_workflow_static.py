@@ -74,21 +74,21 @@ def test_snakefmt_check():
     # 9 arms x 6 seeds; two calibration runs (audit.seeds) and the detector audit (route flags)
     ("config", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                 "calibrate": 2, "audit": 1, "pilot": 54, "compare": 1, "all": 1}),
-    # 9 arms x 8 seeds; 12 arms x 6 seeds
+    # 9 arms x 8 seeds; 13 arms x 6 seeds (route_oracle_dose brings its control route_random)
     ("powered", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
                  "calibrate": 2, "audit": 1, "pilot": 72, "compare": 1, "all": 1}),
     ("references", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                    "calibrate": 2, "audit": 1, "pilot": 72, "compare": 1, "all": 1}),
+                    "calibrate": 2, "audit": 1, "pilot": 78, "compare": 1, "all": 1}),
     ("pilot", {"problems": 1, "make_teacher": 1, "teacher": 1, "extract": 1, "distill": 1,
-               "calibrate": 2, "audit": 1, "pilot": 54, "compare": 1, "all": 1}),
-    # the detector-quality sweep: 10 arms x its 4 seeds, and route, filter x 4 levels x 4 seeds
+               "calibrate": 2, "audit": 1, "pilot": 63, "compare": 1, "all": 1}),
+    # the detector-quality sweep: 11 arms x its 4 seeds, and route, filter x 4 levels x 4 seeds
     ("detector_sweep", {"problems": 1, "toy_model": 2, "teacher": 1, "extract": 1, "distill": 1,
-                        "calibrate": 2, "audit": 1, "pilot": 40, "level_pilot": 32, "detector_sweep": 1,
+                        "calibrate": 2, "audit": 1, "pilot": 44, "level_pilot": 32, "detector_sweep": 1,
                         "compare": 1, "all": 1}),
     ("planted", {"problems": 1, "toy_model": 2, "planted_vhack": 1, "teacher": 1, "extract": 1,
-                 "distill": 1, "calibrate": 2, "audit": 1, "pilot": 45, "compare": 1, "all": 1}),
+                 "distill": 1, "calibrate": 2, "audit": 1, "pilot": 48, "compare": 1, "all": 1}),
     ("smollm2", {"convert_smollm2": 1, "problems": 1, "make_teacher": 1, "teacher": 1,
-                 "extract": 1, "distill": 1, "pilot": 3, "compare": 1, "all": 1}),
+                 "extract": 1, "distill": 1, "pilot": 4, "compare": 1, "all": 1}),
 ])
 def test_dry_run_builds_the_dag(tmp_path, name, expect):
     cfg = yaml.safe_load((REPO / "config" / f"{name}.yaml").read_text())
@@ -414,14 +414,14 @@ def test_config_json_from_a_file(tmp_path):
 
 
 def test_random_flag_controls_wait_for_their_arms_steps(tmp_path):
-    """Every random-flag control's pilot reads its matched arm's steps.tsv of the same seed (the
-    rate match); the detector sweep's pilots run the noisy_label detector at their level."""
+    """Every random-flag or dose-matched control's pilot reads its matched arm's steps.tsv of the
+    same seed (the rate or dose match); the detector sweep's pilots run the noisy_label detector at their level."""
     proc = _run([SNAKEMAKE, "-n", "-p", "--nolock", "--configfile", "config/detector_sweep.yaml",
                  "--config", f"results={tmp_path}/results"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = f"{tmp_path}/results"
-    for ctl, arm in (("route_random", "route"), ("filter_random", "filter"),
-                     ("route_oracle_random", "route_oracle"), ("filter_oracle_random", "filter_oracle")):
+    for ctl, arm in (("route_dose_matched", "route"), ("filter_random", "filter"),
+                     ("route_oracle_dose_matched", "route_oracle"), ("filter_oracle_random", "filter_oracle")):
         for seed in (0, 1, 2):
             assert (f"--arm {ctl} --seed {seed} --match-flags {res}/pilots/{arm}/s{seed}/steps.tsv"
                     in proc.stdout), (ctl, seed)

@@ -270,7 +270,7 @@ def reevaluate_cmd(cfg, pilots_dir, arms, seeds, problems_path, model_path, vhac
 @click.option("--teacher-rollouts", default=None, type=click.Path(dir_okay=False),
               help="Teacher rollouts (needed when pilot.mix_ratio > 0).")
 @click.option("--match-flags", default=None, type=click.Path(dir_okay=False),
-              help="steps.tsv of the arm whose per-step flag rates a random-flag control follows "
+              help="steps.tsv of the arm whose per-step flag rates (or dose) a random-flag (dose-matched) control follows "
                    "(route_random: route's of the same seed); required by those controls.")
 @click.option("--calibration", "calibration_path", default=None, type=click.Path(dir_okay=False),
               help="The detector audit's calibration.json (route/filter under "

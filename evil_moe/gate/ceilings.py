@@ -5,7 +5,7 @@
   held-out hack-rate drop vs vanilla beside the ceiling's, and their ratio
   ``share = drop_treatment / drop_ceiling`` — "route achieves X of what a perfect detector
   achieves" — with an interval (:func:`crossed_ratio`). Whether the ceiling separates from
-  vanilla and from its own random-flag control is read from the same paired effects the gate uses
+  vanilla and from its own matched control is read from the same paired effects the gate uses
   (:func:`evil_moe.gate.effects.paired_effect`).
 * **Absorption** (Gradient Routing, Cloud et al. 2024, arXiv:2410.04332): with a detector that
   knows only some loophole modes (``vhack.known_modes``), the deploy view's held-out hack rate on

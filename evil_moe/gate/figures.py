@@ -338,7 +338,7 @@ def draw_figures(by: dict[str, dict[int, Pilot]], arms: Iterable[str], folder: s
 
 def ceiling_figure(rows: list[dict], folder: Path) -> None:
     """Per treatment with a ceiling: its hack-rate drop vs vanilla beside its ceiling at its own
-    dose (when it ran), its full ceiling's and the random-flag controls', with intervals."""
+    dose (when it ran), its full ceiling's and the matched controls', with intervals."""
     import matplotlib.pyplot as plt
 
     by = {(r["arm"], r["view"]): r for r in rows}
@@ -373,7 +373,7 @@ def ceiling_figure(rows: list[dict], folder: Path) -> None:
         ax.set_yticks(y)
         ax.set_yticklabels([i[0] for i in items], fontsize=8)
         ax.set_xlabel("held-out hack-rate drop vs vanilla (95% CI)")
-    _title(ax, "each treatment beside its ceiling (true-label flags) and their random-flag controls", 9)
+    _title(ax, "each treatment beside its ceiling (true-label flags) and their matched controls", 9)
     save_figure(fig, folder, "ceiling")
 
 

@@ -83,7 +83,7 @@ def detector_clause(det: dict) -> str:
 
 def ceiling_clause(ceilings: dict) -> str:
     """Whether the run can see a routing method that works: each ceiling (perfect flags: the true
-    hack label) against its random-flag control, as the change in held-out hack rate with its
+    hack label) against its matched control, as the change in held-out hack rate with its
     crossed interval (:func:`evil_moe.gate.verdict.change_text`; ``gate.json`` ``ceilings``
     stores the control's rate minus the ceiling's), and whether the interval excludes 0 ('' when
     no ceiling ran beside its control)."""
@@ -93,7 +93,7 @@ def ceiling_clause(ceilings: dict) -> str:
             continue
         seen = ("so the run tells perfect flags from random ones" if c["ci_low"] > 0 else
                 "so the run cannot tell perfect flags from random ones at these sizes")
-        parts.append(f"The ceiling {name} ({c.get('view')} view) vs its random-flag control {c['control']}: "
+        parts.append(f"The ceiling {name} ({c.get('view')} view) vs its matched control {c['control']}: "
                      f"change in held-out hack rate {change_text(c)}, {seen}. ")
     return "".join(parts)
 

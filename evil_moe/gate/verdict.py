@@ -573,7 +573,7 @@ def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
         dose = (f"; at {arm}'s own dose ({c['dose_ceiling']}) the perfect detector's {effect} is "
                 f"{iv(c['dose_ceiling_drop'])}" if c.get("dose_ceiling") else "")
         notes.append(f"{what}: its {effect} vs vanilla {iv(c['drop'])} ({c['view']} view), {c['ceiling']}'s "
-                     f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its random-flag control {c['ceiling_control']}: "
+                     f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its matched control {c['ceiling_control']}: "
                      f"{iv(c['ceiling_vs_control'])}{dose} (reported beside the gate, never a criterion)")
     return notes
 

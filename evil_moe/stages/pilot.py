@@ -128,7 +128,7 @@ def run_pilot(cfg: Config, *, problems_path: str, model_path: str, vhack_path: s
         out_dir: output folder (also holds the checkpoint).
         init_adapter, teacher_rollouts: warm-start ``δS`` from this adapter (the distilled
             student); teacher ``rollouts.jsonl.gz`` (needed when ``mix_ratio > 0``).
-        match_flags: ``steps.tsv`` of the arm a random-flag control follows (its
+        match_flags: ``steps.tsv`` of the arm a random-flag or dose-matched control follows (its
             :attr:`~evil_moe.rl.arms.base.Arm.matches`, same seed): the control flags as many rows per step
             as that arm's ``flag_rate`` (:class:`evil_moe.rl.arms.base.FlagRateMatch`). Required by those
             controls, ignored by the others.
@@ -224,7 +224,7 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
     """Refuse a run whose inputs are missing before any model is loaded (a possibly large one):
     every input :func:`evil_moe.rl.arms.pilot_inputs.pilot_inputs` says the arm needs must be given,
     and every file given must exist. Returns the matched arm's per-step flag rates for a
-    random-flag control, else None.
+    random-flag or dose-matched control, else None.
 
     Raises:
         FileNotFoundError: a given input file is missing (names it).

@@ -96,9 +96,9 @@ __all__ = ["ARMS", "get_arm", "arm_names", "check_arm_set"]
 
 
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
-    Vanilla, Untrained, Erase, RandomV, Subtract, SubtractRandom, Route, RouteRandom, Filter,
-    FilterRandom, MoE, MoERandom, OracleReward, RouteOracle, RouteOracleRandom, RouteOracleDose,
-    FilterOracle, FilterOracleRandom, ErasePlanted, RouteOracleDoseMatched, RouteDoseMatched, MoEDoseMatched)}
+    Vanilla, Untrained, Erase, RandomV, Subtract, SubtractRandom, Route, RouteDoseMatched, RouteRandom, Filter,
+    FilterRandom, MoE, MoEDoseMatched, MoERandom, OracleReward, RouteOracle, RouteOracleDoseMatched, RouteOracleRandom,
+    RouteOracleDose, FilterOracle, FilterOracleRandom, ErasePlanted)}
 
 
 def arm_names() -> list[str]:
