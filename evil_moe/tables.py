@@ -372,6 +372,7 @@ COMPARE_SUMMARY = _cols([
     ("train_hack_rate", "fraction", "training rollouts' hack rate, mean of the last compare.last_k steps over seeds (reported, never judged)"),
     ("train_pass_rate", "fraction", "training rollouts' pass rate, same window"),
     ("removed_frac", "fraction", "mean over steps and seeds of the energy share the arm removed (steps.tsv removed_frac)"),
+    ("hack_expert_share", "fraction", "mean over steps and seeds of the share of the split gradient's energy sent to delta_s_hack (steps.tsv hack_expert_share: the dose; a dose-matched control's equals its arm's); empty for arms that do not split"),
     ("update_span_frac", "fraction", "mean over steps and seeds of the update's energy share in span(v_hack)"),
     ("frac_clipped_max", "fraction", "largest clip fraction of any step"),
     ("status", "str", "ok | invalid | missing (over the arm's seeds)"),

@@ -27,6 +27,18 @@ TRUNCATION_NOTE = 0.5  # a held-out view whose truncated share exceeds this gets
 SAMPLER_GAP_NOTE = 1e-3  # nats: a sampler/trainer gap above float noise gets a note
 
 
+def _dose_note(arm: str, control: str, by: dict) -> list[str]:
+    """The note that an arm and its dose-matched control sent the same share of their split
+    gradient's energy to the hack expert (``steps.tsv`` ``hack_expert_share``, mean over steps
+    and seeds); empty when either has none."""
+    a = all_steps_mean(by.get(arm, {}), "hack_expert_share")
+    c = all_steps_mean(by.get(control, {}), "hack_expert_share")
+    if a is None or c is None:
+        return []
+    return [f"{arm} sent {a:.3f} of each step's split gradient energy to the hack expert (hack_expert_share, "
+            f"mean over steps and seeds); its dose-matched control {control} {c:.3f}"]
+
+
 def notes(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes: pd.DataFrame, cc,
           isolation: Sequence[str], moe_forward: str = "straight_through") -> list[str]:
     """Things a reader must know beside the verdict (docs/method.md, docs/gate.md); the router
@@ -36,7 +48,10 @@ def notes(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes: pd.Dat
         cls = ARMS.get(arm)
         if cls is None or cls.role != "treatment" or not cls.control:
             continue
-        if cls.needs_sample_grads:  # route / filter: their controls flag at the same rate by design
+        dose_matched = cls.control in ARMS and ARMS[cls.control].match_by == "dose"
+        if dose_matched:  # route, route_oracle, moe: the dose both sides sent to delta_s_hack
+            notes += _dose_note(arm, cls.control, by)
+        if cls.needs_sample_grads:  # route / filter: the detector's flags against the true label
             prec = all_steps_mean(by.get(arm, {}), "flag_precision")
             cprec = all_steps_mean(by.get(cls.control, {}), "flag_precision")
             rate = all_steps_mean(by.get(arm, {}), "flag_rate")
@@ -46,6 +61,12 @@ def notes(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes: pd.Dat
                              f"{prec:.3f} and recall {rec if rec is not None else float('nan'):.3f} against the true "
                              f"hack label (mean over steps and seeds), against random flags' precision {cprec:.3f} "
                              f"({cls.control})" + ("" if prec > cprec else ": no better than chance"))
+            elif prec is not None:
+                notes.append(f"{arm}'s detector flagged {rate:.3f} of the rows with gradient, precision "
+                             f"{prec:.3f} and recall {rec if rec is not None else float('nan'):.3f} against the true "
+                             f"hack label (mean over steps and seeds)")
+            continue
+        if dose_matched:
             continue
         a = all_steps_mean(by.get(arm, {}), "removed_frac")
         c = all_steps_mean(by.get(cls.control, {}), "removed_frac")

@@ -98,6 +98,7 @@ def summary_rows(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes:
                                    "train_hack_rate": train_mean(pilots, "hack_rate", cc.last_k),
                                    "train_pass_rate": train_mean(pilots, "pass_rate", cc.last_k),
                                    "removed_frac": all_steps_mean(pilots, "removed_frac"),
+                                   "hack_expert_share": all_steps_mean(pilots, "hack_expert_share"),
                                    "update_span_frac": all_steps_mean(pilots, "update_span_frac")}
             for metric, col in (("hack", "hack_rate"), ("pass", "pass_rate"), ("truncated", "truncated_rate")):
                 e = _rate(outcomes, (arm, view), metric, cc)
