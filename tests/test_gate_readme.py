@@ -184,9 +184,9 @@ def test_the_line_says_whether_the_ceiling_separates_from_its_control():
     clause = readme.ceiling_clause(record["ceilings"])
     assert clause == ("The ceiling route_oracle (ablated view) vs its matched control route_oracle_dose_matched: "
                       f"change in held-out hack rate {m}0.177 [{m}0.332, {m}0.022], so the run tells perfect "
-                      "flags from random ones. ")
+                      "flags from deleting as much at random. ")
     assert clause in readme.readme_verdict_line(record)
     held = readme.verdict_record(gate | {"ceilings": {"route": dict(gate["ceilings"]["route"], ceiling_vs_control=dict(
         vs, ci_low=-0.024))}})
-    assert "cannot tell perfect flags from random ones at these sizes" in readme.ceiling_clause(held["ceilings"])
+    assert "cannot tell perfect flags from deleting as much at random at these sizes" in readme.ceiling_clause(held["ceilings"])
     assert readme.ceiling_clause({}) == "" and readme.verdict_record(dict(gate, ceilings=None))["ceilings"] == {}

@@ -91,8 +91,8 @@ def ceiling_clause(ceilings: dict) -> str:
     for name, c in ceilings.items():
         if c.get("ci_low") is None:
             continue
-        seen = ("so the run tells perfect flags from random ones" if c["ci_low"] > 0 else
-                "so the run cannot tell perfect flags from random ones at these sizes")
+        seen = ("so the run tells perfect flags from deleting as much at random" if c["ci_low"] > 0 else
+                "so the run cannot tell perfect flags from deleting as much at random at these sizes")
         parts.append(f"The ceiling {name} ({c.get('view')} view) vs its matched control {c['control']}: "
                      f"change in held-out hack rate {change_text(c)}, {seen}. ")
     return "".join(parts)

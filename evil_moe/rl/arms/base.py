@@ -276,7 +276,7 @@ def split_by_flags(per_row, flags, *, keep_flagged: bool, unflagged_both: bool =
 
 
 class Arm:
-    """Base arm: Dr.GRPO on the loophole reward, measuring only (see :class:`Vanilla`).
+    """Base arm: Dr.GRPO on the environment's reward (``grader.reward_rule``), measuring only (see :class:`Vanilla`).
 
     Class attributes (the arm's declaration, read by the trainer, the workflow and the gate):
         name: registry key (also the results folder name).

@@ -13,7 +13,7 @@ class Vanilla(Arm):
     name = "vanilla"
     projected_view = True  # beside subtract: vanilla's update with its hack-ward part removed once
     colour = "#444444"
-    description = "Dr.GRPO on the loophole reward; measures cin and the update's span energy only"
+    description = "Dr.GRPO on the environment's reward (grader.reward_rule); measures cin and the update's span energy only"
 
 
 class Untrained(Arm):

@@ -34,7 +34,7 @@ The arms (docs/arms.md; docs/method.md, "Projection" and "Routing and filtering 
 ============== ============ ============================================================= =====================
 arm            role         what it does                                                  matched control
 ============== ============ ============================================================= =====================
-vanilla        reference    Dr.GRPO on the loophole reward; measures only                 —
+vanilla        reference    Dr.GRPO on the environment's reward; measures only            —
 erase          treatment    removes the hack-ward part (along v_hack) of the step         random_v
 random_v       control      erase along a random orthonormal V (same k per module)        —
 subtract       treatment    erase, and the removed part trains δS_hack (ablated at         subtract_random
@@ -144,7 +144,8 @@ def check_arm_set(arms: Sequence[str], positive_control: str | None = None) -> N
             missing.append(f"{c} (the matched control of {a})")
         m = ARMS[a].matches
         if m and m not in arms:
-            missing.append(f"{m} ({a} flags at its per-step rate)")
+            what = "deletes at its per-step dose" if ARMS[a].match_by == "dose" else "flags at its per-step rate"
+            missing.append(f"{m} ({a} {what})")
     if positive_control and positive_control not in arms:
         missing.append(f"{positive_control} (compare.positive_control)")
     if missing:
