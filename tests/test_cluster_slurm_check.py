@@ -77,16 +77,16 @@ def test_real_pilot_on_a_right_profile_passes():
 
 
 def test_planned_jobs_of_the_real_pilot():
-    """config/pilot.yaml's jobs, worked out from the config: 18 arms x 3 seeds = 54 pilots, and
-    with the sweep's 5 extra seeds 18 x 8 = 144; 4 loophole modes -> 4 leave-one-mode-out folds,
-    each 18 x 3 fold pilots (216), its own v_hack (extract: main + 4) and comparison; 2
-    calibration runs (audit.seeds) and one detector audit; the re-evaluation of the 54 pilots."""
+    """config/pilot.yaml's jobs, worked out from the config: 21 arms x 3 seeds = 63 pilots, and
+    with the sweep's 5 extra seeds 21 x 8 = 168; 4 loophole modes -> 4 leave-one-mode-out folds,
+    each 21 x 3 fold pilots (252), its own v_hack (extract: main + 4) and comparison; 2
+    calibration runs (audit.seeds) and one detector audit; the re-evaluation of the 63 pilots."""
     cfg = raw_config(REPO / "config" / "pilot.yaml")
     assert (len(cfg["pilot"]["arms"]), len(cfg["pilot"]["seeds"]), len(cfg["sweep"]["seeds"]),
-            len(cfg["problems"]["modes"]), len(cfg["audit"]["seeds"])) == (18, 3, 5, 4, 2)
+            len(cfg["problems"]["modes"]), len(cfg["audit"]["seeds"])) == (21, 3, 5, 4, 2)
     assert planned_jobs(cfg) == {
-        "problems": 1, "make_teacher": 1, "teacher": 1, "extract": 5, "distill": 1, "pilot": 144,
-        "fold_pilot": 216, "reevaluate": 54, "compare": 1, "sweep_compare": 1, "fold_compare": 4,
+        "problems": 1, "make_teacher": 1, "teacher": 1, "extract": 5, "distill": 1, "pilot": 168,
+        "fold_pilot": 252, "reevaluate": 63, "compare": 1, "sweep_compare": 1, "fold_compare": 4,
         "reeval_compare": 1, "calibrate": 2, "audit": 1}
 
 

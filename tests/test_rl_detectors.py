@@ -173,3 +173,19 @@ def test_a_new_detector_is_one_declaration(monkeypatch):
 
     uninformative = references(["vanilla", "route", "route_random"], None, "length")
     assert list(uninformative) == ["route"] and "no detector audit says the length detector" in uninformative["route"]
+
+
+def test_the_probe_audit_of_no_scored_row_is_an_undecided_audit_not_a_crash():
+    """Calibration runs whose groups all had equal rewards score no row: the probe's audit then
+    has no population. It returns an audit without scores (as with too few labels), where it
+    raised IndexError (seeds[0] of an empty array)."""
+    import numpy as np
+    import pandas as pd
+    from types import SimpleNamespace
+
+    from evil_moe.rl.detectors.registry import AuditRows, get_detector
+
+    empty = AuditRows(pd.DataFrame(), np.zeros(0, bool), np.zeros(0, int), np.zeros(0, int), None,
+                      np.zeros((0, 4)), SimpleNamespace(seed=0, placebos=3, label_budget=8), 0.9)
+    res = get_detector("probe").audit(empty)
+    assert res is not None and res.score is None

@@ -317,8 +317,8 @@ def test_planted_workflow_dry_run_passes_the_plant_to_the_ceiling_only(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = job_stats(proc.stdout)
     arms = yaml.safe_load((REPO / "config" / "planted.yaml").read_text())["pilot"]["arms"]
-    assert len(arms) == 15  # config/planted.yaml: 15 arms x 3 seeds
-    assert stats["planted_vhack"] == 1 and stats["planted_checks"] == 1 and stats["pilot"] == 45
+    assert len(arms) == 16  # config/planted.yaml: 16 arms x 3 seeds
+    assert stats["planted_vhack"] == 1 and stats["planted_checks"] == 1 and stats["pilot"] == 48
     pilots = re.findall(r"evil-moe pilot .*?--arm (\w+) .*", proc.stdout)
     assert sorted(set(pilots)) == sorted(arms) and "erase_planted" in arms and "random_v" in arms
     for line in re.findall(r"evil-moe pilot .*", proc.stdout):

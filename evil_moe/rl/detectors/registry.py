@@ -297,8 +297,8 @@ class Probe(Detector):
             return None
         a = data.audit
         folds = Folds(data.seeds, data.label, data.steps, data.hidden, a.seed)
-        cf = folds.scores(a.label_budget, np.random.default_rng([a.seed, 11]))
-        if cf is None:
+        cf = folds.scores(a.label_budget, np.random.default_rng([a.seed, 11])) if len(data.seeds) else None
+        if cf is None:  # too few labels, or no row with a gradient at all
             return AuditScores(None, refit=folds.scores)
         score, fitted = cf
         placebos = [p[0] for p in (folds.scores(a.label_budget, np.random.default_rng([a.seed, 13, i]), shuffle=True)
