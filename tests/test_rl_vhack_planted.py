@@ -327,7 +327,7 @@ def test_planted_workflow_dry_run_passes_the_plant_to_the_ceiling_only(tmp_path)
         if arm == "erase_planted":
             assert f"{out}/vhack/planted.safetensors" in line
     checks = re.search(r"evil-moe planted-checks .*", proc.stdout).group(0)
-    assert checks.count("--pilot ") == 45 and "main_hack=" in checks
+    assert checks.count("--pilot ") == 48 and "main_hack=" in checks
 
 
 def test_a_planted_arm_without_a_plant_is_refused(tmp_path):

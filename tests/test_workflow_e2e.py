@@ -236,13 +236,14 @@ def test_report_first_page_in_chromium(toy_run):
     # the references first: vanilla and the untrained student
     judged = judged_rows(("reference",)) + judged_rows(("treatment", "ceiling", "positive_control"))
     assert {"vanilla (trained)", "untrained (trained)"} <= set(judged[:2])
-    assert cells[0][0] == ["arm (view)", "hack rate", "change vs vanilla", "change vs its control",
+    assert cells[0][0] == ["arm (view)", "hack rate", "hack: change vs untrained", "pass rate",
+                           "pass: change vs untrained", "hack: change vs vanilla", "hack: change vs its control",
                            "share of its ceiling's change", "verdict"]
     assert [r[0] for r in cells[0][1:]] == judged and judged
     for r in cells[0][1:]:
         arm = r[0].split(" ")[0]
-        if ARMS[arm].role == "treatment":
-            assert r[-1] == gate["arms"][arm]["verdict"]
+        if ARMS[arm].role == "treatment":  # the verdict, with its finding's words when it has one
+            assert r[-1].split(" (")[0] == gate["arms"][arm]["verdict"]
     assert cells[1][0][:2] == ["arm", "view"]
     assert [r[:2] for r in cells[1][1:]] == [[r[arm_i], r[view_i]] for r in rows[1:]]
     # The page starts at the top of the window, not centred below blank space (report.css).

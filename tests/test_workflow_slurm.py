@@ -58,9 +58,10 @@ def _profile(where):
     return folder
 
 
-# Three of the CI config's arms (erase with its matched control; no positive control) keep the
-# Slurm runs short on 2 CPUs; every pilot is compared with the local run's of the same arm.
-SLURM_ARMS = ("vanilla", "erase", "random_v")
+# Four of the CI config's arms (erase with its matched control and the untrained student every
+# treatment needs; no positive control) keep the Slurm runs short on 2 CPUs; every pilot is
+# compared with the local run's of the same arm.
+SLURM_ARMS = ("vanilla", "untrained", "erase", "random_v")
 ARMS = tuple(yaml.safe_load(CI_CONFIG.read_text())["pilot"]["arms"])
 
 
