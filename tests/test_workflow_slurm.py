@@ -228,7 +228,7 @@ def test_slurm_failed_arm_leaves_the_others_and_the_rerun_runs_exactly_it(slurm_
     ran = finished_rules(out)
     assert ran["pilot"] == len(SLURM_ARMS) - 1 and "compare" not in ran, (ran, out[-4000:])
     assert not seen.erase_status
-    assert sorted(seen.mtimes) == ["random_v", "vanilla"]
+    assert sorted(seen.mtimes) == ["random_v", "untrained", "vanilla"]
     # The stage config is passed as a file named by its content: the failed job's command names
     # it instead of printing the config.
     assert "@results/configs/pilot-" in out and '"heldout_samples"' not in out, out[-4000:]
@@ -236,7 +236,7 @@ def test_slurm_failed_arm_leaves_the_others_and_the_rerun_runs_exactly_it(slurm_
     # (slurm-keep-successful-logs in the profile; the plugin deletes the latter by default).
     for rule in ("problems", "teacher", "extract"):
         assert any(p.startswith(f"rule_{rule}/") for p in seen.slurm_logs), (rule, seen.slurm_logs)
-    for arm in SLURM_ARMS:  # erase's failed job and the two finished pilots
+    for arm in SLURM_ARMS:  # erase's failed job and the three finished pilots
         assert any(p.startswith(f"rule_pilot/{arm}_0/") for p in seen.slurm_logs), (arm, seen.slurm_logs)
 
     # 2. Without the switch, the same command would run exactly erase's pilot and the
