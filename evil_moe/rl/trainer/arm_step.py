@@ -151,15 +151,12 @@ class ArmStep:
             split = self.arm.split_gradients(per_row, flags, self.pc)
         if grads.split is not None:  # the router's forward already split the gradient
             ds_g, dsh_g = grads.split
-            e_h, e_all = sum(float((g.double() ** 2).sum()) for g in dsh_g), \
-                sum(float((g.double() ** 2).sum()) for g in ds_g + dsh_g)
-            split = SplitGrads(ds_g, dsh_g, e_h / e_all if e_all > 0 else 0.0)
-            out["hack_expert_share"] = split.removed_frac if grads.rows else None
+            split = SplitGrads(ds_g, dsh_g, hack_expert_share(ds_g, dsh_g))
         for p, g in zip(self.ds, split.delta_s or [torch.zeros_like(p) for p in self.ds]):
             p.grad = g.clone()
         for p, g in zip(self.dsh, split.delta_s_hack or [None] * len(self.dsh)):
             p.grad = None if g is None else g.clone()
-        if self.arm.splits_gradient and grads.rows and grads.split is None:
+        if self.arm.splits_gradient and grads.rows:  # the step's dose (router arms included)
             out["hack_expert_share"] = hack_expert_share(split.delta_s, split.delta_s_hack)
         out["removed_frac"] = split.removed_frac if flags is not None or grads.split is not None \
             or self.arm.match_by == "dose" else None

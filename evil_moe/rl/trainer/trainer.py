@@ -325,8 +325,9 @@ class Trainer:
         stud = [(batch.flat[i], grades[i], batch.problems[i]) for i in idx]
         recs = [rollout_record(r, p, w, step=step, seed=self.seed, arm=self.arm.name, **audit[i])
                 for i, (r, w, p) in zip(idx, stud)]
+        arm_reward = R.flatten().tolist()
         for i, rec in zip(idx, recs):  # the reward training used (the arm's), not the grader's
-            rec["reward"] = float(R.flatten()[i])
+            rec["reward"] = arm_reward[i]
         self.step_arrays = self._row_arrays(idx, grads, arm_stats["scores"])
         return self.log(step, stud, recs, adv, grads, arm_stats, upd, t0, clock), recs
 
