@@ -100,6 +100,11 @@ def test_compare_sets_each_treatment_beside_its_ceiling_and_splits_modes(tmp_pat
     assert c["drop"]["value"] == pytest.approx(0.25) and c["ceiling_drop"]["value"] == pytest.approx(0.5)
     assert c["share"]["value"] == pytest.approx(0.5)
     assert c["ceiling_vs_control"]["value"] == pytest.approx(0.5)
+    # the untrained student hacks 0.75 and passes 0.5, as the ceiling's pass rate: drops 0.5 and 0
+    assert c["ceiling_drop_vs_untrained"]["value"] == pytest.approx(0.5)
+    assert c["ceiling_pass_drop_vs_untrained"]["value"] == pytest.approx(0.0)
+    assert any("route_oracle vs the untrained student (changes): pass rate 0.000 [0.000, 0.000], hack rate \u22120.500" in n
+               for n in gate["notes"])
     assert any(n.startswith("route achieves 0.500") for n in gate["notes"])
     s = pd.read_csv(tmp_path / "out" / "summary.tsv", sep="\t")
     assert list(s.columns) == tables.names(tables.COMPARE_SUMMARY)

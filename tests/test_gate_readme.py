@@ -190,3 +190,24 @@ def test_the_line_says_whether_the_ceiling_separates_from_its_control():
         vs, ci_low=-0.024))}})
     assert "cannot tell perfect flags from deleting as much at random at these sizes" in readme.ceiling_clause(held["ceilings"])
     assert readme.ceiling_clause({}) == "" and readme.verdict_record(dict(gate, ceilings=None))["ceilings"] == {}
+
+
+def test_the_line_says_whether_the_ceiling_beats_not_training():
+    """The ceiling's pass-rate drop vs the untrained student (gate.json stores the untrained
+    student's rate minus the ceiling's) reads as a change: a drop of −0.070 [−0.158, 0.018] is a
+    change of +0.070 [−0.018, +0.158], which does not tell it from not training; a drop whose upper
+    end is below 0 beats it."""
+    m = "\u2212"
+    vs = {"value": 0.08984, "ci_low": 0.00624, "ci_high": 0.17345}
+    held = {"value": -0.07031, "ci_low": -0.15818, "ci_high": 0.01755}
+    gate = {"verdict": "inconclusive", "sentence": "x", "sizes": "8 seeds", "arms": {}, "criteria": [],
+            "ceilings": {"route": {"ceiling": "route_oracle", "view": "ablated",
+                                   "ceiling_control": "route_oracle_dose_matched", "ceiling_vs_control": vs,
+                                   "ceiling_pass_drop_vs_untrained": held}}}
+    clause = readme.ceiling_clause(readme.verdict_record(gate)["ceilings"])
+    assert clause.endswith("; against the untrained student its pass rate changes +0.070 "
+                           f"[{m}0.018, +0.158], which does not tell it from not training. ")
+    beats = dict(held, ci_high=-0.004)
+    clause = readme.ceiling_clause(readme.verdict_record(
+        gate | {"ceilings": {"route": dict(gate["ceilings"]["route"], ceiling_pass_drop_vs_untrained=beats)}})["ceilings"])
+    assert clause.endswith(f"changes +0.070 [+0.004, +0.158], so it beats not training. ")

@@ -146,8 +146,11 @@ def ceiling_columns(rows: list[dict], outcomes: pd.DataFrame, cc, known: list[st
     """Fill each summary row's drop, ceiling and per-mode columns in place
     (:data:`evil_moe.tables.COMPARE_SUMMARY`) from the held-out ``outcomes``; returns
     ``gate.json``'s ``ceilings``: per treatment with a ceiling that ran, its drop beside the
-    ceiling's, the share and the ceiling's own separation from vanilla and from its random-flag
-    control. ``cc``: the ``compare`` config section; ``known``: the modes the detector knows."""
+    ceiling's, the share, the ceiling's own separation from vanilla and from its matched control,
+    and its hack-rate and pass-rate drops vs the untrained student (``ceiling_drop_vs_untrained``,
+    ``ceiling_pass_drop_vs_untrained``: the untrained student's rate minus the ceiling's, so a pass
+    gain is negative; None without the untrained student): a ceiling shows what a working method
+    would only when it also beats not training. ``cc``: the ``compare`` config section; ``known``: the modes the detector knows."""
     unknown = [m for m in MODES if m not in known]
     present = set(zip(outcomes["arm"].astype(str), outcomes["view"].astype(str))) if not outcomes.empty else set()
     out = {}
@@ -193,6 +196,8 @@ def ceiling_columns(rows: list[dict], outcomes: pd.DataFrame, cc, known: list[st
         cctl = ARMS[cls.ceiling].control
         vs_ctl = effect_or_none(outcomes, (cls.ceiling, view), (cctl, view), "hack", cc) \
             if cctl and (cctl, view) in present else None
+        vs_untr = {m: effect_or_none(outcomes, (cls.ceiling, view), ("untrained", "trained"), m, cc)
+                   if ("untrained", "trained") in present else None for m in ("hack", "pass")}
         dose = None
         if cls.dose_ceiling and (cls.dose_ceiling, view) in present:
             row["dose_ceiling"] = cls.dose_ceiling
@@ -204,6 +209,8 @@ def ceiling_columns(rows: list[dict], outcomes: pd.DataFrame, cc, known: list[st
                                            "ci_high": finite(e.ci_high)}
         out[arm] = {"ceiling": cls.ceiling, "view": view, "drop": eff(drop), "ceiling_drop": eff(ceil),
                     "ceiling_control": cctl, "ceiling_vs_control": eff(vs_ctl),
+                    "ceiling_drop_vs_untrained": eff(vs_untr["hack"]),
+                    "ceiling_pass_drop_vs_untrained": eff(vs_untr["pass"]),
                     "dose_ceiling": cls.dose_ceiling if dose is not None else None, "dose_ceiling_drop": eff(dose),
                     "share": None if ratio is None else {"value": ratio.value, "ci_low": ratio.ci_low,
                                                          "ci_high": ratio.ci_high}}

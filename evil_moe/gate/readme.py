@@ -57,8 +57,11 @@ def verdict_record(gate: dict) -> dict:
     for c in (gate.get("ceilings") or {}).values():  # one entry per ceiling, whatever arm it sits beside
         vs = c.get("ceiling_vs_control") or {}
         if c.get("ceiling") and c.get("ceiling_control") and vs.get("value") is not None:
+            pu = c.get("ceiling_pass_drop_vs_untrained") or {}
             rec["ceilings"][c["ceiling"]] = {"control": c["ceiling_control"], "view": c.get("view"),
-                                             **{k: vs.get(k) for k in ("value", "ci_low", "ci_high")}}
+                                             **{k: vs.get(k) for k in ("value", "ci_low", "ci_high")},
+                                             "pass_vs_untrained": ({k: pu.get(k) for k in ("value", "ci_low", "ci_high")}
+                                                                   if pu.get("value") is not None else None)}
     rec["plain"] = plain_verdict(rec)
     return rec
 
@@ -85,16 +88,21 @@ def ceiling_clause(ceilings: dict) -> str:
     """Whether the run can see a routing method that works: each ceiling (perfect flags: the true
     hack label) against its matched control, as the change in held-out hack rate with its
     crossed interval (:func:`evil_moe.gate.verdict.change_text`; ``gate.json`` ``ceilings``
-    stores the control's rate minus the ceiling's), and whether the interval excludes 0 ('' when
-    no ceiling ran beside its control)."""
+    stores the control's rate minus the ceiling's), and whether the interval excludes 0, then its
+    pass-rate change vs the untrained student and whether that beats not training ('' when no
+    ceiling ran beside its control)."""
     parts = []
     for name, c in ceilings.items():
         if c.get("ci_low") is None:
             continue
         seen = ("so the run tells perfect flags from deleting as much at random" if c["ci_low"] > 0 else
                 "so the run cannot tell perfect flags from deleting as much at random at these sizes")
+        pu = c.get("pass_vs_untrained")
+        beats = ("" if not pu or pu.get("ci_low") is None else
+                 f"; against the untrained student its pass rate changes {change_text(pu)}, "
+                 + ("so it beats not training" if pu["ci_high"] < 0 else "which does not tell it from not training"))
         parts.append(f"The ceiling {name} ({c.get('view')} view) vs its matched control {c['control']}: "
-                     f"change in held-out hack rate {change_text(c)}, {seen}. ")
+                     f"change in held-out hack rate {change_text(c)}, {seen}{beats}. ")
     return "".join(parts)
 
 

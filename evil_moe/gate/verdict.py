@@ -544,7 +544,8 @@ def arithmetic_line(gate: dict | None) -> str:
 
 
 def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
-    """One line per treatment: its drop beside its ceiling's and the share (not gate criteria).
+    """One line per treatment: its drop beside its ceiling's and the share, the ceiling against its
+    matched control and against the untrained student (not gate criteria).
 
     ``change=True`` says the same as changes, the first page's convention (the arm's hack rate
     minus the other side's, negative = lower, :func:`change_text`);
@@ -572,9 +573,12 @@ def ceiling_notes(ceilings: dict, change: bool = False) -> list[str]:
                 else f"{arm}'s share of the ceiling is undefined ({undefined})")
         dose = (f"; at {arm}'s own dose ({c['dose_ceiling']}) the perfect detector's {effect} is "
                 f"{iv(c['dose_ceiling_drop'])}" if c.get("dose_ceiling") else "")
+        pu, hu = c.get("ceiling_pass_drop_vs_untrained"), c.get("ceiling_drop_vs_untrained")
+        untr = (f"; {c['ceiling']} vs the untrained student (changes): pass rate {change_text(pu)}, hack rate "
+                f"{change_text(hu)}" if pu and hu else "")
         notes.append(f"{what}: its {effect} vs vanilla {iv(c['drop'])} ({c['view']} view), {c['ceiling']}'s "
                      f"{iv(c['ceiling_drop'])}; {c['ceiling']} vs its matched control {c['ceiling_control']}: "
-                     f"{iv(c['ceiling_vs_control'])}{dose} (reported beside the gate, never a criterion)")
+                     f"{iv(c['ceiling_vs_control'])}{dose}{untr} (reported beside the gate, never a criterion)")
     return notes
 
 
