@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 from evil_moe.cluster.shapes import ResourceError
 from evil_moe.cluster.gpu_memory import check_gpu_fit
 from evil_moe.config import Config, ConfigError, merge_sources, validate
-from evil_moe.rl.arms.registry import check_arm_set
+from evil_moe.rl.arms.registry import ARMS, check_arm_set
 from evil_moe.rl.detectors.registry import DETECTORS
 
 __all__ = ["check_run_config", "load_run_config"]
@@ -44,6 +44,7 @@ def check_run_config(data: dict) -> dict:
         _check_arms(data)
     if isinstance(data.get("pilot"), dict):
         _check_detector_calibration(data["pilot"])
+        _check_penalty(data)
     _check_gpu_memory(data)
     return data
 
@@ -83,6 +84,21 @@ def _check_detector_calibration(pilot: dict) -> None:
     if det is not None and det.thresholded() and cal not in det.calibrations:
         raise ConfigError(f"config key 'pilot.detector_calibration': {cal} does not threshold the "
                           f"{det.name} detector; use {' or '.join(det.calibrations)} with pilot.detector {det.name}")
+
+
+def _check_penalty(data: dict) -> None:
+    """``penalty.mode progressive`` weighs the penalty by the detector's score: with an arm that
+    penalises by the run's detector, that detector must have one (``noisy_label`` has none). One
+    ConfigError naming the keys."""
+    pilot, penalty = data.get("pilot"), data.get("penalty")
+    if not isinstance(penalty, dict) or penalty.get("mode") != "progressive":
+        return
+    det = DETECTORS.get(pilot.get("detector"))
+    arms = [a for a in pilot.get("arms", []) if a in ARMS and ARMS[a].penalises and ARMS[a].flags_with_detector()]
+    if det is not None and det.unit is None and arms:
+        raise ConfigError(f"config key 'penalty.mode': progressive weighs {arms[0]}'s penalty by the detector's "
+                          f"score and pilot.detector {det.name} has none; use penalty.mode threshold or a "
+                          f"detector with a score ({', '.join(n for n, c in DETECTORS.items() if c.unit)})")
 
 
 def _check_arms(data: dict) -> None:

@@ -69,7 +69,9 @@ def test_arm_enums_follow_the_registry():
             return False
         return flags is not None and flags.tolist() == pattern.tolist()
 
-    swept = [a for a in ARMS if flags_by_detector(a)]
+    # the penalty flags by the detector too, but the sweep reruns the routing/filtering arms only
+    assert [a for a in ARMS if flags_by_detector(a) and ARMS[a].penalises] == ["penalty"]
+    swept = [a for a in ARMS if flags_by_detector(a) and not ARMS[a].penalises]
     assert swept == ["route", "filter"]
     assert _prop("detector_sweep", "arms")["items"]["enum"] == swept
 

@@ -496,8 +496,8 @@ def test_ceilings_flag_the_true_label_and_no_other_arm_reads_it():
     a = torch.tensor([True, True, False, False, True, False])
     b = ~a
     for name, cls in ARMS.items():
-        assert cls.reads_label == (cls.role == "ceiling" and cls.needs_sample_grads), name
-        if cls.role == "ceiling" and not cls.needs_sample_grads:  # erase_planted: flags nothing
+        assert cls.reads_label == (cls.role == "ceiling" and cls.flags_rollouts()), name
+        if cls.role == "ceiling" and not cls.flags_rollouts():  # erase_planted: flags nothing
             assert get_arm(name).flags(_inputs(a)) is None and cls.control == "random_v"
             continue
         if cls.role == "ceiling":

@@ -8,7 +8,9 @@
 - the router receives gradient from both the GRPO loss and the pin loss;
 - moe_random never sees the real direction (v_act is not even computed for it);
 - oracle-free at training time: flipping every student rollout's hack label (and oracle pass),
-  the environment's reward kept, leaves every non-ceiling arm's trajectory byte-identical.
+  the environment's reward kept, leaves every non-ceiling arm's trajectory byte-identical (the
+  monitor penalty with the gradient detector and inoculation prompting, with their controls,
+  included).
 """
 
 from __future__ import annotations
@@ -195,7 +197,8 @@ def test_the_break_it_switch_gives_moe_random_moes_direction(world):
 
 
 NON_CEILING = ["vanilla", "erase", "random_v", "subtract", "route", "route_random", "route_dose_matched", "filter",
-               "moe", "moe_random", "moe_dose_matched"]
+               "moe", "moe_random", "moe_dose_matched", "penalty", "penalty_random", "inoculation",
+               "inoculation_placebo"]
 
 
 def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path, monkeypatch):
@@ -215,7 +218,8 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
         out = orig(self, pairs)
         return [G.Reward(**{**r.__dict__, "exploited": not r.exploited, "gt_correct": not r.gt_correct}) for r in out]
 
-    cfg = cfg_of("pilot.steps=2", "pilot.group=4", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.8")
+    cfg = cfg_of("pilot.steps=2", "pilot.group=4", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.8",
+                 "inoculation.instruction='Pass the tests.'")  # short: the toy still gets reward variance
     for label in ("true", "flipped"):
         if label == "flipped":
             monkeypatch.setattr(G.Grader, "grade_many", flipped)
@@ -230,7 +234,7 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
         b = load_file(str(tmp_path / "flipped" / arm / "adapter.safetensors"))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), arm
         assert any(bool(x.abs().sum() > 0) for x in a.values()), arm  # it trained
-    for arm in ("route", "filter"):  # and the flag path ran: some rows flagged, not all
+    for arm in ("route", "filter", "penalty"):  # and the flag path ran: some rows flagged, not all
         rates = [float(r["flag_rate"]) for r in csv.DictReader(open(tmp_path / "true" / arm / "steps.tsv"), delimiter="\t")]
         assert 0 < max(rates) and min(rates) < 1, (arm, rates)
 

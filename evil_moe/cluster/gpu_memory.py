@@ -24,6 +24,7 @@ from evil_moe.cluster.shapes import (DTYPE_BYTES, LOGIT_BYTES, PROMPT_TOKENS, Re
                                      adapter_linears, model_shape, n_problems, on_gpu,
                                      saved_bytes_per_token)
 from evil_moe.rl.arms.registry import ARMS
+from evil_moe.rl.detectors.registry import DETECTORS
 
 # Fraction of the GPU the pilot may plan to use: the rest is the CUDA context, cuBLAS workspaces
 # and the caching allocator's fragmentation.
@@ -108,7 +109,8 @@ def train_terms(cfg: Mapping, arm: str = "vanilla", *, micro_batch: int | None =
       formed in fp32 module by module: the largest module's output gradient, ``U``, input and
       ``Vh`` cast, ``4 x (tokens x (d_out + d_in) + r (d_out + d_in))`` with the head's
       ``mb x max_new`` tokens or a layer's ``mb x seq``) and, for an arm with per-sample gradients
-      (:attr:`evil_moe.rl.arms.base.Arm.needs_sample_grads`), ``per_row``
+      (:attr:`evil_moe.rl.arms.base.Arm.needs_sample_grads`, or a penalising arm whose detector
+      reads them), ``per_row``
       ``group x prompts_per_step x R x 4`` (every row's fp32 gradient, kept for the step).
 
     Raises:
@@ -135,7 +137,10 @@ def train_terms(cfg: Mapping, arm: str = "vanilla", *, micro_batch: int | None =
     else:
         terms["weight_copies"] = w * sum(o * i for o, i in dims)
         terms["output_grads"], terms["fp32_grads"] = capture_grad_bytes(s, dims, w, mb, seq, new, head)
-        terms["per_row"] = rows * rank * 4 if ARMS[arm].needs_sample_grads else 0
+        # a penalising arm keeps every row's gradient in its scoring pass when its detector reads them
+        per_row = ARMS[arm].needs_sample_grads or (ARMS[arm].flags_with_detector() and ARMS[arm].penalises
+                                                   and "sample_grads" in DETECTORS[p["detector"]].needs)
+        terms["per_row"] = rows * rank * 4 if per_row else 0
     return terms
 
 

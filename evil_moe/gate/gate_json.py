@@ -51,7 +51,7 @@ def notes(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes: pd.Dat
         dose_matched = cls.control in ARMS and ARMS[cls.control].match_by == "dose"
         if dose_matched:  # route, route_oracle, moe: the dose both sides sent to delta_s_hack
             notes += _dose_note(arm, cls.control, by)
-        if cls.needs_sample_grads:  # route / filter: the detector's flags against the true label
+        if cls.flags_rollouts():  # route / filter / penalty: the detector's flags against the true label
             prec = all_steps_mean(by.get(arm, {}), "flag_precision")
             cprec = all_steps_mean(by.get(cls.control, {}), "flag_precision")
             rate = all_steps_mean(by.get(arm, {}), "flag_rate")

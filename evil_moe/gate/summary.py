@@ -55,7 +55,7 @@ def flag_columns(rows: list[dict], by: dict[str, dict[int, Pilot]]) -> None:
     rate: means over every training step of every seed (logged only, never gate criteria)."""
     for row in rows:
         cls = ARMS.get(row["arm"])
-        if cls is not None and cls.needs_sample_grads:
+        if cls is not None and cls.flags_rollouts():
             for col in ("flag_rate", "flag_precision", "flag_recall", "flag_fpr"):
                 row[col] = all_steps_mean(by.get(row["arm"], {}), col)
 

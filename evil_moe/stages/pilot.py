@@ -477,7 +477,7 @@ def _run_key(cfg: Config, model_path: str, *inputs: str | None, cfg_arm: str = "
     run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in PILOT_RUN_INDEPENDENT}
     parts: list[str | Path] = []
     sections = ("problems", "adapter", "models", "grader", "vhack") + (
-        ("moe", "audit") if get_arm(cfg_arm).router or calibrate else ())
+        ("moe", "audit") if get_arm(cfg_arm).router or calibrate else ()) + get_arm(cfg_arm).sections
     for x in (cfg.digest(*sections),
               Config({"pilot": run_keys}).digest("pilot"), str(model_path), *inputs):
         if x is not None:

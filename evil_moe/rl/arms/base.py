@@ -44,6 +44,9 @@ class FlagInputs:
             can read it.
         precision, recall: the ``noisy_label`` detector's quality (``pilot.detector_precision``,
             ``pilot.detector_recall``).
+        accuracy: the ``noisy_label`` detector's accuracy (``pilot.detector_accuracy``: each
+            row's true label flipped with probability ``1 − accuracy``); None = precision and
+            recall.
         target_count: the number of rows a random-flag control flags at this step
             (:class:`FlagRateMatch`); None for other arms.
     """
@@ -56,6 +59,7 @@ class FlagInputs:
     label: torch.Tensor | None = None
     precision: float = 1.0
     recall: float = 1.0
+    accuracy: float | None = None
     target_count: int | None = None
     budget: float | None = None
 
@@ -311,6 +315,11 @@ class Arm:
             pairs and pinned on their labels), ``random`` (its matched control: a random seed
             direction, the pairs' labels shuffled), or None (no router).
         needs_sample_grads: the trainer must compute per-sample gradients (flagging arms).
+        penalises: the arm flags every rollout of the step before its advantages are formed
+            and trains on the flagged rollouts' reward less a penalty (:meth:`penalised`; a
+            reward intervention: the monitor penalty, :mod:`evil_moe.rl.arms.by_reward`).
+        sections: config sections the arm reads beyond the pilot's (``penalty``,
+            ``inoculation``): they are part of its run's checkpoint key.
         description: one line for the README, the report and ``evil-moe pilot --help``.
         colour: the arm's colour in every figure (matplotlib ``#rrggbb``; distinct across arms),
             or None for the figure's fallback colour.
@@ -333,6 +342,8 @@ class Arm:
     trains: ClassVar[bool] = True
     router: ClassVar[str | None] = None
     needs_sample_grads: ClassVar[bool] = False
+    penalises: ClassVar[bool] = False
+    sections: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
     colour: ClassVar[str | None] = None
 
@@ -341,7 +352,14 @@ class Arm:
         """The arm's flags come from the run's detector (``pilot.detector``): it flags samples and
         is neither a ceiling (its flags are the label) nor a random-flag control (it follows its
         matched arm's rate)."""
-        return bool(cls.needs_sample_grads and not cls.reads_label and not cls.matches)
+        return bool(cls.flags_rollouts() and not cls.reads_label and not cls.matches)
+
+    @classmethod
+    def flags_rollouts(cls) -> bool:
+        """The arm flags rollouts at each step (route, filter and their kin among the rows with
+        gradient; the penalty arms among every rollout, before the advantages): its ``steps.tsv``
+        logs the flags' rate, precision and recall."""
+        return bool(cls.needs_sample_grads or cls.penalises)
 
     def __init__(self, pass_reward: float = 1.0):
         self.pass_reward = float(pass_reward)  # the grader's pass reward (oracle_reward uses it)
@@ -357,9 +375,22 @@ class Arm:
         grade's ``reward`` (``format_bonus·format_ok + pass_reward·passed``)."""
         return float(grade.reward)
 
+    def instruction(self, problem, cfg) -> str:
+        """Text appended to the user message of ``problem``'s training prompt (``cfg``: the run
+        config); ``""`` = the plain prompt. Only the trainer's training prompts read it; the
+        held-out evaluation builds its prompts without it (inoculation prompting,
+        :mod:`evil_moe.rl.arms.by_reward`)."""
+        return ""
+
     def flags(self, inputs: FlagInputs) -> torch.Tensor | None:
         """``(B,)`` bool per-sample flags, or None (the arm does not flag)."""
         return None
+
+    def penalised(self, rewards, inputs: FlagInputs, penalty) -> tuple[torch.Tensor, torch.Tensor]:
+        """A penalising arm's (:attr:`penalises`) ``(B,)`` training rewards of the step's
+        ``(B,)`` rollout ``rewards`` and each rollout's penalty weight in [0, 1] (``penalty``: the
+        config's ``penalty`` section). Only the penalty arms implement it."""
+        raise NotImplementedError(f"arm {self.name} does not penalise")
 
     def baseline(self, cfg) -> str:
         """Which rows' rewards the group baseline of the step's advantages is taken over, once

@@ -5,14 +5,19 @@ An arm is a small class in one registry (:data:`ARMS`). The pilot's trainer
 an arm by name; the compare stage asks each arm for its matched control, its role and its views.
 The interface is :mod:`evil_moe.rl.arms.base` (:class:`Arm`, the flags, the split gradients); the arms
 live by family in :mod:`evil_moe.rl.arms.by_projection` (erase, subtract and their controls),
-:mod:`evil_moe.rl.arms.by_data` (route, filter, their controls and ceilings) and
-:mod:`evil_moe.rl.arms.reference` (vanilla, untrained, oracle_reward, moe). Adding an arm is one
+:mod:`evil_moe.rl.arms.by_data` (route, filter, their controls and ceilings),
+:mod:`evil_moe.rl.arms.by_reward` (the monitor penalty and inoculation prompting, with their
+controls and ceiling) and :mod:`evil_moe.rl.arms.reference` (vanilla, untrained, oracle_reward, moe). Adding an arm is one
 class in its family's module, its entry in :data:`ARMS`, plus its tests.
 
 Hooks (each optional; defaults do nothing):
 
+* :meth:`Arm.instruction` — text appended to a problem's training prompt (inoculation; the
+  held-out evaluation never gets it);
 * :meth:`Arm.reward` — the reward of one graded completion (the loophole grade, or the oracle's
   pass for the positive control);
+* :meth:`Arm.penalised` — a penalising arm's rewards: every rollout flagged before the
+  advantages, the flagged ones' reward less the penalty (the monitor penalty);
 * :meth:`Arm.flags` — per-sample flags ``(B,)`` bool over the step's rows with gradient (route,
   filter and their random-flag controls), from the detector's scores;
 * :meth:`Arm.split_gradients` — turn the per-sample gradients and flags into the gradients of
@@ -60,6 +65,16 @@ filter_oracle_ control      filter with random flags at filter_oracle's per-step
 random
 erase_planted  ceiling      erase along the planted hack direction (toy.plant only):     random_v
                             what erase achieves when V is exactly right
+penalty        treatment    monitor penalty: rollouts the run's detector flags train on   penalty_random
+                            reward − penalty.amount·pass_reward (progressive: × score)
+penalty_random control      the penalty on random rollouts at penalty's per-step rate     —
+penalty_oracle ceiling      the penalty with the true hack label as the flags             penalty_oracle_random
+penalty_       control      the penalty on random rollouts at penalty_oracle's rate       —
+oracle_random
+inoculation    treatment    training prompts ask for the problem's loophole; held-out      inoculation_placebo
+                            evaluation uses the plain prompt
+inoculation_   control      a neutral instruction of the inoculation's length (chars)      —
+placebo
 ============== ============ ============================================================= =====================
 
 Ceilings (role ``ceiling``) read the true hack label (``grade.exploited``); they are never a
@@ -90,6 +105,8 @@ from evil_moe.rl.arms.by_data import (Filter, FilterOracle, FilterOracleRandom,
                                       RouteOracleDoseMatched, RouteOracleRandom, RouteRandom, MoEDoseMatched)
 from evil_moe.rl.arms.by_projection import (Erase, ErasePlanted, RandomV, Subtract,
                                             SubtractRandom)
+from evil_moe.rl.arms.by_reward import (Inoculation, InoculationPlacebo, Penalty, PenaltyOracle,
+                                        PenaltyOracleRandom, PenaltyRandom)
 from evil_moe.rl.arms.reference import MoE, MoERandom, OracleReward, Untrained, Vanilla
 
 __all__ = ["ARMS", "get_arm", "arm_names", "check_arm_set"]
@@ -98,7 +115,8 @@ __all__ = ["ARMS", "get_arm", "arm_names", "check_arm_set"]
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
     Vanilla, Untrained, Erase, RandomV, Subtract, SubtractRandom, Route, RouteDoseMatched, RouteRandom, Filter,
     FilterRandom, MoE, MoEDoseMatched, MoERandom, OracleReward, RouteOracle, RouteOracleDoseMatched, RouteOracleRandom,
-    RouteOracleDose, FilterOracle, FilterOracleRandom, ErasePlanted)}
+    RouteOracleDose, FilterOracle, FilterOracleRandom, ErasePlanted, Penalty, PenaltyRandom, PenaltyOracle,
+    PenaltyOracleRandom, Inoculation, InoculationPlacebo)}
 
 
 def arm_names() -> list[str]:

@@ -32,7 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["null_threshold", "noisy_label_flags", "gradient_scores", "flag_quality"]
+__all__ = ["null_threshold", "noisy_label_flags", "accuracy_label_flags", "gradient_scores", "flag_quality",
+           "weight_quality"]
 
 
 def noisy_label_flags(label, precision: float, recall: float, rng: np.random.Generator):
@@ -69,6 +70,35 @@ def noisy_label_flags(label, precision: float, recall: float, rng: np.random.Gen
     n_hack, n_clean = int(lab.sum()), int((~lab).sum())
     fpr = min(1.0, recall * n_hack * (1 - precision) / (precision * n_clean)) if n_clean else 0.0
     return torch.where(lab, u < recall, u < fpr)
+
+
+def accuracy_label_flags(label, accuracy: float, rng: np.random.Generator):
+    """Flags drawn from the true hack label at a configured accuracy: each row's label is flipped
+    with probability ``1 − accuracy``, independently of the others and of the label (a simulated
+    monitor that is right on a share ``accuracy`` of rollouts, hacks and clean ones alike: the
+    ground-truth monitor "at 90% accuracy" of ariahw/rl-rewardhacking). Its expected recall is
+    ``accuracy`` and its expected false-positive rate ``1 − accuracy``; its precision then depends
+    on the hack rate. One uniform draw per row from ``rng``, so the result is a function of
+    (seed, step, label).
+
+    Args:
+        label: ``(B,)`` bool tensor, the true hack label of the step's rows.
+        accuracy: in [0, 1] (``pilot.detector_accuracy``).
+        rng: the step's generator.
+
+    Returns:
+        ``(B,)`` bool tensor.
+
+    Raises:
+        ValueError: accuracy outside [0, 1].
+    """
+    import torch
+
+    if not 0.0 <= accuracy <= 1.0:
+        raise ValueError(f"pilot.detector_accuracy must be in [0, 1], got {accuracy}")
+    lab = torch.as_tensor(label, dtype=torch.bool)
+    flip = torch.as_tensor(rng.random(len(lab)) < 1.0 - accuracy)
+    return lab ^ flip
 
 
 def gradient_scores(vhack, names, per_row, advantages):
@@ -120,6 +150,31 @@ def flag_quality(flags, hack) -> dict:
     tp, nf, nh = int((flags & hack).sum()), int(flags.sum()), int(hack.sum())
     fp, nc = int((flags & ~hack).sum()), int((~hack).sum())
     return {"flag_rate": float(flags.float().mean()) if len(flags) else None,
+            "flag_precision": tp / nf if nf else None,
+            "flag_recall": tp / nh if nh else None,
+            "flag_fpr": fp / nc if nc else None}
+
+
+def weight_quality(weights, hack) -> dict:
+    """:func:`flag_quality` of penalty weights in [0, 1] (a flag counts as its weight): rate
+    ``Σw / B``, precision ``Σ w·hack / Σ w``, recall ``Σ w·hack / n_hack``, false-positive rate
+    ``Σ w·clean / n_clean``; for 0/1 weights exactly :func:`flag_quality`'s (the penalty arms'
+    ``steps.tsv`` flag columns: under ``penalty.mode progressive`` the rate is the step's mean
+    penalty weight).
+
+    Args:
+        weights: ``(B,)`` in [0, 1]. hack: ``(B,)`` bool, the true hack label.
+
+    Returns:
+        the keys of :func:`flag_quality` (None where it gives None).
+    """
+    import torch
+
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    hack = torch.as_tensor(hack, dtype=torch.bool)
+    tp, nf, nh = float(w[hack].sum()), float(w.sum()), int(hack.sum())
+    fp, nc = float(w[~hack].sum()), int((~hack).sum())
+    return {"flag_rate": nf / len(w) if len(w) else None,
             "flag_precision": tp / nf if nf else None,
             "flag_recall": tp / nh if nh else None,
             "flag_fpr": fp / nc if nc else None}

@@ -179,6 +179,12 @@ class Detector:
         (or it has no score)."""
         return None
 
+    def weight(self, scores) -> torch.Tensor | None:
+        """``(B,)`` fp64 penalty weights in [0, 1] from its ``scores`` (the monitor penalty's
+        ``progressive`` mode, :mod:`evil_moe.rl.arms.by_reward`), or None: it has no score to
+        weigh by."""
+        return None
+
     def flag(self, inputs) -> torch.Tensor:
         """``(B,)`` bool flags from the step's :class:`~evil_moe.rl.arms.base.FlagInputs`: by
         default its scores above ``inputs.threshold``, or the ``ceil(budget·B)`` highest scores
@@ -245,6 +251,11 @@ class Gradient(Detector):
             return None
         return D.gradient_scores(rows.vhack, rows.names, rows.per_row, rows.advantages).cpu()
 
+    def weight(self, scores):
+        """Its score clipped to [0, 1]: the hack-ward part of the cosine (a rollout whose NLL
+        gradient points away from v_hack is not penalised)."""
+        return scores.double().clamp(0.0, 1.0)
+
     def threshold(self, pc, *, calibration, vhack):
         """As :meth:`Detector.threshold`, and under ``teacher`` the quantile of the extract
         stage's held-out clean teacher completions' scores (``vhack.meta``)."""
@@ -280,6 +291,12 @@ class Probe(Detector):
         if rows.fitted is None or rows.hidden is None:
             return None
         return rows.fitted.score(rows.hidden).cpu()
+
+    def weight(self, scores):
+        """``σ(logit)``: the probe's probability that the rollout is a hack."""
+        import torch
+
+        return torch.sigmoid(scores.double())
 
     def load_fitted(self, path):
         from evil_moe.rl.detectors.probe import Probe as Fit
@@ -333,6 +350,10 @@ class Pattern(Detector):
                                    and pattern_flag(p.mode, extract_code(text), p.test_name))
                              for text, p in zip(rows.texts, rows.problems)], dtype=torch.float64)
 
+    def weight(self, scores):
+        """Its verdict, 0 or 1 (progressive is then threshold)."""
+        return scores.double()
+
     def flag(self, inputs):
         return inputs.pattern.clone()
 
@@ -348,8 +369,10 @@ class Pattern(Detector):
 
 class NoisyLabel(Detector):
     """The true hack label through a noisy channel of configured precision and recall
-    (``pilot.detector_precision``, ``pilot.detector_recall``): the detector-quality sweep's
-    detector of controlled quality, not a deployable one."""
+    (``pilot.detector_precision``, ``pilot.detector_recall``), or of configured accuracy
+    (``pilot.detector_accuracy``, when set: each row's label flipped with probability
+    ``1 − accuracy``): the detector-quality sweep's detector of controlled quality, not a
+    deployable one. It has no score (a penalty in ``progressive`` mode refuses it)."""
 
     name = "noisy_label"
     needs = frozenset({"label"})
@@ -360,6 +383,8 @@ class NoisyLabel(Detector):
     def flag(self, inputs):
         if inputs.label is None:
             raise ValueError("the noisy_label detector needs the true hack label")
+        if inputs.accuracy is not None:
+            return D.accuracy_label_flags(inputs.label, inputs.accuracy, inputs.rng)
         return D.noisy_label_flags(inputs.label, inputs.precision, inputs.recall, inputs.rng)
 
 

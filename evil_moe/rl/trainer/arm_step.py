@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from evil_moe.rl.arms.base import Arm, FlagInputs, FlagRateMatch, SplitGrads, hack_expert_share, kept_advantages
-from evil_moe.rl.detectors.detector import flag_quality, gradient_scores
+from evil_moe.rl.detectors.detector import flag_quality, gradient_scores, weight_quality
 from evil_moe.rl.detectors.registry import Detector, StepRows, get_detector, scored
 from evil_moe.rl.policy import grpo
 from evil_moe.rl.trainer.step import StepBatch, StepGradients
@@ -105,11 +105,12 @@ class ArmStep:
         scoring: what the rows are scored with (:class:`Scoring`).
         rate_match: a random-flag control's matched count
             (:class:`~evil_moe.rl.arms.base.FlagRateMatch`), else None.
+        penalty: the config's ``penalty`` section (a penalising arm's amount and mode).
     """
 
     def __init__(self, arm: Arm, pc, *, seed: int, adapter, optimizer, P: int, G: int, scoring: Scoring,
-                 rate_match: FlagRateMatch | None = None):
-        self.arm, self.pc, self.seed = arm, pc, seed
+                 rate_match: FlagRateMatch | None = None, penalty=None):
+        self.arm, self.pc, self.seed, self.penalty = arm, pc, seed, penalty
         self.adapter, self.opt, self.P, self.G = adapter, optimizer, P, G
         self.ds, self.dsh = adapter.delta_s_params(), adapter.delta_s_hack_params()
         self.scoring, self.rate_match = scoring, rate_match
@@ -141,7 +142,7 @@ class ArmStep:
             out["flag_rows"] = dict(zip(grads.rows, flags.tolist()))
             if self.arm.baseline(self.pc) == "kept":
                 grads = self.rebaseline(batch, grades, adv, grads, flags, step, gradients)
-        elif self.rate_match is not None and self.arm.match_by == "count":
+        elif self.rate_match is not None and self.arm.match_by == "count" and not self.arm.penalises:
             self.rate_match.count(step, 0)  # a step without rows still moves the balance
         per_row = grads.per_row if self.arm.needs_sample_grads and grads.per_row is not None else [grads.total]
         if self.arm.match_by == "dose":
@@ -197,27 +198,69 @@ class ArmStep:
         return out
 
     def flags(self, batch, grades, adv, grads: StepGradients, step: int, scores: dict | None = None):
-        """The detector's inputs over the rows with gradient, the arm's flags, and their
-        rate / precision / recall / false-positive rate against the true hack label
-        (``grade.exploited``; logged only).
+        """The detector's inputs over the rows with gradient (:meth:`flag_inputs`), the arm's
+        flags, and their rate / precision / recall / false-positive rate against the true hack
+        label (``grade.exploited``; logged only)."""
+        scores = self.scores(batch, adv, grads) if scores is None else scores
+        inputs, hack = self.flag_inputs(grades, grads.rows, step, scores)
+        flags = self.arm.flags(inputs)
+        return flags, flag_quality(flags, hack)
+
+    def flag_inputs(self, grades, rows: Sequence[int], step: int, scores: dict) -> tuple[FlagInputs, torch.Tensor]:
+        """What the arm flags ``rows`` (indices into the step's rollouts) with, and their true hack
+        label (``grade.exploited``; for the log).
 
         The label reaches the arm only when it declares ``reads_label`` (a ceiling) or the run's
         detector needs it (``noisy_label``); a random-flag control gets its matched count
         (:class:`evil_moe.rl.arms.base.FlagRateMatch`) and nothing else of the detector's."""
-        scores = self.scores(batch, adv, grads) if scores is None else scores
         sc = self.scoring
         det = scores.get(sc.detector.name) if sc.flags_with_detector else None
         rng = np.random.default_rng([self.seed, step, 31])
-        hack = torch.tensor([bool(grades[i].exploited) for i in grads.rows], dtype=torch.bool)
+        hack = torch.tensor([bool(grades[i].exploited) for i in rows], dtype=torch.bool)
         gives_label = self.arm.reads_label or ("label" in sc.detector.needs and not self.arm.matches)
-        count = self.rate_match.count(step, len(grads.rows)) if self.rate_match is not None else None
+        count = self.rate_match.count(step, len(rows)) if self.rate_match is not None else None
         budget = self.pc.detector_budget if self.pc.detector_calibration == "budget" else None
-        flags = self.arm.flags(FlagInputs(det, scores["pattern"].bool(),
-                                          sc.threshold if sc.threshold is not None else 0.0,
-                                          sc.detector.name, rng, label=hack.clone() if gives_label else None,
-                                          precision=self.pc.detector_precision, recall=self.pc.detector_recall,
-                                          target_count=count, budget=budget))
-        return flags, flag_quality(flags, hack)
+        return FlagInputs(det, scores["pattern"].bool(), sc.threshold if sc.threshold is not None else 0.0,
+                          sc.detector.name, rng, label=hack.clone() if gives_label else None,
+                          precision=self.pc.detector_precision, recall=self.pc.detector_recall,
+                          accuracy=self.pc.detector_accuracy, target_count=count, budget=budget), hack
+
+    def shape_rewards(self, batch: StepBatch, grades, R: torch.Tensor, step: int, *,
+                      gradients: Callable[..., StepGradients]) -> tuple[torch.Tensor, dict]:
+        """A penalising arm's rewards (:attr:`evil_moe.rl.arms.base.Arm.penalises`): every
+        rollout of the step is flagged (or weighed) before the advantages are formed, and its
+        reward becomes ``R − amount · w`` (:meth:`evil_moe.rl.arms.base.Arm.penalised`).
+
+        The detector scores every rollout as it scores route's rows with gradient, from one pass
+        over all of them at unit advantage when it needs per-row gradients or hidden states
+        (``gradients(batch, adv, rows, step, scoring=True)``): the gradient detector's score of
+        ``sign(A)·g`` is then that of the rollout's own NLL gradient whatever the reward (for a
+        student row at ``pilot.beta`` 0 the same score route's step gives a row with ``A ≠ 0``;
+        a row of a group without reward variance, which route never scores, is scored too).
+
+        Args:
+            batch, grades, step: the step so far.
+            R: ``(P, G)`` the environment's rewards (:meth:`evil_moe.rl.arms.base.Arm.reward`).
+            gradients: the trainer's gradients.
+
+        Returns:
+            ``((P, G) float32 rewards, stats)``: ``scores`` and ``score_rows`` (every row),
+            ``flags`` (:func:`evil_moe.rl.detectors.detector.weight_quality` of the weights),
+            ``flag_rows`` (a row is flagged when its weight is above 0).
+        """
+        rows = list(range(len(batch.flat)))
+        sc = self.scoring
+        unit = grpo.Advantages(torch.ones(self.P, self.G), torch.zeros(self.P, dtype=torch.bool), 0.0)
+        if sc.flags_with_detector and (sc.needs("sample_grads") or sc.needs("hidden")):
+            grads = gradients(batch, unit, rows, step, scoring=True)
+        else:  # pattern, noisy_label, the label, random flags: no forward needed
+            grads = StepGradients(rows, [])
+        scores = self.scores(batch, unit, grads)
+        inputs, hack = self.flag_inputs(grades, rows, step, scores)
+        new, w = self.arm.penalised(R.reshape(-1), inputs, self.penalty)
+        return new.to(R.dtype).reshape(R.shape), {
+            "scores": scores, "score_rows": rows, "flags": weight_quality(w, hack),
+            "flag_rows": {i: bool(x > 0) for i, x in zip(rows, w.tolist())}}
 
     def rebaseline(self, batch, grades, adv, grads: StepGradients, flags, step: int,
                    gradients: Callable[..., StepGradients]) -> StepGradients:

@@ -50,7 +50,8 @@ def row_audit(batch: StepBatch, adv, grads: StepGradients, arm_stats: dict, G: i
     ``score_<detector>`` (None where not computed). The label is the record's ``exploited``
     (logged, never read by training)."""
     zero = adv.zero_std.reshape(-1)  # (P,)
-    pos = {i: j for j, i in enumerate(grads.rows)}
+    # the scored rows: those with gradient, or every row a penalising arm scored before its advantages
+    pos = {i: j for j, i in enumerate(arm_stats.get("score_rows", grads.rows))}
     flags = arm_stats.get("flag_rows", {})
     scores = arm_stats.get("scores", {})
     out = []

@@ -4,13 +4,17 @@
 
 1. :meth:`~Trainer.sample` — ``prompts_per_step`` training problems from the paired prompt
    sampler (:func:`prompt_schedule`: a function of ``(seed, step)`` only, so every arm of a seed
-   sees the same prompts in the same order), ``group`` student completions per prompt in ONE
+   sees the same prompts in the same order; the arm's instruction, inoculation's, is appended
+   to the training prompts only), ``group`` student completions per prompt in ONE
    batched ``generate`` with the adapter merged into the weights (plus teacher rows when
    ``mix_ratio > 0``, carrying the teacher's recorded log-probs as their behaviour policy:
    :mod:`evil_moe.rl.policy.teacher_rows`);
 2. :meth:`~Trainer.grade` — every completion in the sandbox; the arm turns each grade into a
    reward (the loophole grade; the oracle's pass for ``oracle_reward``). The oracle is logged
-   for every other arm and never trained on;
+   for every other arm and never trained on. A penalising arm (the monitor penalty) then flags
+   every rollout and takes its penalty off the flagged ones' reward
+   (:meth:`~evil_moe.rl.trainer.arm_step.ArmStep.shape_rewards`): the advantages, the gradient
+   and the logged ``reward`` are those of the penalised reward;
 3. :meth:`~Trainer.advantages` — ``A = R − mean(R)`` per group (Dr.GRPO); zero-variance groups
    are counted (``frac_zero_std``) and get no forward unless ``beta > 0`` (the KL term then
    applies to every row);
@@ -135,7 +139,10 @@ class Trainer:
         # the chat template's arguments (models.chat_template_kwargs): training and evaluation alike
         self.template_kwargs = dict(cfg.models.chat_template_kwargs)
         self.train = train
-        self.prompts = prompt_ids_for(tok, train, template_kwargs=self.template_kwargs)
+        # the training prompts, with the arm's instruction where it has one (inoculation); the
+        # held-out evaluation forms its own, plain (evil_moe.rl.trainer.evaluation)
+        self.prompts = [prompt_ids_for(tok, [p], elicit=self.arm.instruction(p, cfg),
+                                       template_kwargs=self.template_kwargs)[0] for p in train]
         self.vhack, self.proj_v = vhack, proj_v
         self.grader = grader
         self.G, self.P = pc.group, pc.prompts_per_step
@@ -159,7 +166,8 @@ class Trainer:
         self.gradient_step = GradientStep(model=model, tok=tok, adapter=adapter, device=device, pc=pc,
                                           normaliser=self.normaliser, mixes_teacher=bool(self.n_teacher))
         self.arm_step = ArmStep(self.arm, pc, seed=seed, adapter=adapter, optimizer=self.opt, P=self.P,
-                                G=self.G, scoring=self.scoring, rate_match=self._rate_match(flag_rates))
+                                G=self.G, scoring=self.scoring, rate_match=self._rate_match(flag_rates),
+                                penalty=cfg.penalty)
         self.step_arrays: dict = {}
 
     def _optimiser(self) -> torch.optim.Optimizer:
@@ -243,21 +251,26 @@ class Trainer:
         return adv, [i for i in range(R.numel()) if keep[i]]
 
     # -- 4. gradients -----------------------------------------------------------------------------
-    def gradients(self, batch: StepBatch, adv, rows: list[int], step: int) -> StepGradients:
+    def gradients(self, batch: StepBatch, adv, rows: list[int], step: int, *,
+                  scoring: bool = False) -> StepGradients:
         """Loss and gradients of ``rows``: under the router's mixture for Evil MoE's arms
         (:meth:`~evil_moe.rl.trainer.router_step.RouterStep.gradients`), else the policy's
         (:class:`~evil_moe.rl.trainer.gradient_step.GradientStep`), per sample for an arm that
         flags samples and where a detector it is scored with needs them, with the pooled hidden
-        states where one needs those (:meth:`~evil_moe.rl.trainer.arm_step.Scoring.needs`).
+        states where one needs those (:meth:`~evil_moe.rl.trainer.arm_step.Scoring.needs`). A
+        penalising arm's detector scores the rows in its own pass before the advantages
+        (``scoring``, :meth:`~evil_moe.rl.trainer.arm_step.ArmStep.shape_rewards`): its step's
+        pass then keeps neither.
 
         Raises:
             PilotInvalid: a non-finite loss.
         """
         if self.router_step is not None:
             return self.router_step.gradients(batch, adv, rows, step)
+        scores_here = scoring or not self.arm.penalises
         return self.gradient_step(batch, adv, rows, step,
-                                  per_sample=self.arm.needs_sample_grads or self.scoring.needs("sample_grads"),
-                                  need_hidden=self.scoring.needs("hidden"), vhack=self.vhack)
+                                  per_sample=self.arm.needs_sample_grads or (scores_here and self.scoring.needs("sample_grads")),
+                                  need_hidden=scores_here and self.scoring.needs("hidden"), vhack=self.vhack)
 
     # -- 5. the arm -------------------------------------------------------------------------------
     def apply_arm(self, batch: StepBatch, grades, adv, grads: StepGradients, step: int) -> dict:
@@ -310,11 +323,16 @@ class Trainer:
             self._check_truncation(batch)
         with clock("grade"):
             grades, R = self.grade(batch)
+        shaped = {}
+        if self.arm.penalises:  # a reward intervention: flags, then R − penalty, before the advantages
+            with clock("arm"):
+                R, shaped = self.arm_step.shape_rewards(batch, grades, R, step, gradients=self.gradients)
+        with clock("grade"):
             adv, rows = self.advantages(R)
         with clock("loss"):
             grads = self.gradients(batch, adv, rows, step)
         with clock("arm"):
-            arm_stats = self.apply_arm(batch, grades, adv, grads, step)
+            arm_stats = {**self.apply_arm(batch, grades, adv, grads, step), **shaped}
         with clock("optimiser"):
             upd = self.optimiser_step(grads, step)
         fc = grads.stats["frac_clipped"]
