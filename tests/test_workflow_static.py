@@ -254,6 +254,7 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
         for fail_arm in (None, "erase"):
             for fail_once in (None, "route"):
                 data = json.loads(json.dumps(stage_sections(cfg, "pilot")))
+                data.pop("advantage_mod")  # only Advantage Modification's arms read it (none here)
                 if not router:
                     data.pop("moe"), data.pop("audit")
                 for key, value in (("fail_arm", fail_arm), ("fail_once_arm", fail_once)):

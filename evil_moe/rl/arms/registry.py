@@ -5,7 +5,8 @@ An arm is a small class in one registry (:data:`ARMS`). The pilot's trainer
 an arm by name; the compare stage asks each arm for its matched control, its role and its views.
 The interface is :mod:`evil_moe.rl.arms.base` (:class:`Arm`, the flags, the split gradients); the arms
 live by family in :mod:`evil_moe.rl.arms.by_projection` (erase, subtract and their controls),
-:mod:`evil_moe.rl.arms.by_data` (route, filter, their controls and ceilings) and
+:mod:`evil_moe.rl.arms.by_data` (route, filter, their controls and ceilings),
+:mod:`evil_moe.rl.arms.by_advantage` (advantage_mod and its control) and
 :mod:`evil_moe.rl.arms.reference` (vanilla, untrained, oracle_reward, moe). Adding an arm is one
 class in its family's module, its entry in :data:`ARMS`, plus its tests.
 
@@ -13,6 +14,8 @@ Hooks (each optional; defaults do nothing):
 
 * :meth:`Arm.reward` — the reward of one graded completion (the loophole grade, or the oracle's
   pass for the positive control);
+* ``shortcut_rewards`` (arms with :attr:`Arm.shortcut`) — the rewards the group advantages are
+  taken over, discounted by the rollouts' shortcut scores (Advantage Modification);
 * :meth:`Arm.flags` — per-sample flags ``(B,)`` bool over the step's rows with gradient (route,
   filter and their random-flag controls), from the detector's scores;
 * :meth:`Arm.split_gradients` — turn the per-sample gradients and flags into the gradients of
@@ -60,6 +63,12 @@ filter_oracle_ control      filter with random flags at filter_oracle's per-step
 random
 erase_planted  ceiling      erase along the planted hack direction (toy.plant only):     random_v
                             what erase achieves when V is exactly right
+advantage_mod  treatment    Advantage Modification (arXiv:2604.01476): each rollout's     advantage_mod_random
+                            reward discounted by its mid-layer shortcut score (the
+                            authored pairs' mean difference), rescaled within its group,
+                            before the group baseline
+advantage_mod_ control      advantage_mod along a random unit direction at the same      —
+random                      layer
 ============== ============ ============================================================= =====================
 
 Ceilings (role ``ceiling``) read the true hack label (``grade.exploited``); they are never a
@@ -85,6 +94,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from evil_moe.rl.arms.base import Arm
+from evil_moe.rl.arms.by_advantage import AdvantageMod, AdvantageModRandom
 from evil_moe.rl.arms.by_data import (Filter, FilterOracle, FilterOracleRandom,
                                       FilterRandom, Route, RouteDoseMatched, RouteOracle, RouteOracleDose,
                                       RouteOracleDoseMatched, RouteOracleRandom, RouteRandom, MoEDoseMatched)
@@ -98,7 +108,7 @@ __all__ = ["ARMS", "get_arm", "arm_names", "check_arm_set"]
 ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
     Vanilla, Untrained, Erase, RandomV, Subtract, SubtractRandom, Route, RouteDoseMatched, RouteRandom, Filter,
     FilterRandom, MoE, MoEDoseMatched, MoERandom, OracleReward, RouteOracle, RouteOracleDoseMatched, RouteOracleRandom,
-    RouteOracleDose, FilterOracle, FilterOracleRandom, ErasePlanted)}
+    RouteOracleDose, FilterOracle, FilterOracleRandom, ErasePlanted, AdvantageMod, AdvantageModRandom)}
 
 
 def arm_names() -> list[str]:
