@@ -232,11 +232,15 @@ def get_pilot_config(wildcards):
     arm = wildcards.arm
     if arm not in _PILOT_CONFIGS:
         data = stage_sections(config, "pilot")
-        if not ARM_REGISTRY[
-            arm
-        ].router:  # only Evil MoE's arms read moe and audit.placebos
-            data.pop("moe")
+        spec = ARM_REGISTRY[arm]
+        if not spec.router:  # only Evil MoE's arms read moe and audit.placebos
             data.pop("audit")
+            if spec.shortcut:  # Advantage Modification reads the authored pairs only
+                data["moe"] = {"pairs": data["moe"]["pairs"]}
+            else:
+                data.pop("moe")
+        if not spec.shortcut:  # only Advantage Modification's arms read advantage_mod
+            data.pop("advantage_mod")
         for key in ("fail_arm", "fail_once_arm"):
             if config["pilot"][key] == arm:
                 data["pilot"][key] = arm

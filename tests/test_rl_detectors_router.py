@@ -198,7 +198,7 @@ def test_the_break_it_switch_gives_moe_random_moes_direction(world):
 
 NON_CEILING = ["vanilla", "erase", "random_v", "subtract", "route", "route_random", "route_dose_matched", "filter",
                "moe", "moe_random", "moe_dose_matched", "penalty", "penalty_random", "inoculation",
-               "inoculation_placebo"]
+               "inoculation_placebo", "advantage_mod", "advantage_mod_random"]
 
 
 def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path, monkeypatch):

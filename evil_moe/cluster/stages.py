@@ -61,7 +61,7 @@ TABLE: tuple[Stage, ...] = (
     Stage("distill", ("problems", "models", "adapter", "distill", "pilot.group", "pilot.prompts_per_step",
                       "pilot.max_new", "pilot.temperature", "pilot.betas"),
           ("distill",), threads="distill", model=True),
-    Stage("pilot", _PILOT_SECTIONS, ("pilot", "fold_pilot", "level_pilot"), threads="pilot", model=True,
+    Stage("pilot", _PILOT_SECTIONS + ("advantage_mod",), ("pilot", "fold_pilot", "level_pilot"), threads="pilot", model=True,
           grading=True),
     Stage("reevaluate", ("problems", "grader", "models", "adapter", "pilot", "reevaluate"), ("reevaluate",),
           threads="pilot", model=True, grading=True),

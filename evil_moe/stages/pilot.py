@@ -476,8 +476,9 @@ def _run_key(cfg: Config, model_path: str, *inputs: str | None, cfg_arm: str = "
     resumed only when all of them are those it was written with."""
     run_keys = {k: v for k, v in cfg.raw["pilot"].items() if k not in PILOT_RUN_INDEPENDENT}
     parts: list[str | Path] = []
+    arm = get_arm(cfg_arm)
     sections = ("problems", "adapter", "models", "grader", "vhack") + (
-        ("moe", "audit") if get_arm(cfg_arm).router or calibrate else ()) + get_arm(cfg_arm).sections
+        ("moe", "audit") if arm.router or calibrate else ()) + arm.sections
     for x in (cfg.digest(*sections),
               Config({"pilot": run_keys}).digest("pilot"), str(model_path), *inputs):
         if x is not None:

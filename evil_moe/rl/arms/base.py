@@ -314,6 +314,10 @@ class Arm:
             its gradient trains ``δS_hack``: ``authored`` (seeded with ``v_act`` from the authored
             pairs and pinned on their labels), ``random`` (its matched control: a random seed
             direction, the pairs' labels shuffled), or None (no router).
+        shortcut: Advantage Modification (:mod:`evil_moe.rl.arms.by_advantage`) discounts each
+            rollout's reward by its shortcut score before the group baseline, the score read along
+            ``authored`` (the authored pairs' mean difference at a middle layer) or ``random`` (its
+            matched control: a random unit direction at the same layer); None (no discount).
         needs_sample_grads: the trainer must compute per-sample gradients (flagging arms).
         penalises: the arm flags every rollout of the step before its advantages are formed
             and trains on the flagged rollouts' reward less a penalty (:meth:`penalised`; a
@@ -341,6 +345,7 @@ class Arm:
     splits_gradient: ClassVar[bool] = False
     trains: ClassVar[bool] = True
     router: ClassVar[str | None] = None
+    shortcut: ClassVar[str | None] = None
     needs_sample_grads: ClassVar[bool] = False
     penalises: ClassVar[bool] = False
     sections: ClassVar[tuple[str, ...]] = ()

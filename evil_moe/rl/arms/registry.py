@@ -7,7 +7,8 @@ The interface is :mod:`evil_moe.rl.arms.base` (:class:`Arm`, the flags, the spli
 live by family in :mod:`evil_moe.rl.arms.by_projection` (erase, subtract and their controls),
 :mod:`evil_moe.rl.arms.by_data` (route, filter, their controls and ceilings),
 :mod:`evil_moe.rl.arms.by_reward` (the monitor penalty and inoculation prompting, with their
-controls and ceiling) and :mod:`evil_moe.rl.arms.reference` (vanilla, untrained, oracle_reward, moe). Adding an arm is one
+controls and ceiling), :mod:`evil_moe.rl.arms.by_advantage` (advantage_mod and its control) and
+:mod:`evil_moe.rl.arms.reference` (vanilla, untrained, oracle_reward, moe). Adding an arm is one
 class in its family's module, its entry in :data:`ARMS`, plus its tests.
 
 Hooks (each optional; defaults do nothing):
@@ -18,6 +19,8 @@ Hooks (each optional; defaults do nothing):
   pass for the positive control);
 * :meth:`Arm.penalised` — a penalising arm's rewards: every rollout flagged before the
   advantages, the flagged ones' reward less the penalty (the monitor penalty);
+* ``shortcut_rewards`` (arms with :attr:`Arm.shortcut`) — the rewards the group advantages are
+  taken over, discounted by the rollouts' shortcut scores (Advantage Modification);
 * :meth:`Arm.flags` — per-sample flags ``(B,)`` bool over the step's rows with gradient (route,
   filter and their random-flag controls), from the detector's scores;
 * :meth:`Arm.split_gradients` — turn the per-sample gradients and flags into the gradients of
@@ -75,6 +78,12 @@ inoculation    treatment    training prompts ask for the problem's loophole; hel
                             evaluation uses the plain prompt
 inoculation_   control      a neutral instruction of the inoculation's length (chars)      —
 placebo
+advantage_mod  treatment    Advantage Modification (arXiv:2604.01476): each rollout's     advantage_mod_random
+                            reward discounted by its mid-layer shortcut score (the
+                            authored pairs' mean difference), rescaled within its group,
+                            before the group baseline
+advantage_mod_ control      advantage_mod along a random unit direction at the same      —
+random                      layer
 ============== ============ ============================================================= =====================
 
 Ceilings (role ``ceiling``) read the true hack label (``grade.exploited``); they are never a
@@ -100,6 +109,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from evil_moe.rl.arms.base import Arm
+from evil_moe.rl.arms.by_advantage import AdvantageMod, AdvantageModRandom
 from evil_moe.rl.arms.by_data import (Filter, FilterOracle, FilterOracleRandom,
                                       FilterRandom, Route, RouteDoseMatched, RouteOracle, RouteOracleDose,
                                       RouteOracleDoseMatched, RouteOracleRandom, RouteRandom, MoEDoseMatched)
@@ -116,7 +126,8 @@ ARMS: dict[str, type[Arm]] = {cls.name: cls for cls in (
     Vanilla, Untrained, Erase, RandomV, Subtract, SubtractRandom, Route, RouteDoseMatched, RouteRandom, Filter,
     FilterRandom, MoE, MoEDoseMatched, MoERandom, OracleReward, RouteOracle, RouteOracleDoseMatched, RouteOracleRandom,
     RouteOracleDose, FilterOracle, FilterOracleRandom, ErasePlanted, Penalty, PenaltyRandom, PenaltyOracle,
-    PenaltyOracleRandom, Inoculation, InoculationPlacebo)}
+    PenaltyOracleRandom, Inoculation, InoculationPlacebo, AdvantageMod,
+    AdvantageModRandom)}
 
 
 def arm_names() -> list[str]:

@@ -93,7 +93,8 @@ def step_row(step: int, *, arm: str, seed: int, stud, recs: list[dict], adv, gra
     problem)``) and their records ``recs``, advantage, loss and arm statistics (``arm_stats``:
     :meth:`~evil_moe.rl.trainer.arm_step.ArmStep.apply`'s), the update's (``upd``), the norms of
     ``knobs`` (``δS``, ``δS_hack``), a router arm's columns (``router``:
-    :meth:`~evil_moe.rl.trainer.router_step.RouterStep.log_columns`; empty for the others), and
+    :meth:`~evil_moe.rl.trainer.router_step.RouterStep.log_columns`) or Advantage Modification's
+    (:meth:`~evil_moe.rl.trainer.advantage_step.ShortcutStep.log_columns`; empty for the others), and
     the wall-clock seconds of the step (since ``t0``) and of each phase (``clock``)."""
     n = max(len(recs), 1)
     parsed = [code_parses(extract_code(r.text)) for r, _, _ in stud]

@@ -17,7 +17,8 @@
    and the logged ``reward`` are those of the penalised reward;
 3. :meth:`~Trainer.advantages` — ``A = R − mean(R)`` per group (Dr.GRPO); zero-variance groups
    are counted (``frac_zero_std``) and get no forward unless ``beta > 0`` (the KL term then
-   applies to every row);
+   applies to every row). Advantage Modification's arms take them over the rewards discounted by
+   the rollouts' shortcut scores (:class:`~evil_moe.rl.trainer.advantage_step.ShortcutStep`);
 4. :meth:`~Trainer.gradients` — the Dr.GRPO loss (constant normaliser ``G·max_new·P``) and its
    ``δS`` gradient, per micro-batch, or per sample for arms that flag samples
    (:class:`~evil_moe.rl.trainer.gradient_step.GradientStep`), or under Evil MoE's router
@@ -60,6 +61,7 @@ from evil_moe.rl.policy.grpo import DrGRPONormaliser, group_advantages
 from evil_moe.rl.policy.optim import SplitAdamW
 from evil_moe.rl.policy.rollout import generate, prompt_ids_for, rollout_record
 from evil_moe.rl.policy.teacher_rows import draw_teacher_rows
+from evil_moe.rl.trainer.advantage_step import ShortcutStep
 from evil_moe.rl.trainer.arm_step import ArmStep, Scoring
 from evil_moe.rl.trainer.gradient_step import GradientStep
 from evil_moe.rl.trainer.router_step import RouterStep
@@ -159,6 +161,8 @@ class Trainer:
         self.router_step = (RouterStep(cfg, kind=self.arm.router, seed=seed, model=model, tok=tok,
                                        adapter=adapter, device=device, normaliser=self.normaliser)
                             if self.arm.router else None)
+        self.shortcut_step = (ShortcutStep(cfg, arm=self.arm, seed=seed, model=model, tok=tok, adapter=adapter,
+                                           device=device) if self.arm.shortcut else None)
         self.scoring = Scoring.of(pc, arm=self.arm, vhack=vhack, known_modes=cfg.vhack.known_modes or MODES,
                                   calibration=calibration, fitted=fitted, score_rows=score_rows,
                                   placebos=placebos, shuffled=shuffled,
@@ -295,12 +299,13 @@ class Trainer:
 
     # -- 7. log -----------------------------------------------------------------------------------
     def log(self, step: int, stud, recs: list[dict], adv, grads: StepGradients, arm_stats: dict, upd: dict,
-            t0: float, clock: PhaseClock) -> dict:
-        """The step's ``steps.tsv`` row (:func:`evil_moe.rl.trainer.step_log.step_row`)."""
+            t0: float, clock: PhaseClock, shortcut: dict | None = None) -> dict:
+        """The step's ``steps.tsv`` row (:func:`evil_moe.rl.trainer.step_log.step_row`; ``shortcut``:
+        Advantage Modification's columns, :meth:`~evil_moe.rl.trainer.advantage_step.ShortcutStep.log_columns`)."""
         router = (RouterStep.log_columns(recs, arm_stats.get("hack_expert_share"), upd["router"])
                   if self.router_step is not None else {})
         return step_row(step, arm=self.arm.name, seed=self.seed, stud=stud, recs=recs, adv=adv, grads=grads,
-                        arm_stats=arm_stats, upd=upd, knobs=(self.ds, self.dsh), router=router, t0=t0,
+                        arm_stats=arm_stats, upd=upd, knobs=(self.ds, self.dsh), router={**router, **(shortcut or {})}, t0=t0,
                         clock=clock)
 
     # -- the step ---------------------------------------------------------------------------------
@@ -327,8 +332,12 @@ class Trainer:
         if self.arm.penalises:  # a reward intervention: flags, then R − penalty, before the advantages
             with clock("arm"):
                 R, shaped = self.arm_step.shape_rewards(batch, grades, R, step, gradients=self.gradients)
+        shortcut = None
+        if self.shortcut_step is not None:  # Advantage Modification: the rewards the advantages see
+            with clock("arm"):
+                R_adv, shortcut = self.shortcut_step.rewards(batch, R)
         with clock("grade"):
-            adv, rows = self.advantages(R)
+            adv, rows = self.advantages(R if shortcut is None else R_adv)
         with clock("loss"):
             grads = self.gradients(batch, adv, rows, step)
         with clock("arm"):
@@ -346,8 +355,14 @@ class Trainer:
         arm_reward = R.flatten().tolist()
         for i, rec in zip(idx, recs):  # the reward training used (the arm's), not the grader's
             rec["reward"] = arm_reward[i]
+        cols = {}
+        if shortcut is not None:
+            for i, rec in zip(idx, recs):
+                rec["shortcut_score"] = float(shortcut["score"][i])
+                rec["shortcut_discount"] = float(shortcut["discount"][i])
+            cols = ShortcutStep.log_columns(shortcut, R, self.advantages(R)[0], adv, recs, idx)
         self.step_arrays = self._row_arrays(idx, grads, arm_stats["scores"])
-        return self.log(step, stud, recs, adv, grads, arm_stats, upd, t0, clock), recs
+        return self.log(step, stud, recs, adv, grads, arm_stats, upd, t0, clock, shortcut=cols), recs
 
     def _row_arrays(self, idx: list[int], grads: StepGradients, scores: dict) -> dict:
         """A calibration run's or a router arm's per-row arrays (:func:`~evil_moe.rl.trainer.step_log.row_arrays`),
@@ -366,7 +381,8 @@ class Trainer:
                 "optimizer": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
                 "py_rng": random.getstate(), "np_rng": np.random.get_state(),
                 "flag_balance": self.arm_step.state(),
-                "router": None if self.router_step is None else self.router_step.state()}
+                "router": None if self.router_step is None else self.router_step.state(),
+                "shortcut": None if self.shortcut_step is None else self.shortcut_step.state()}
 
     def load_state(self, ck: dict) -> None:
         """Restore :meth:`state`."""
@@ -382,6 +398,8 @@ class Trainer:
         self.arm_step.load_state(ck.get("flag_balance"))
         if self.router_step is not None and ck.get("router") is not None:
             self.router_step.load_state(ck["router"])
+        if self.shortcut_step is not None and ck.get("shortcut") is not None:
+            self.shortcut_step.load_state(ck["shortcut"])
 
 
 __all__ = ["Trainer", "prompt_schedule", "training_seed"]
