@@ -212,7 +212,7 @@ PROBE_CURVE = _cols([
 ])
 
 # results/pilots/{arm}/s{seed}/eval.tsv — held-out evaluation after the last step (and every
-# eval_every steps); one row per (step, view, mode) plus mode "all".
+# eval_every steps: their completions are trajectory.tsv); one row per (step, view, mode) plus mode "all".
 EVAL = _cols([
     ("step", "int", "step after which the evaluation ran"),
     ("arm", "str", "arm"),
@@ -239,6 +239,11 @@ OUTCOMES = _cols([
     ("pass", "0/1", "the oracle passed"),
     ("truncated", "0/1", "hit max_new without an eos"),
 ])
+
+# results/pilots/{arm}/s{seed}/trajectory.tsv (pilot.eval_every > 0) — the held-out evaluations along
+# the run, after every eval_every-th step but the last (that one is outcomes.tsv): outcomes.tsv's
+# columns, one row per completion, the same problems and sampling seeds at every step.
+TRAJECTORY = OUTCOMES
 
 # results/teacher/summary.tsv — per mode plus 'all'.
 TEACHER_SUMMARY = _cols([
@@ -469,6 +474,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "pilots/{arm}/s{seed}/steps.tsv": STEPS,
     "pilots/{arm}/s{seed}/eval.tsv": EVAL,
     "pilots/{arm}/s{seed}/outcomes.tsv": OUTCOMES,
+    "pilots/{arm}/s{seed}/trajectory.tsv": TRAJECTORY,
     "pilots/{arm}/s{seed}/rows.tsv": AUDIT_ROWS,
     "audit/quality.tsv": AUDIT_QUALITY,
     "audit/probe_curve.tsv": PROBE_CURVE,

@@ -80,6 +80,19 @@ checkpoint compare:
             category="8. Trajectories",
             labels={"stage": "compare", "figure": "phases"},
         ),
+        **(
+            {
+                "heldout_trajectory": report(
+                    res("compare/figures/heldout_trajectory.svg"),
+                    caption="../report/fig_heldout_trajectory.rst",
+                    category="0. Verdict",
+                    labels={"stage": "compare", "result": "held-out trajectory"},
+                ),
+                "heldout_trajectory_png": res("compare/figures/heldout_trajectory.png"),
+            }
+            if TRAJECTORY
+            else {}
+        ),
         png=expand(res("compare/figures/{figure}.png"), figure=FIGURES),
     log:
         res("logs/compare.log"),

@@ -13,7 +13,10 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
   passed, rules_out, note`` (raw values; the sentence and the report round them); every judged
   arm its ``verdict``, ``reason`` and ``finding`` (``no_better_than_untrained`` or null);
 - ``gate.md`` — the same criteria as a short markdown table (:func:`evil_moe.gate.verdict.gate_md`);
-- ``figures/{name}.{png,svg}`` for each name of :data:`evil_moe.gate.figures.FIGURES`.
+- ``figures/{name}.{png,svg}`` for each name of :data:`evil_moe.gate.figures.FIGURES`, and
+  ``figures/heldout_trajectory.{png,svg}`` where the pilots evaluated along the run
+  (``pilot.eval_every``; their ``trajectory.tsv``): held-out hack and pass rate against step per
+  arm, with the rebound rule's finding (:mod:`evil_moe.gate.trajectory`) in ``gate.json``.
 
 :func:`run_compare` only loads (the pilots, through :func:`evil_moe.pilots.read_pilot`, and the
 detector audit's row), calls the gate (:func:`evil_moe.gate.gate_json.build_gate`: every key of
@@ -62,7 +65,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from evil_moe import files, tables
-from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
+from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures, heldout_trajectory_figure
 from evil_moe.gate.gate_json import build_gate, by_arm
 from evil_moe.gate.summary import rounded
 from evil_moe.gate.verdict import gate_md
@@ -184,6 +187,8 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
         draw_figures(by, arms, out / "figures", max_fc, distill_samples, rows)
         ceiling_figure(rows, out / "figures")
         absorption_figure(rows, gate["known_modes"], out / "figures")
+        if "trajectory" in gate or cfg.pilot.eval_every:  # the workflow expects it whenever eval_every is set
+            heldout_trajectory_figure(gate.get("trajectory", []), gate.get("rebounds", {}), out / "figures")
     return gate
 
 
