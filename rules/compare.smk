@@ -6,6 +6,7 @@ checkpoint compare:
         unpack(get_compare_audit),
         pilots=get_compare_input,
         samples=res("distill/samples.tsv"),
+        vhack_checks=res("vhack/main_hack_checks.tsv"),
     output:
         gate=report(
             res("compare/gate.json"),
@@ -111,4 +112,4 @@ checkpoint compare:
         "compare: the pilot comparison and the gate; log: {log}"
     shell:
         "evil-moe compare --config-json {params.cfg:q} {params.pilots} {params.audit}"
-        " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --distill-samples {input.samples:q} --vhack-checks {input.vhack_checks:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -157,7 +157,8 @@ def validity_rows(pilots: Sequence[Pilot], max_fc: float) -> list[dict]:
              "note": "ok" if p.status == "ok" else f"{p.status}: {p.reason}"} for p in pilots]
 
 
-def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple[dict, list[dict]]:
+def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None,
+               vhack_pairs: int | None = None) -> tuple[dict, list[dict]]:
     """The gate of the expected ``pilots`` (read, or marked missing; in the order expected):
     ``(gate.json's dict, summary rows)``.
 
@@ -170,7 +171,9 @@ def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple
     ``rebounds`` (per trained arm: the rebound rule's finding or null,
     :mod:`evil_moe.gate.trajectory`), with a note on each. ``cfg``: the run
     config (``compare``, ``pilot.max_frac_clipped``, ``pilot.detector``, ``moe.forward``,
-    ``vhack.known_modes``). Keys in ``gate.json``'s order; the caller adds ``ignored``.
+    ``vhack.known_modes``); ``vhack_pairs``: the pairs v_hack was extracted from (the labels it
+    read, :func:`evil_moe.gate.summary.label_columns`), None when not known. Keys in
+    ``gate.json``'s order; the caller adds ``ignored``.
     """
     cc = cfg.compare
     max_fc = float(cfg.pilot.max_frac_clipped)
@@ -185,6 +188,7 @@ def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple
     rows = summary.summary_rows(by, arms, outcomes, seeds, cc)
     known = known_modes(cfg)
     summary.flag_columns(rows, by)
+    summary.label_columns(rows, cfg, audit, vhack_pairs)
     ceilings = ceiling_columns(rows, outcomes, cc, known)
     summary.router_columns(rows, routers)
     size = summary.sizes(outcomes)

@@ -134,9 +134,25 @@ def detector_audit(path: str | Path | None, detector: str) -> dict | None:
     return out
 
 
+def vhack_pairs(path: str | Path | None) -> int | None:
+    """The pairs v_hack was extracted from: the ``n`` of the ``extraction_hack_clean`` check of
+    ``vhack/{name}_checks.tsv`` (:data:`evil_moe.tables.VHACK_CHECKS`); None without the file
+    or the row.
+
+    Raises:
+        FileNotFoundError: a given path that does not exist (names it).
+    """
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"v_hack checks not found: {path}")
+    n = [r["n"] for r in files.read_tsv_rows(path) if r["check"] == "extraction_hack_clean" and r["n"] != ""]
+    return int(float(n[0])) if n else None
+
+
 def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: str | Path, cfg,
                 distill_samples: str | Path | None = None, figures: bool = True,
-                audit_path: str | Path | None = None) -> dict:
+                audit_path: str | Path | None = None, vhack_checks: str | Path | None = None) -> dict:
     """Aggregate the pilots, decide the separation gate, write the summary, gate and figures.
 
     Args:
@@ -178,7 +194,7 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
               else read_pilot(r, max_fc, trains=ARMS[r.arm].trains if r.arm in ARMS else True,
                               collapsed=lambda rows: collapsed(rows, cfg.pilot))
               for r in expected]
-    gate, rows = build_gate(loaded, cfg, detector_audit(audit_path, cfg.pilot.detector))
+    gate, rows = build_gate(loaded, cfg, detector_audit(audit_path, cfg.pilot.detector), vhack_pairs(vhack_checks))
     if ignored:
         gate["ignored"] = ignored
     _write(out, gate, rows)
