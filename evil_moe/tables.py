@@ -419,7 +419,7 @@ COMPARE_SUMMARY = _cols([
     ("hack_unknown_ci_high", "fraction", "upper end of its interval"),
     ("hack_rate_{mode}", "fraction", "held-out hack rate on {mode} problems; one column per loophole mode (evil_moe.env.loopholes.MODES)", "mode"),
     ("labels", "str", "the labelled data the arm's training read, joined by + (none: oracle-free): rollouts | oracle_pass | calibration | calibration_fit | vhack | authored | planted (docs/arms.md, Labels used)"),
-    ("labels_n", "count", "how many labels one training run read from them (empty where one is unknown: v_hack's pairs without vhack/main_hack_checks.tsv, calibration without the audit)"),
+    ("labels_n", "count", "how many labels one training run read from them (empty where one is unknown: v_hack's pairs without vhack/main_checks.tsv, calibration without the audit)"),
 ])
 
 # results/detector_sweep/summary.tsv — one row per (detector level, swept arm), plus the ceilings.

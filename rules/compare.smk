@@ -6,7 +6,7 @@ checkpoint compare:
         unpack(get_compare_audit),
         pilots=get_compare_input,
         samples=res("distill/samples.tsv"),
-        vhack_checks=res("vhack/main_hack_checks.tsv"),
+        vhack_checks=res("vhack/main_checks.tsv"),
     output:
         gate=report(
             res("compare/gate.json"),

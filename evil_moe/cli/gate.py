@@ -24,7 +24,7 @@ from evil_moe.cli.common import config_options, fail, main
               help="The detector audit's quality.tsv (route/filter are 'uninformative' unless their "
                    "detector beats its placebo there).")
 @click.option("--vhack-checks", type=click.Path(dir_okay=False), default=None,
-              help="The extraction's vhack/main_hack_checks.tsv (v_hack's pairs: the labels it read).")
+              help="The extraction's vhack/main_checks.tsv (v_hack's pairs: the labels it read).")
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/compare", show_default=True)
 def compare_cmd(cfg, pilots_dir, pilot_dirs, distill_samples, audit_path, vhack_checks, out_dir) -> None:
     """Aggregate the pilots into summary.tsv, gate.json and figures; print the verdict last."""

@@ -76,7 +76,7 @@ def label_count(source: str, cfg, audit: dict | None, vhack_pairs: int | None) -
     × group``; the calibration runs' (``calibration``: the detector audit's ``n_scored`` of
     ``pilot.detector``; ``calibration_fit``: its ``n_labels``; ``audit`` its pooled row, None
     without an audit); v_hack's pairs (``vhack``): two labelled completions per pair it was
-    extracted from (``vhack_pairs``, from ``vhack/main_hack_checks.tsv``; under
+    extracted from (``vhack_pairs``, from ``vhack/main_checks.tsv``; under
     ``vhack.source: authored`` the authored pairs of the known modes); the authored pairs'
     (``authored``): two per pair in the run's format; ``planted``: 0."""
     pc = cfg.pilot
