@@ -1,6 +1,7 @@
 """The one reader of pilot folders (``results/pilots/{arm}/s{seed}/``, and the re-evaluation's,
 the detector sweep's and the calibration runs' of the same shape): what a finished pilot left —
-``status.json``, ``steps.tsv``, ``outcomes.tsv``, ``rows.tsv`` and ``scores.safetensors`` — read
+``status.json``, ``steps.tsv``, ``outcomes.tsv``, ``trajectory.tsv``, ``rows.tsv`` and
+``scores.safetensors`` — read
 and checked in one place (each file against the SHA-256 recorded beside it when it was written:
 :func:`evil_moe.files.check_intact`), for the gate (:mod:`evil_moe.stages.compare`), the planted
 world's checks, the detector sweep, the re-evaluation and the detector audit. Like
@@ -46,6 +47,8 @@ class Pilot:
         run: the folder.
         status: ``ok``, ``invalid`` or ``missing``; ``reason`` says why.
         steps: ``steps.tsv`` sorted by step; ``outcomes``: ``outcomes.tsv`` (ids as text).
+        trajectory: ``trajectory.tsv`` (the evaluations along the run, ``pilot.eval_every``;
+            the columns of ``outcomes``), or None where the pilot wrote none.
         frac_clipped_max: the largest clip fraction of any step (None when not recorded).
         isolation: the grader's isolation level (``status.json``).
     """
@@ -57,6 +60,7 @@ class Pilot:
     outcomes: pd.DataFrame | None = None
     frac_clipped_max: float | None = None
     isolation: str | None = None
+    trajectory: pd.DataFrame | None = None
 
 
 def pilot_from_path(path: str | Path, arms: Collection[str]) -> PilotRun:
@@ -118,12 +122,16 @@ def read_pilot(run: PilotRun, max_frac_clipped: float = 0.5, *, trains: bool = T
     try:
         steps = files.read_tsv(p / "steps.tsv", STEPS_REQUIRED).sort_values("step", kind="stable")
         outcomes = files.read_tsv(p / "outcomes.tsv", OUTCOME_COLUMNS)
+        trajectory = (files.read_tsv(p / "trajectory.tsv", OUTCOME_COLUMNS) if (p / "trajectory.tsv").is_file()
+                      else None)
     except files.DamagedFile as err:  # changed since the pilot wrote it: never judged
         return Pilot(run, "invalid", str(err))
-    outcomes = outcomes.astype({"arm": str, "view": str, "problem_id": str, "mode": str})
+    text = {"arm": str, "view": str, "problem_id": str, "mode": str}
+    outcomes = outcomes.astype(text)
     fc = pd.to_numeric(steps["frac_clipped"], errors="coerce")
     fc_max = float(fc.max()) if fc.notna().any() else None
-    pilot = Pilot(run, "ok", "ok", steps, outcomes, fc_max, isolation)
+    pilot = Pilot(run, "ok", "ok", steps, outcomes, fc_max, isolation,
+                  None if trajectory is None else trajectory.astype(text))
     if state != "ok":
         pilot.status, pilot.reason = "invalid", stopped
     elif not trains:  # the untrained reference: evaluated only, no steps to check

@@ -217,7 +217,7 @@ PROBE_CURVE = _cols([
 ])
 
 # results/pilots/{arm}/s{seed}/eval.tsv — held-out evaluation after the last step (and every
-# eval_every steps); one row per (step, view, mode) plus mode "all".
+# eval_every steps: their completions are trajectory.tsv); one row per (step, view, mode) plus mode "all".
 EVAL = _cols([
     ("step", "int", "step after which the evaluation ran"),
     ("arm", "str", "arm"),
@@ -244,6 +244,11 @@ OUTCOMES = _cols([
     ("pass", "0/1", "the oracle passed"),
     ("truncated", "0/1", "hit max_new without an eos"),
 ])
+
+# results/pilots/{arm}/s{seed}/trajectory.tsv (pilot.eval_every > 0) — the held-out evaluations along
+# the run, after every eval_every-th step but the last (that one is outcomes.tsv): outcomes.tsv's
+# columns, one row per completion, the same problems and sampling seeds at every step.
+TRAJECTORY = OUTCOMES
 
 # results/teacher/summary.tsv — per mode plus 'all'.
 TEACHER_SUMMARY = _cols([
@@ -418,6 +423,8 @@ COMPARE_SUMMARY = _cols([
     ("hack_unknown_ci_low", "fraction", "lower end of its interval"),
     ("hack_unknown_ci_high", "fraction", "upper end of its interval"),
     ("hack_rate_{mode}", "fraction", "held-out hack rate on {mode} problems; one column per loophole mode (evil_moe.env.loopholes.MODES)", "mode"),
+    ("labels", "str", "the labelled data the arm's training read, joined by + (none: oracle-free): rollouts | oracle_pass | calibration | calibration_fit | vhack | authored | planted (docs/arms.md, Labels used)"),
+    ("labels_n", "count", "how many labels one training run read from them (empty where one is unknown: v_hack's pairs without vhack/main_checks.tsv, calibration without the audit)"),
 ])
 
 # results/detector_sweep/summary.tsv — one row per (detector level, swept arm), plus the ceilings.
@@ -474,6 +481,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "pilots/{arm}/s{seed}/steps.tsv": STEPS,
     "pilots/{arm}/s{seed}/eval.tsv": EVAL,
     "pilots/{arm}/s{seed}/outcomes.tsv": OUTCOMES,
+    "pilots/{arm}/s{seed}/trajectory.tsv": TRAJECTORY,
     "pilots/{arm}/s{seed}/rows.tsv": AUDIT_ROWS,
     "audit/quality.tsv": AUDIT_QUALITY,
     "audit/probe_curve.tsv": PROBE_CURVE,

@@ -89,6 +89,9 @@ FIGURES = [
     "absorption",
     "phases",
 ]
+# The pilots evaluate along the run (pilot.eval_every > 0): each writes trajectory.tsv and compare
+# draws evil_moe.gate.figures.TRAJECTORY_FIGURE; otherwise neither exists (the default's DAG).
+TRAJECTORY = bool(config["pilot"]["eval_every"])
 # PILOT_RUN_INDEPENDENT (evil_moe/config.py): pilot keys left out of each run's params, so adding
 # a seed or an arm does not rerun the others, and the test-only failure switches reach only the
 # arm they name (see get_pilot_config).

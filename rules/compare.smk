@@ -6,6 +6,7 @@ checkpoint compare:
         unpack(get_compare_audit),
         pilots=get_compare_input,
         samples=res("distill/samples.tsv"),
+        vhack_checks=res("vhack/main_checks.tsv"),
     output:
         gate=report(
             res("compare/gate.json"),
@@ -80,6 +81,19 @@ checkpoint compare:
             category="8. Trajectories",
             labels={"stage": "compare", "figure": "phases"},
         ),
+        **(
+            {
+                "heldout_trajectory": report(
+                    res("compare/figures/heldout_trajectory.svg"),
+                    caption="../report/fig_heldout_trajectory.rst",
+                    category="0. Verdict",
+                    labels={"stage": "compare", "result": "held-out trajectory"},
+                ),
+                "heldout_trajectory_png": res("compare/figures/heldout_trajectory.png"),
+            }
+            if TRAJECTORY
+            else {}
+        ),
         png=expand(res("compare/figures/{figure}.png"), figure=FIGURES),
     log:
         res("logs/compare.log"),
@@ -98,4 +112,4 @@ checkpoint compare:
         "compare: the pilot comparison and the gate; log: {log}"
     shell:
         "evil-moe compare --config-json {params.cfg:q} {params.pilots} {params.audit}"
-        " --distill-samples {input.samples:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --distill-samples {input.samples:q} --vhack-checks {input.vhack_checks:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -60,6 +60,11 @@ rule pilot:
         rollouts=res("pilots/{arm}/s{seed}/rollouts.jsonl.gz"),
         adapter=res("pilots/{arm}/s{seed}/adapter.safetensors"),
         status=res("pilots/{arm}/s{seed}/status.json"),
+        **(
+            {"trajectory": res("pilots/{arm}/s{seed}/trajectory.tsv")}
+            if TRAJECTORY
+            else {}
+        ),
     log:
         res("logs/pilot/{arm}_s{seed}.log"),
     benchmark:

@@ -70,47 +70,57 @@ def test_arm_table_shows_each_judged_arm_with_control_ceiling_and_verdict(tmp_pa
     (judged view only), their ceiling and the positive control; controls are not rows; cells fold
     the intervals; each arm's pass rate stands beside its hack rate, each with its change vs the
     untrained student; drops are shown as changes (arm minus the other side: a rise reads as a
-    rise); verdicts come from gate.json, with the finding "no better than not training"."""
+    rise); each arm's labels used, with their count for one run ("count unknown" where the
+    summary has none, a dash for a summary without the columns); verdicts come from gate.json,
+    with the finding "no better than not training"."""
     from evil_moe.gate.frontpage import arm_table_rst
 
     head = ["arm", "view", "hack_rate", "hack_ci_low", "hack_ci_high", "pass_rate", "pass_ci_low", "pass_ci_high",
             "drop_vs_untrained", "untrained_ci_low", "untrained_ci_high", "pass_drop_vs_untrained",
             "pass_untrained_ci_low", "pass_untrained_ci_high", "drop_vs_vanilla", "drop_ci_low",
             "drop_ci_high", "drop_vs_control", "control_ci_low", "control_ci_high", "ceiling_share",
-            "ceiling_share_ci_low", "ceiling_share_ci_high"]
+            "ceiling_share_ci_low", "ceiling_share_ci_high", "labels", "labels_n"]
     none = [""] * 9  # no pass rate, no changes vs untrained
     rows = [head,
             ["vanilla", "trained", "0.4", "0.3", "0.5", "0.1", "0.05", "0.15", "-0.3", "-0.4", "-0.2", "0.3", "0.2",
-             "0.4", "", "", "", "", "", "", "", "", ""],
+             "0.4", "", "", "", "", "", "", "", "", "", "none", "0"],
             ["route", "ablated", "0.2", "0.1", "0.3", "0.38", "0.3", "0.46", "-0.1", "-0.2", "0", "0.02", "-0.06",
-             "0.1", "0.2", "0.05", "0.35", "0.04", "-0.1", "0.18", "0.5", "0.1", "0.9"],
-            ["route", "trained", "0.3", "0.2", "0.4"] + none + ["0.1", "0", "0.2"] + [""] * 6,
-            ["route_dose_matched", "ablated", "0.24", "0.1", "0.3"] + none + ["0.16", "0", "0.3"] + [""] * 6,
+             "0.1", "0.2", "0.05", "0.35", "0.04", "-0.1", "0.18", "0.5", "0.1", "0.9", "vhack+calibration", "324"],
+            ["route", "trained", "0.3", "0.2", "0.4"] + none + ["0.1", "0", "0.2"] + [""] * 8,
+            ["route_dose_matched", "ablated", "0.24", "0.1", "0.3"] + none + ["0.16", "0", "0.3"] + [""] * 6
+            + ["none", "0"],
             ["route_oracle", "ablated", "0.0", "0.0", "0.05"] + none + ["0.4", "0.3", "0.5", "0.3", "0.2", "0.4"]
-            + [""] * 3,
-            ["oracle_reward", "trained", "0.05", "0", "0.1"] + none + ["0.35", "0.2", "0.5"] + [""] * 6,
+            + [""] * 3 + ["rollouts", "1440"],
+            ["oracle_reward", "trained", "0.05", "0", "0.1"] + none + ["0.35", "0.2", "0.5"] + [""] * 6
+            + ["oracle_pass", ""],
             ["untrained", "trained", "0.1", "0.05", "0.15", "0.4", "0.3", "0.5"] + [""] * 6 + ["0.3", "0.2", "0.4"]
-            + [""] * 6]
+            + [""] * 6 + ["none", "0"]]
     gate = {"arms": {"route": {"verdict": "inconclusive", "finding": "no_better_than_untrained"}}}
     html = publish_parts(arm_table_rst(_tsv(tmp_path / "s.tsv", rows), gate), writer="html")["body"]
     cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
              for r in re.findall(r"<tr[^>]*>(.*?)</tr>", html, re.S)]
     assert cells[0] == ["arm (view)", "hack rate", "hack: change vs untrained", "pass rate", "pass: change vs untrained",
                         "hack: change vs vanilla", "hack: change vs its control", "share of its ceiling's change",
-                        "verdict"]
+                        "labels used (one run)", "verdict"]
     assert [c[0] for c in cells[1:]] == ["vanilla (trained)", "untrained (trained)", "route (ablated)",
                                          "route_oracle (ablated)", "oracle_reward (trained)"]
     # vanilla hacks 0.3 more than not training and passes 0.3 less (drops -0.3 and 0.3 negated)
     assert cells[1][1:] == ["0.400 [0.300, 0.500]", "+0.300 [+0.200, +0.400]", "0.100 [0.050, 0.150]",
-                            "−0.300 [−0.400, −0.200]", "–", "–", "–", "reference"]
+                            "−0.300 [−0.400, −0.200]", "–", "–", "–", "none", "reference"]
     assert cells[2][1:4] == ["0.100 [0.050, 0.150]", "–", "0.400 [0.300, 0.500]"]
     assert cells[2][5] == "−0.300 [−0.400, −0.200]"
     assert cells[3][1:] == ["0.200 [0.100, 0.300]", "+0.100 [0.000, +0.200]", "0.380 [0.300, 0.460]",
                             "−0.020 [−0.100, +0.060]", "−0.200 [−0.350, −0.050]",
                             "−0.040 [−0.180, +0.100] vs route_dose_matched", "0.500 [0.100, 0.900]",
-                            "inconclusive (no better than not training)"]
-    assert cells[4][6] == "−0.300 [−0.400, −0.200] vs route_oracle_dose_matched" and cells[4][8] == "reported (ceiling)"
-    assert cells[5][6] == "–" and cells[5][8] == "reported (positive control)"
+                            "vhack + calibration: 324", "inconclusive (no better than not training)"]
+    assert cells[4][6] == "−0.300 [−0.400, −0.200] vs route_oracle_dose_matched" and cells[4][9] == "reported (ceiling)"
+    assert cells[4][8] == "rollouts: 1440"
+    assert cells[5][6] == "–" and cells[5][9] == "reported (positive control)"
+    assert cells[5][8] == "oracle_pass: count unknown"
+    del rows[0][-2:]  # a summary written before the labels columns
+    old = publish_parts(arm_table_rst(_tsv(tmp_path / "s.tsv", [r[:len(rows[0])] for r in rows]), gate),
+                        writer="html")["body"]
+    assert "labels used (one run)" in old and "vhack + calibration" not in old
 
 
 def test_the_first_page_speaks_one_convention(tmp_path, monkeypatch):

@@ -217,6 +217,8 @@ def test_pilot_paired_design(world, erase_run, tmp_path):
 
 
 def test_pilot_eval_every_route_views(world, tmp_path):
+    """eval_every 1 evaluates after step 0 too, in both of route's views: its rates in eval.tsv,
+    its completions in trajectory.tsv; outcomes.tsv keeps the final evaluation alone."""
     from evil_moe.stages.pilot import run_pilot
 
     run_pilot(cfg_of("pilot.eval_every=1"), **pilot_kwargs(world, tmp_path, arm="route"))
@@ -225,6 +227,79 @@ def test_pilot_eval_every_route_views(world, tmp_path):
         (0, "ablated"), (0, "trained"), (1, "ablated"), (1, "trained")]
     n_held = 4  # one per mode with problems.limit=12, heldout_frac 0.25
     assert all(int(r["n"]) == n_held for r in ev if r["mode"] == "all")
+    assert header(tmp_path / "trajectory.tsv") == tables.names(tables.TRAJECTORY)
+    traj, out = read_tsv(tmp_path / "trajectory.tsv"), read_tsv(tmp_path / "outcomes.tsv")
+    assert sorted({(int(r["step"]), r["view"]) for r in traj}) == [(0, "ablated"), (0, "trained")]
+    assert sorted({(int(r["step"]), r["view"]) for r in out}) == [(1, "ablated"), (1, "trained")]
+    # the same problems and samples at every evaluation
+    assert (sorted((r["view"], r["problem_id"], r["sample"]) for r in traj)
+            == sorted((r["view"], r["problem_id"], r["sample"]) for r in out))
+
+
+def _drawing_evaluate(monkeypatch):
+    """The pilot's evaluate, drawing from every global random stream first (as a sampler or
+    grader that used them would)."""
+    import random
+
+    import numpy as np
+
+    import evil_moe.stages.pilot as pilot_mod
+
+    real = pilot_mod.evaluate
+
+    def evaluate(*a, **kw):
+        torch.rand(3), random.random(), np.random.random()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pilot_mod, "evaluate", evaluate)
+
+
+def test_pilot_evaluations_along_the_run_leave_the_training_alone(world, tmp_path, monkeypatch):
+    """A pilot with eval_every > 0 trains exactly as one without: the same steps.tsv (less
+    seconds), rollouts and final outcomes, and the same global random states in its checkpoint,
+    even when the evaluation draws from the global streams; only the one with eval_every writes a
+    trajectory.tsv. Without the evaluation's own random state (pilot._own_rng) the checkpoints'
+    states differ."""
+    from evil_moe.stages.pilot import run_pilot
+
+    _drawing_evaluate(monkeypatch)
+    runs = {}
+    for every in (0, 2):
+        cfg = cfg_of("pilot.steps=4", f"pilot.eval_every={every}")
+        d = tmp_path / f"every{every}"
+        assert run_pilot(cfg, **pilot_kwargs(world, d), stop_after=3)["status"] == "stopped"
+        runs[every] = torch.load(d / "checkpoint.pt", weights_only=False)
+        assert run_pilot(cfg, **pilot_kwargs(world, d))["status"] == "ok"
+    for key in ("torch_rng", "py_rng", "np_rng"):
+        a, b = runs[0][key], runs[2][key]
+        assert (torch.equal(a, b) if key == "torch_rng" else str(a) == str(b)), key
+    a, b = tmp_path / "every0", tmp_path / "every2"
+    assert tsv_without(a / "steps.tsv") == tsv_without(b / "steps.tsv")
+    assert files.read_jsonl(a / "rollouts.jsonl.gz") == files.read_jsonl(b / "rollouts.jsonl.gz")
+    assert (a / "outcomes.tsv").read_bytes() == (b / "outcomes.tsv").read_bytes()
+    assert not (a / "trajectory.tsv").exists()
+    assert {int(r["step"]) for r in read_tsv(b / "trajectory.tsv")} == {1}
+    assert [r["seconds_eval"] != "" for r in read_tsv(b / "steps.tsv")] == [False, True, False, True]
+
+
+def test_pilot_trajectory_resumes_without_loss_or_duplicate(world, tmp_path):
+    """A pilot stopped after an evaluation along the run and resumed from its checkpoint writes
+    the uninterrupted run's trajectory.tsv: the evaluation before the stop is kept once, the one
+    after it is added; a rerun of the finished folder with eval_every 0 removes it."""
+    from evil_moe.stages.pilot import run_pilot
+
+    cfg = cfg_of("pilot.steps=3", "pilot.eval_every=1")
+    run_pilot(cfg, **pilot_kwargs(world, tmp_path / "whole"))
+    cut = tmp_path / "cut"
+    assert run_pilot(cfg, **pilot_kwargs(world, cut), stop_after=1)["status"] == "stopped"
+    assert run_pilot(cfg, **pilot_kwargs(world, cut))["status"] == "ok"
+    whole = (tmp_path / "whole" / "trajectory.tsv").read_bytes()
+    assert (cut / "trajectory.tsv").read_bytes() == whole
+    rows = read_tsv(cut / "trajectory.tsv")
+    assert sorted(int(r["step"]) for r in rows) == [0] * (len(rows) // 2) + [1] * (len(rows) // 2)
+    assert len({(r["step"], r["view"], r["problem_id"], r["sample"]) for r in rows}) == len(rows)
+    run_pilot(cfg_of("pilot.steps=3"), **pilot_kwargs(world, cut))
+    assert not (cut / "trajectory.tsv").exists() and not files.hash_record(cut / "trajectory.tsv").exists()
 
 
 def _first_step_with_gradient(erase_run) -> int:

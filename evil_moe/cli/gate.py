@@ -23,8 +23,10 @@ from evil_moe.cli.common import config_options, fail, main
 @click.option("--audit", "audit_path", type=click.Path(dir_okay=False), default=None,
               help="The detector audit's quality.tsv (route/filter are 'uninformative' unless their "
                    "detector beats its placebo there).")
+@click.option("--vhack-checks", type=click.Path(dir_okay=False), default=None,
+              help="The extraction's vhack/main_checks.tsv (v_hack's pairs: the labels it read).")
 @click.option("--out-dir", type=click.Path(file_okay=False), default="results/compare", show_default=True)
-def compare_cmd(cfg, pilots_dir, pilot_dirs, distill_samples, audit_path, out_dir) -> None:
+def compare_cmd(cfg, pilots_dir, pilot_dirs, distill_samples, audit_path, vhack_checks, out_dir) -> None:
     """Aggregate the pilots into summary.tsv, gate.json and figures; print the verdict last."""
     from evil_moe.stages.compare import run_compare
 
@@ -32,7 +34,7 @@ def compare_cmd(cfg, pilots_dir, pilot_dirs, distill_samples, audit_path, out_di
         raise click.UsageError("give exactly one of --pilots-dir or --pilot")
     try:
         gate = run_compare(pilots_dir or list(pilot_dirs), out_dir, cfg, distill_samples=distill_samples,
-                           audit_path=audit_path)
+                           audit_path=audit_path, vhack_checks=vhack_checks)
     except (FileNotFoundError, ValueError) as err:
         raise click.ClickException(str(err)) from err
     for c in gate["criteria"]:

@@ -22,6 +22,8 @@ from evil_moe.rl.arms.registry import ARMS
 
 FIGURES = ("heldout", "hack_rate", "pass_rate", "cin", "removed", "frac_clipped", "cos_contrib", "ceiling",
            "absorption", "phases")
+# drawn only when the pilots evaluated along the run (pilot.eval_every > 0): heldout_trajectory_figure
+TRAJECTORY_FIGURE = "heldout_trajectory"
 # steps.tsv's per-phase seconds, in the order they run within a step (evil_moe/tables.py); "other"
 # is the rest of a step's seconds (cin measurement, logging), "eval" the held-out evaluation per
 # training step (its seconds summed over the run, divided by the steps).
@@ -402,6 +404,48 @@ def absorption_figure(rows: list[dict], known: list[str], folder: Path) -> None:
     ax.set_xlabel("held-out hack rate (95% CI)")
     _title(ax, f"absorption: modes the detector knows ({', '.join(known)}) vs never saw", 9)
     save_figure(fig, folder, "absorption")
+
+
+def heldout_trajectory_figure(rates: list[dict], rebounds: dict, folder: Path) -> None:
+    """``heldout_trajectory``: each arm's held-out hack and pass rate on its judged view against
+    the steps trained (an evaluation after step ``s`` at ``s + 1``; the untrained student, where
+    every run starts, at 0), a line through each evaluation and the band of the gate's 95%
+    intervals (cluster bootstrap over seeds × problems); a named rebound's peak, trough and
+    rebound ringed on the hack panel. ``rates``: :func:`evil_moe.gate.trajectory.step_rates`'
+    rows; ``rebounds``: :func:`evil_moe.gate.trajectory.rebounds`."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    judged = [r for r in rates if r["arm"] in ARMS and r["view"] == ARMS[r["arm"]].views[0]]
+    for ax, metric in zip(axes, ("hack", "pass")):
+        for arm in dict.fromkeys(r["arm"] for r in judged):
+            pts = sorted((r for r in judged if r["arm"] == arm), key=lambda r: r["step"])
+            x = [r["step"] + 1 for r in pts]
+            y = [r[f"{metric}_rate"] for r in pts]
+            lo = [r[f"{metric}_ci_low"] if r[f"{metric}_ci_low"] is not None else np.nan for r in pts]
+            hi = [r[f"{metric}_ci_high"] if r[f"{metric}_ci_high"] is not None else np.nan for r in pts]
+            color = ARM_COLORS.get(arm, "#777777")
+            label = f"{arm} ({pts[0]['view']})"
+            if len(x) > 1:
+                ax.plot(x, y, "o-", color=color, markersize=4, label=label)
+                ax.fill_between(x, lo, hi, color=color, alpha=0.12, linewidth=0)
+            else:  # the untrained student: one evaluation, at the start
+                ax.errorbar(x, y, yerr=[[y[0] - lo[0]], [hi[0] - y[0]]], fmt="D", color=color, capsize=3,
+                            markersize=5, label=label)
+            found = rebounds.get(arm) if metric == "hack" else None
+            if found:
+                ring = [(s + 1, r[f"{metric}_rate"]) for s in (found["peak"], found["trough"], found["rebound"])
+                        for r in pts if r["step"] == s]
+                ax.plot(*zip(*ring), "o", markerfacecolor="none", markeredgecolor=color, markersize=11)
+        _step_axis(ax)
+        ax.set_xlabel("steps trained")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel(f"held-out {metric} rate")
+        ax.grid(alpha=0.3)
+    _title(axes[0], "held-out hack rate along the run (ringed: a rebound's peak, trough and rebound)")
+    _title(axes[1], "held-out pass rate along the run; bands: 95% cluster-bootstrap CI (seeds × problems)")
+    _legend_outside(axes[1])
+    save_figure(fig, folder, TRAJECTORY_FIGURE)
 
 
 def vhack_curve_figure(curve: list[dict], isotropic: float | None, prefix) -> None:

@@ -6,10 +6,11 @@ writes with :func:`front_page_rst` from the comparison's outputs:
 
 1. the verdict in plain words (:func:`evil_moe.gate.verdict.verdict_line`; the verdict word
    appears once, in it),
-2. the per-arm table (:func:`arm_table_rst`): vanilla and the untrained student, then each
-   judged arm's hack rate and pass rate side by side, each with its change vs the untrained
+2. the per-arm table (:func:`arm_table_rst`): vanilla and the untrained student, then every
+   intervention (each treatment, ceiling and the positive control) on its judged (deploy) view:
+   its hack rate and pass rate side by side, each with its change vs the untrained
    student, its change in hack rate vs vanilla and vs its matched control and its share of its
-   ceiling's change, with intervals, and its verdict (with its finding: "no better than not
+   ceiling's change, with intervals, the labels its training read, and its verdict (with its finding: "no better than not
    training"); then the gate's arithmetic
    (:func:`evil_moe.gate.verdict.arithmetic_line`: ``compare/gate.json``'s criteria in the same
    changes),
@@ -115,6 +116,19 @@ def _list_table(title: str, header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def labels_cell(row: dict) -> str:
+    """The labels an arm's training read, from its summary row (``labels``, ``labels_n``):
+    ``none``, ``vhack + calibration: 324``, or the sources with ``count unknown``; a dash for
+    a summary without the columns."""
+    labels = row.get("labels") or ""
+    if not labels:
+        return "–"
+    if labels == "none":
+        return "none"
+    n = _num(row.get("labels_n"))
+    return rst_text(labels.replace("+", " + ") + (f": {n:.0f}" if n is not None else ": count unknown"))
+
+
 def arm_table_rst(summary: str | Path, gate: dict) -> str:
     """The first page's per-arm table: the references first (vanilla, and the untrained student
     every pilot starts from), then one row per arm the gate judged (treatments) or reports
@@ -123,7 +137,8 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
     student, the hack rate's change vs vanilla and vs its matched control (every change is the
     arm's rate minus theirs, so that a rise reads as a rise: ``compare/summary.tsv``'s drops
     negated, :func:`_change_ci`), its share of its ceiling's change (the same ratio as of the
-    drops; all with the gate's intervals) and its verdict (``gate.json`` ``arms``, with its
+    drops; all with the gate's intervals), the labels its training read and how many
+    (:func:`labels_cell`; "none": oracle-free) and its verdict (``gate.json`` ``arms``, with its
     finding: "no better than not training"; "reference" for vanilla and the untrained student,
     "reported" for arms never judged).
 
@@ -155,7 +170,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
                      (f"{_change_ci(r, 'drop_vs_control', 'control_ci_low', 'control_ci_high')} vs {cls.control}"
                       if cls.control else "–"),
                      _with_ci(r, "ceiling_share", "ceiling_share_ci_low", "ceiling_share_ci_high"),
-                     verdict])
+                     labels_cell(r), verdict])
     if not rows:  # no arm of the registry on its judged view: nothing to show (docutils refuses an empty table)
         return ""
     return _list_table("Held-out hack and pass rates per arm on its judged view, each with its change vs the "
@@ -163,7 +178,7 @@ def arm_table_rst(summary: str | Path, gate: dict) -> str:
                        "arm's rate minus theirs: negative = less; 95% intervals, crossed seed × problem bootstrap)",
                        ["arm (view)", "hack rate", "hack: change vs untrained", "pass rate",
                         "pass: change vs untrained", "hack: change vs vanilla", "hack: change vs its control",
-                        "share of its ceiling's change", "verdict"], rows)
+                        "share of its ceiling's change", "labels used (one run)", "verdict"], rows)
 
 
 def summary_table_rst(summary: str | Path) -> str:

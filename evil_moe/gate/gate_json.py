@@ -19,6 +19,7 @@ from evil_moe.gate.ceilings import ceiling_columns, router_notes
 from evil_moe.gate.judge import criterion_row, effect_or_none, judge, references
 from evil_moe.gate.power import finite
 from evil_moe.gate.summary import all_steps_max, all_steps_mean
+from evil_moe.gate.trajectory import rebound_notes, rebounds, step_rates, trajectory_outcomes
 from evil_moe.gate.verdict import ceiling_notes, change_text, sentence
 from evil_moe.pilots import Pilot, last_step_outcomes
 from evil_moe.rl.arms.registry import ARMS
@@ -156,7 +157,8 @@ def validity_rows(pilots: Sequence[Pilot], max_fc: float) -> list[dict]:
              "note": "ok" if p.status == "ok" else f"{p.status}: {p.reason}"} for p in pilots]
 
 
-def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple[dict, list[dict]]:
+def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None,
+               vhack_pairs: int | None = None) -> tuple[dict, list[dict]]:
     """The gate of the expected ``pilots`` (read, or marked missing; in the order expected):
     ``(gate.json's dict, summary rows)``.
 
@@ -164,9 +166,14 @@ def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple
     (:func:`evil_moe.gate.judge.judge`, against vanilla, the matched controls and the untrained
     student, beside ``audit``, the detector audit's pooled row of ``pilot.detector``), and gathers each arm's numbers
     (:mod:`evil_moe.gate.summary`), the ceilings and absorption, the router's audit
-    (:func:`evil_moe.gate.audit.router_audit`) and the notes (:func:`notes`). ``cfg``: the run
+    (:func:`evil_moe.gate.audit.router_audit`) and the notes (:func:`notes`); where the pilots
+    evaluated along the run, the held-out ``trajectory`` (per arm, view and step) and the
+    ``rebounds`` (per trained arm: the rebound rule's finding or null,
+    :mod:`evil_moe.gate.trajectory`), with a note on each. ``cfg``: the run
     config (``compare``, ``pilot.max_frac_clipped``, ``pilot.detector``, ``moe.forward``,
-    ``vhack.known_modes``). Keys in ``gate.json``'s order; the caller adds ``ignored``.
+    ``vhack.known_modes``); ``vhack_pairs``: the pairs v_hack was extracted from (the labels it
+    read, :func:`evil_moe.gate.summary.label_columns`), None when not known. Keys in
+    ``gate.json``'s order; the caller adds ``ignored``.
     """
     cc = cfg.compare
     max_fc = float(cfg.pilot.max_frac_clipped)
@@ -181,18 +188,22 @@ def build_gate(pilots: Sequence[Pilot], cfg, audit: dict | None = None) -> tuple
     rows = summary.summary_rows(by, arms, outcomes, seeds, cc)
     known = known_modes(cfg)
     summary.flag_columns(rows, by)
+    summary.label_columns(rows, cfg, audit, vhack_pairs)
     ceilings = ceiling_columns(rows, outcomes, cc, known)
     summary.router_columns(rows, routers)
     size = summary.sizes(outcomes)
     pc_crit = gate_v.positive_control if gate_v is not None else None
+    along = trajectory_outcomes(pilots)
+    traj = {"trajectory": step_rates(along, cc), "rebounds": rebounds(along, cc)} if not along.empty else {}
     gate = {"verdict": verdict,
             "sentence": sentence(verdict, validity, gate_v, size),
             "underpowered": bool(gate_v.underpowered) if gate_v is not None else False,
             "criteria": validity + crit_rows,
             "positive_control": None if pc_crit is None else criterion_row(pc_crit, pc_crit.effect.a[0], None, "trained"),
             "arms": arm_info(arms, seeds, by, rows, arm_extra),
-            "notes": notes(by, arms, outcomes, cc, isolation, cfg.moe.forward) + ceiling_notes(ceilings) + router_notes(routers),
-            "ceilings": ceilings, "known_modes": known,
+            "notes": (notes(by, arms, outcomes, cc, isolation, cfg.moe.forward) + ceiling_notes(ceilings)
+                      + router_notes(routers) + rebound_notes(traj.get("rebounds"), traj.get("trajectory", []))),
+            "ceilings": ceilings, "known_modes": known, **traj,
             "detector": None if audit is None else audit,
             "router_audit": routers,
             "isolation": sorted(set(isolation)), "sizes": size,

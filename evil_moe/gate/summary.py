@@ -69,6 +69,49 @@ def router_columns(rows: list[dict], routers: dict) -> None:
                 row[f"router_{k}"] = v
 
 
+def label_count(source: str, cfg, audit: dict | None, vhack_pairs: int | None) -> int | None:
+    """How many labels one training run of an arm read from ``source`` (a name of
+    :data:`evil_moe.rl.detectors.registry.LABEL_SOURCES`), or None where the compare stage
+    cannot tell: its rollouts' (``rollouts``, ``oracle_pass``): ``pilot.steps × prompts_per_step
+    × group``; the calibration runs' (``calibration``: the detector audit's ``n_scored`` of
+    ``pilot.detector``; ``calibration_fit``: its ``n_labels``; ``audit`` its pooled row, None
+    without an audit); v_hack's pairs (``vhack``): two labelled completions per pair it was
+    extracted from (``vhack_pairs``, from ``vhack/main_checks.tsv``; under
+    ``vhack.source: authored`` the authored pairs of the known modes); the authored pairs'
+    (``authored``): two per pair in the run's format; ``planted``: 0."""
+    pc = cfg.pilot
+    if source in ("rollouts", "oracle_pass"):
+        return int(pc.steps * pc.prompts_per_step * pc.group)
+    if source in ("calibration", "calibration_fit"):
+        n = (audit or {}).get("n_scored" if source == "calibration" else "n_labels")
+        return None if n is None else int(n)
+    if source == "vhack" and cfg.vhack.source != "authored":
+        return None if vhack_pairs is None else 2 * int(vhack_pairs)
+    if source in ("vhack", "authored"):
+        from evil_moe.env.authored import load_authored
+
+        fmt = "toy" if cfg.problems.source == "toy" else "leetcode"
+        modes = (list(cfg.vhack.known_modes or []) or None) if source == "vhack" else None
+        return 2 * sum(len(a.pairs()) for a in load_authored(cfg.moe.pairs, fmt=fmt, modes=modes))
+    if source == "planted":
+        return 0
+    raise ValueError(f"unknown label source {source!r}")
+
+
+def label_columns(rows: list[dict], cfg, audit: dict | None = None, vhack_pairs: int | None = None) -> None:
+    """Each summary row's ``labels`` (the arm's label sources, :meth:`evil_moe.rl.arms.base.Arm.label_sources`,
+    joined by ``+``, or ``none``) and ``labels_n`` (their :func:`label_count` summed; empty when
+    one is unknown)."""
+    for row in rows:
+        cls = ARMS.get(row["arm"])
+        if cls is None:
+            continue
+        sources = cls.label_sources(cfg.pilot)
+        counts = [label_count(s, cfg, audit, vhack_pairs) for s in sources]
+        row["labels"] = "+".join(sources) or "none"
+        row["labels_n"] = None if None in counts else sum(counts)
+
+
 def _rate(outcomes: pd.DataFrame, side: tuple[str, str], metric: str, cc) -> Effect | None:
     try:
         return side_rate(outcomes, side, metric, n_boot=cc.n_boot, ci=cc.ci, seed=cc.seed, resample=cc.resample)

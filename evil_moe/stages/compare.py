@@ -13,7 +13,10 @@ Reads every pilot folder ``results/pilots/{arm}/s{seed}/`` (``status.json``, ``s
   passed, rules_out, note`` (raw values; the sentence and the report round them); every judged
   arm its ``verdict``, ``reason`` and ``finding`` (``no_better_than_untrained`` or null);
 - ``gate.md`` — the same criteria as a short markdown table (:func:`evil_moe.gate.verdict.gate_md`);
-- ``figures/{name}.{png,svg}`` for each name of :data:`evil_moe.gate.figures.FIGURES`.
+- ``figures/{name}.{png,svg}`` for each name of :data:`evil_moe.gate.figures.FIGURES`, and
+  ``figures/heldout_trajectory.{png,svg}`` where the pilots evaluated along the run
+  (``pilot.eval_every``; their ``trajectory.tsv``): held-out hack and pass rate against step per
+  arm, with the rebound rule's finding (:mod:`evil_moe.gate.trajectory`) in ``gate.json``.
 
 :func:`run_compare` only loads (the pilots, through :func:`evil_moe.pilots.read_pilot`, and the
 detector audit's row), calls the gate (:func:`evil_moe.gate.gate_json.build_gate`: every key of
@@ -62,7 +65,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from evil_moe import files, tables
-from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures
+from evil_moe.gate.figures import absorption_figure, ceiling_figure, draw_figures, heldout_trajectory_figure
 from evil_moe.gate.gate_json import build_gate, by_arm
 from evil_moe.gate.summary import rounded
 from evil_moe.gate.verdict import gate_md
@@ -131,9 +134,25 @@ def detector_audit(path: str | Path | None, detector: str) -> dict | None:
     return out
 
 
+def vhack_pairs(path: str | Path | None) -> int | None:
+    """The pairs v_hack was extracted from: the ``n`` of the ``extraction_hack_clean`` check of
+    ``vhack/{name}_checks.tsv`` (:data:`evil_moe.tables.VHACK_CHECKS`); None without the file
+    or the row.
+
+    Raises:
+        FileNotFoundError: a given path that does not exist (names it).
+    """
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"v_hack checks not found: {path}")
+    n = [r["n"] for r in files.read_tsv_rows(path) if r["check"] == "extraction_hack_clean" and r["n"] != ""]
+    return int(float(n[0])) if n else None
+
+
 def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: str | Path, cfg,
                 distill_samples: str | Path | None = None, figures: bool = True,
-                audit_path: str | Path | None = None) -> dict:
+                audit_path: str | Path | None = None, vhack_checks: str | Path | None = None) -> dict:
     """Aggregate the pilots, decide the separation gate, write the summary, gate and figures.
 
     Args:
@@ -175,7 +194,7 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
               else read_pilot(r, max_fc, trains=ARMS[r.arm].trains if r.arm in ARMS else True,
                               collapsed=lambda rows: collapsed(rows, cfg.pilot))
               for r in expected]
-    gate, rows = build_gate(loaded, cfg, detector_audit(audit_path, cfg.pilot.detector))
+    gate, rows = build_gate(loaded, cfg, detector_audit(audit_path, cfg.pilot.detector), vhack_pairs(vhack_checks))
     if ignored:
         gate["ignored"] = ignored
     _write(out, gate, rows)
@@ -184,6 +203,8 @@ def run_compare(pilots: Sequence[PilotRun | str | Path] | str | Path, out_dir: s
         draw_figures(by, arms, out / "figures", max_fc, distill_samples, rows)
         ceiling_figure(rows, out / "figures")
         absorption_figure(rows, gate["known_modes"], out / "figures")
+        if "trajectory" in gate or cfg.pilot.eval_every:  # the workflow expects it whenever eval_every is set
+            heldout_trajectory_figure(gate.get("trajectory", []), gate.get("rebounds", {}), out / "figures")
     return gate
 
 

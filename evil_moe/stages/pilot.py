@@ -8,11 +8,15 @@ refreshes (:func:`refresh_vhack`), and writes the outputs.
 
 Outputs in ``out_dir``: ``steps.tsv`` (:data:`evil_moe.tables.STEPS`), ``eval.tsv``
 (:data:`evil_moe.tables.EVAL`, per view × mode), ``outcomes.tsv``
-(:data:`evil_moe.tables.OUTCOMES`, one row per held-out completion), ``rollouts.jsonl.gz``,
+(:data:`evil_moe.tables.OUTCOMES`, one row per held-out completion of the final evaluation),
+with ``pilot.eval_every`` > 0 ``trajectory.tsv`` (:data:`evil_moe.tables.TRAJECTORY`, the same
+rows for the evaluations along the run), ``rollouts.jsonl.gz``,
 ``adapter.safetensors`` and ``status.json`` (written last). While running:
 ``steps.partial.tsv`` and ``checkpoint.pt``. A rerun of the same command resumes from the
-checkpoint and produces the same ``steps.tsv`` (every column but the ``seconds*`` timings) as an
-uninterrupted run.
+checkpoint and produces the same ``steps.tsv`` (every column but the ``seconds*`` timings) and
+``trajectory.tsv`` as an uninterrupted run. The evaluations along the run sample with their own
+keyed streams and leave the global random states as they found them (:func:`_own_rng`), so a run
+with ``pilot.eval_every`` > 0 trains exactly as one without.
 
 Stop rules: a step with ``frac_clipped > pilot.max_frac_clipped`` makes the run invalid
 (``status.json`` says why, exit non-zero); a non-finite loss stops the run naming the step, and so
@@ -24,6 +28,7 @@ then exits (143) so a requeued job resumes.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import signal
@@ -252,31 +257,54 @@ def _check_inputs(cfg: Config, arm_obj, seed: int, problems_path, vhack_path, ra
     return FlagRateMatch.read(match_flags, column) if arm_obj.matches else None
 
 
+@contextlib.contextmanager
+def _own_rng(device):
+    """Leave torch's (CPU and ``device``'s CUDA), Python's and numpy's global random states as
+    they were: an evaluation along the run must not move the training's random stream (its
+    sampling already draws from its own keyed streams, :func:`evil_moe.rl.trainer.evaluation.heldout_seed`;
+    this holds it for whatever else it calls)."""
+    cuda = [device] if torch.device(device).type == "cuda" else []
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=cuda):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
 @dataclass
 class _Progress:
     """What a run has produced so far (checkpointed beside the trainer's state): the
-    ``steps.tsv`` rows, the held-out ``eval.tsv`` and ``outcomes.tsv`` rows, the step this
-    invocation started at, and the refreshed v_hack file (``pilot.vhack_refresh_every``)."""
+    ``steps.tsv`` rows, the held-out ``eval.tsv`` rows, the final evaluation's ``outcomes.tsv``
+    rows and the evaluations' along the run (``trajectory.tsv``), the step this invocation
+    started at, and the refreshed v_hack file (``pilot.vhack_refresh_every``)."""
 
     rows: list = field(default_factory=list)
     evals: list = field(default_factory=list)
     outcomes: list = field(default_factory=list)
     start: int = 0
     vhack_file: str | None = None
+    trajectory: list = field(default_factory=list)
 
-    def evaluate(self, trainer: Trainer, heldout, step: int, init_ds) -> float:
-        """Evaluate held out after ``step`` (:func:`evil_moe.rl.trainer.evaluation.evaluate`), keep its rows;
-        returns the evaluation's wall-clock seconds (``seconds_eval``)."""
+    def evaluate(self, trainer: Trainer, heldout, step: int, init_ds, *, final: bool = True) -> float:
+        """Evaluate held out after ``step`` (:func:`evil_moe.rl.trainer.evaluation.evaluate`), keep its
+        rows (the final evaluation's completions in ``outcomes``, one along the run's in
+        ``trajectory``, under :func:`_own_rng`); returns the evaluation's wall-clock seconds
+        (``seconds_eval``)."""
         from evil_moe.progress import bar
         from evil_moe.rl.trainer.evaluation import evaluation_total
 
         t_eval = time.perf_counter()
         with bar(evaluation_total(trainer, heldout), f"pilot: held-out evaluation after step {step}",
-                 "completion") as b:
+                 "completion") as b, (contextlib.nullcontext() if final else _own_rng(trainer.device)):
             e, o = evaluate(trainer, heldout, step, init_ds, progress=b.update)
         seconds = round(time.perf_counter() - t_eval, 3)
         self.evals += e
-        self.outcomes += o
+        if final:
+            self.outcomes += o
+        else:
+            self.trajectory += o
         return seconds
 
 
@@ -325,7 +353,7 @@ class _RunDir:
                         trainer.proj_v = fresh
                 print(f"resuming {self.arm} s{self.seed} from step {ck['step']}", flush=True)
                 return _Progress(ck["rows"], ck.get("evals", []), ck.get("outcomes", []), ck["step"],
-                                 ck.get("vhack_file"))
+                                 ck.get("vhack_file"), ck.get("trajectory", []))
             print("checkpoint belongs to another config/arm/seed: starting afresh", flush=True)
         return _Progress()
 
@@ -338,7 +366,7 @@ class _RunDir:
             evil_moe.stages.checkpoint.CheckpointNotWritten: a full disk (names the file)."""
         buf = {"digest": self.key, "arm": self.arm, "seed": self.seed, "step": next_step,
                "rows": progress.rows, "evals": progress.evals, "outcomes": progress.outcomes,
-               "vhack_file": progress.vhack_file, **trainer.state()}
+               "trajectory": progress.trajectory, "vhack_file": progress.vhack_file, **trainer.state()}
         write_checkpoint(self.ckpt_path, buf, "its last checkpoint" if self.ckpt_path.exists() else "step 0")
 
     def save_step(self, step: int, row: dict, recs: list[dict], progress: _Progress,
@@ -367,6 +395,10 @@ class _RunDir:
             _write_scores(out / "scores.safetensors", [torch.load(a) for a in arrays])
         tables.write_tsv(out / "eval.tsv", tables.EVAL, progress.evals)
         tables.write_tsv(out / "outcomes.tsv", tables.OUTCOMES, progress.outcomes)
+        if pc.eval_every:
+            tables.write_tsv(out / "trajectory.tsv", tables.TRAJECTORY, progress.trajectory)
+        else:  # a folder's earlier run with eval_every left no trajectory that would look like this one's
+            files.remove(out / "trajectory.tsv")
         files.write_jsonl_gz(out / "rollouts.jsonl.gz", records)
         adapter.save(out / "adapter.safetensors",
                      metadata={"arm": self.arm, "seed": self.seed, "config": self.key})
@@ -430,7 +462,7 @@ def _train(trainer: Trainer, run: _RunDir, progress: _Progress, sig: _Signals, h
         print(_progress(row, pc.steps), flush=True)
         last = step + 1 == pc.steps
         if pc.eval_every and (step + 1) % pc.eval_every == 0 and not last:
-            row["seconds_eval"] = progress.evaluate(trainer, heldout, step, init_ds)
+            row["seconds_eval"] = progress.evaluate(trainer, heldout, step, init_ds, final=False)
         if pc.vhack_refresh_every and (step + 1) % pc.vhack_refresh_every == 0 and not last:
             progress.vhack_file = _refresh(trainer, run.work, step, progress.vhack_file)
         if (step + 1) % pc.checkpoint_every == 0 or sig.term or sig.usr1 or last:

@@ -327,6 +327,9 @@ class Arm:
         description: one line for the README, the report and ``evil-moe pilot --help``.
         colour: the arm's colour in every figure (matplotlib ``#rrggbb``; distinct across arms),
             or None for the figure's fallback colour.
+        uses_labels: labelled data the arm reads that :meth:`label_sources` cannot derive from
+            the above (names of :data:`evil_moe.rl.detectors.registry.LABEL_SOURCES`; oracle_reward:
+            ``oracle_pass``). A new arm that reads no new kind of label declares nothing.
     """
 
     name: ClassVar[str] = ""
@@ -351,6 +354,29 @@ class Arm:
     sections: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
     colour: ClassVar[str | None] = None
+    uses_labels: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def label_sources(cls, pc) -> tuple[str, ...]:
+        """The labelled data the arm's training reads (names of
+        :data:`evil_moe.rl.detectors.registry.LABEL_SOURCES`, each once; empty: none), under the
+        pilot section ``pc`` (``detector``, ``detector_calibration``): :attr:`uses_labels`; the
+        true label of its rollouts when it :attr:`reads_label` (the ceilings); what its detector's
+        flags rest on when it :meth:`flags_with_detector`
+        (:meth:`~evil_moe.rl.detectors.registry.Detector.label_sources`); v_hack's pairs when it
+        acts along the real v_hack (an :meth:`on_gradients` or :meth:`on_update` hook with
+        ``vhack = "real"``); the authored pairs when its router is pinned on their labels. A
+        random-flag or dose-matched control reads none: its count or dose is its matched arm's."""
+        from evil_moe.rl.detectors.registry import DETECTORS
+
+        out = list(cls.uses_labels) + (["rollouts"] if cls.reads_label else [])
+        if cls.flags_with_detector():
+            out += DETECTORS[pc.detector].label_sources(pc.detector_calibration)
+        if cls.vhack == "real" and (cls.on_gradients is not Arm.on_gradients or cls.on_update is not Arm.on_update):
+            out.append("vhack")
+        if cls.router == "authored":
+            out.append("authored")
+        return tuple(dict.fromkeys(out))
 
     @classmethod
     def flags_with_detector(cls) -> bool:

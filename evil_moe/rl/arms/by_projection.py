@@ -100,6 +100,7 @@ class ErasePlanted(Erase):
     name = "erase_planted"
     colour = None  # not Erase's: figures draw it in their fallback colour
     role = "ceiling"
+    uses_labels = ("planted",)  # the world's true direction: a ceiling, though it reads no label
     control = "random_v"
     vhack = "planted"
     description = ("erase along the planted hack direction u (toy.plant): the ceiling of erase in "

@@ -35,6 +35,7 @@ class OracleReward(Arm):
     name = "oracle_reward"
     colour = "#2ca02c"
     role = "positive_control"
+    uses_labels = ("oracle_pass",)  # its reward is the oracle's grade of every rollout
     description = ("trained on the oracle's pass (format_bonus·format_ok + pass_reward·gt_correct), "
                    "no loophole: hacks less by construction; calibrates the gate's power")
 

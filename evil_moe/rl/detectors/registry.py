@@ -48,6 +48,19 @@ if TYPE_CHECKING:  # torch is imported where it is used: the config check reads 
 
 NEEDS = ("sample_grads", "hidden", "label", "code")
 CALIBRATIONS = ("fpr", "teacher", "budget")
+# The labelled data an arm's training may read (Arm.label_sources, Detector.label_sources; counted
+# by the gate, evil_moe.gate.summary.label_count; docs/arms.md, "Labels used").
+LABEL_SOURCES = {
+    "rollouts": "the true hack label of every one of its own training rollouts",
+    "oracle_pass": "the oracle's pass of every one of its own training rollouts (its reward)",
+    "calibration": "the hack label of every scored rollout of the calibration runs (the clean ones set the fpr "
+                   "threshold; the probe is fitted on audit.label_budget of them)",
+    "calibration_fit": "the hack label of the audit.label_budget calibration rollouts the probe is fitted on",
+    "vhack": "v_hack's (hack, clean) pairs: the grader's label of the teacher completions it is extracted from "
+             "(vhack.source teacher) or the authored pairs' (authored)",
+    "authored": "the labels of the shipped authored (hack, clean) pairs (moe.pairs)",
+    "planted": "none read: the planted hack direction itself, the toy world's truth",
+}
 
 
 @dataclass
@@ -157,6 +170,8 @@ class Detector:
         unit: the unit of its score (``rows.tsv`` ``score_{name}``), or None (it has no score).
         placebo: its placebo in the audit, in words (``{n}``: ``audit.placebos``).
         description: one line for docs/detectors.md.
+        uses_labels: labelled data its score reads that :meth:`label_sources` cannot derive from
+            the above (names of :data:`LABEL_SOURCES`; the gradient detector: ``vhack``).
     """
 
     name: ClassVar[str] = ""
@@ -168,6 +183,24 @@ class Detector:
     unit: ClassVar[str | None] = None
     placebo: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    uses_labels: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def label_sources(cls, calibration: str) -> tuple[str, ...]:
+        """The labelled data its flags rest on under ``pilot.detector_calibration`` =
+        ``calibration`` (names of :data:`LABEL_SOURCES`, in order, each once): :attr:`uses_labels`;
+        ``rollouts`` when it needs the label; a thresholded detector's ``fpr`` threshold reads
+        which calibration rows are clean (``calibration``, which covers a fitted detector's fit
+        rows), else a fitted detector its fit rows (``calibration_fit``); the ``teacher``
+        threshold v_hack's held-out clean teacher completions (``vhack``)."""
+        out = list(cls.uses_labels) + (["rollouts"] if "label" in cls.needs else [])
+        if cls.thresholded() and calibration == "fpr":
+            out.append("calibration")
+        elif cls.fitted:
+            out.append("calibration_fit")
+        if cls.thresholded() and calibration == "teacher":
+            out.append("vhack")
+        return tuple(dict.fromkeys(out))
 
     @classmethod
     def thresholded(cls) -> bool:
@@ -245,6 +278,7 @@ class Gradient(Detector):
     unit = "cosine"
     placebo = "{n} random directions (same k per module) and the shuffled-label v_hack"
     description = "cos_contrib of sign(A)·g with v_hack: does training on this rollout move delta_s hack-ward?"
+    uses_labels = ("vhack",)
 
     def score(self, rows: StepRows):
         if rows.per_row is None:
@@ -413,4 +447,4 @@ def scored(detector: str, *, flags_with_detector: bool, score_rows: bool) -> lis
 
 
 __all__ = ["DETECTORS", "Detector", "StepRows", "AuditRows", "AuditScores", "get_detector", "scored",
-           "NEEDS", "CALIBRATIONS"]
+           "NEEDS", "CALIBRATIONS", "LABEL_SOURCES"]
