@@ -38,6 +38,14 @@ EXPECTED = {
     "filter_oracle":         (("rollouts",), ("rollouts",)),
     "filter_oracle_random":  ((), ()),
     "erase_planted":         (("planted",), ("planted",)),
+    "penalty":               (("vhack", "calibration"), ("calibration_fit",)),  # the run's detector
+    "penalty_random":        ((), ()),                                 # penalty's rate, random rows
+    "penalty_oracle":        (("rollouts",), ("rollouts",)),
+    "penalty_oracle_random": ((), ()),
+    "inoculation":           ((), ()),                                 # an instruction: no label
+    "inoculation_placebo":   ((), ()),
+    "advantage_mod":         (("authored",), ("authored",)),           # the direction: the pairs' sides
+    "advantage_mod_random":  ((), ()),                                 # a random direction
 }
 
 

@@ -100,6 +100,7 @@ class AdvantageMod(Arm):
     control = "advantage_mod_random"
     shortcut = "authored"
     sections = ("moe", "advantage_mod")  # the authored pairs (moe.pairs) and the method's keys
+    uses_labels = ("authored",)  # the direction: the authored pairs' hack and clean sides
     description = ("Advantage Modification (arXiv:2604.01476): each rollout's reward is discounted by its "
                    "mid-layer shortcut score (the authored pairs' mean difference), rescaled within its "
                    "group, before the group baseline")
@@ -116,5 +117,6 @@ class AdvantageModRandom(AdvantageMod):
     role = "control"
     control = None
     shortcut = "random"
+    uses_labels = ()  # a random direction: no label
     description = ("Advantage Modification along a random unit direction at the same layer "
                    "(advantage_mod's control)")
