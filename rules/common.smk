@@ -22,6 +22,7 @@ from evil_moe.gate.frontpage import decision_text
 from evil_moe.gate.verdict import verdict_line
 from evil_moe.env.loopholes import MODES as LOOPHOLE_MODES
 from evil_moe.cluster.resources import GATING_PRIORITY, pilot_priority
+from evil_moe.cluster.stages import ARM_SECTIONS
 from evil_moe.workflow import (
     ConfigFiles,
     JobSizes,
@@ -242,8 +243,9 @@ def get_pilot_config(wildcards):
                 data["moe"] = {"pairs": data["moe"]["pairs"]}
             else:
                 data.pop("moe")
-        if not spec.shortcut:  # only Advantage Modification's arms read advantage_mod
-            data.pop("advantage_mod")
+        for name in ARM_SECTIONS:  # penalty, inoculation, advantage_mod: only to the arms that read them
+            if name not in spec.sections:
+                data.pop(name)
         for key in ("fail_arm", "fail_once_arm"):
             if config["pilot"][key] == arm:
                 data["pilot"][key] = arm

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from evil_moe.rl.arms.registry import ARMS
+from evil_moe.cluster.stages import ARM_SECTIONS
 from evil_moe.workflow import stage_sections
 from workflow_util import (BIN, CI_CONFIG, DEFAULT_CONFIG, REPO, SNAKEMAKE, env,
                            fill_edit_values, job_stats, raw_config, snakemake)
@@ -255,7 +256,8 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
         for fail_arm in (None, "erase"):
             for fail_once in (None, "route"):
                 data = json.loads(json.dumps(stage_sections(cfg, "pilot")))
-                data.pop("advantage_mod")  # only Advantage Modification's arms read it (none here)
+                for name in ARM_SECTIONS:  # only the arms that name them read these (none here)
+                    data.pop(name)
                 if not router:
                     data.pop("moe"), data.pop("audit")
                 for key, value in (("fail_arm", fail_arm), ("fail_once_arm", fail_once)):
@@ -275,6 +277,39 @@ def test_fail_switches_reach_only_their_arm(tmp_path):
     # erase's, route's, the router arms' (moe and moe_random also read moe and audit) and the
     # one of every other arm
     assert len(files) == 4
+
+
+def test_arm_sections_reach_exactly_the_arms_that_read_them(tmp_path):
+    """An overlay's penalty and inoculation keys reach the pilot config of the arms that read them
+    (Arm.sections: the penalty arms, the inoculation arms) and no other arm's, so setting one
+    changes what those arms train on and reruns only them. Before, the pilot stage's config had
+    no penalty or inoculation section: an overlay's penalty.amount or inoculation.instruction
+    never reached a pilot, which trained on the defaults."""
+    arms = ["vanilla", "untrained", "oracle_reward", "penalty", "penalty_random", "inoculation", "inoculation_placebo"]
+    overlay = tmp_path / "arms.yaml"
+    overlay.write_text(yaml.safe_dump({"pilot": {"arms": arms},
+                                       "penalty": {"amount": 2.0, "mode": "threshold"},
+                                       "inoculation": {"instruction": "Report a pass."}}))
+    proc = snakemake(tmp_path, "-n", "-p", configfiles=(DEFAULT_CONFIG, CI_CONFIG, overlay))
+    assert proc.returncode == 0, proc.stderr
+    pilots = [line for line in proc.stdout.splitlines() if "evil-moe pilot " in line]
+    cfg = raw_config(CI_CONFIG, overlay)
+    assert cfg["penalty"]["amount"] == 2.0 and cfg["inoculation"]["instruction"] == "Report a pass."
+    candidates = {}
+    for keep in ((), ("penalty",), ("inoculation",)):
+        data = json.loads(json.dumps(stage_sections(cfg, "pilot")))
+        data.pop("moe"), data.pop("audit")
+        for name in ARM_SECTIONS:
+            if name not in keep:
+                data.pop(name)
+        candidates[keep] = data
+    seen = {}
+    for line in pilots:
+        arm = line.split("--arm ")[1].split()[0]
+        path = re.search(r"--config-json '?@(\S+?\.json)'? ", line).group(1)
+        seen[arm] = _config_named(path, "pilot", candidates)
+    assert seen == {"vanilla": (), "untrained": (), "oracle_reward": (), "penalty": ("penalty",), "penalty_random": ("penalty",),
+                    "inoculation": ("inoculation",), "inoculation_placebo": ("inoculation",)}, seen
 
 
 def _profile(name):

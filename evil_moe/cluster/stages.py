@@ -43,6 +43,10 @@ class Stage:
 
 
 _PILOT_SECTIONS = ("problems", "grader", "models", "adapter", "vhack", "pilot", "moe", "audit")
+# Sections only the arms that name them in their ``Arm.sections`` read (the monitor penalty,
+# inoculation prompting, Advantage Modification): the pilot rule passes each to those arms only,
+# so an overlay that sets one reruns just them.
+ARM_SECTIONS = ("penalty", "inoculation", "advantage_mod")
 
 TABLE: tuple[Stage, ...] = (
     Stage("problems", ("problems",), ("problems",), light=True),
@@ -61,7 +65,7 @@ TABLE: tuple[Stage, ...] = (
     Stage("distill", ("problems", "models", "adapter", "distill", "pilot.group", "pilot.prompts_per_step",
                       "pilot.max_new", "pilot.temperature", "pilot.betas"),
           ("distill",), threads="distill", model=True),
-    Stage("pilot", _PILOT_SECTIONS + ("advantage_mod",), ("pilot", "fold_pilot", "level_pilot"), threads="pilot", model=True,
+    Stage("pilot", _PILOT_SECTIONS + ARM_SECTIONS, ("pilot", "fold_pilot", "level_pilot"), threads="pilot", model=True,
           grading=True),
     Stage("reevaluate", ("problems", "grader", "models", "adapter", "pilot", "reevaluate"), ("reevaluate",),
           threads="pilot", model=True, grading=True),
