@@ -243,7 +243,11 @@ def get_pilot_config(wildcards):
                 data["moe"] = {"pairs": data["moe"]["pairs"]}
             else:
                 data.pop("moe")
-        for name in ARM_SECTIONS:  # penalty, inoculation, advantage_mod: only to the arms that read them
+        for (
+            name
+        ) in (
+            ARM_SECTIONS
+        ):  # penalty, inoculation, advantage_mod: only to the arms that read them
             if name not in spec.sections:
                 data.pop(name)
         for key in ("fail_arm", "fail_once_arm"):

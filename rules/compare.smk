@@ -8,6 +8,21 @@ checkpoint compare:
         samples=res("distill/samples.tsv"),
         vhack_checks=res("vhack/main_checks.tsv"),
     output:
+        **(
+            {
+                "heldout_trajectory": report(
+                    res("compare/figures/heldout_trajectory.svg"),
+                    caption="../report/fig_heldout_trajectory.rst",
+                    category="0. Verdict",
+                    labels={"stage": "compare", "result": "held-out trajectory"},
+                ),
+                "heldout_trajectory_png": res(
+                    "compare/figures/heldout_trajectory.png"
+                ),
+            }
+            if TRAJECTORY
+            else {}
+        ),
         gate=report(
             res("compare/gate.json"),
             caption="../report/gate.rst",
@@ -80,19 +95,6 @@ checkpoint compare:
             caption="../report/fig_phases.rst",
             category="8. Trajectories",
             labels={"stage": "compare", "figure": "phases"},
-        ),
-        **(
-            {
-                "heldout_trajectory": report(
-                    res("compare/figures/heldout_trajectory.svg"),
-                    caption="../report/fig_heldout_trajectory.rst",
-                    category="0. Verdict",
-                    labels={"stage": "compare", "result": "held-out trajectory"},
-                ),
-                "heldout_trajectory_png": res("compare/figures/heldout_trajectory.png"),
-            }
-            if TRAJECTORY
-            else {}
         ),
         png=expand(res("compare/figures/{figure}.png"), figure=FIGURES),
     log:

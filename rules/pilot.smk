@@ -20,6 +20,11 @@ rule pilot:
     input:
         unpack(get_pilot_input),
     output:
+        **(
+            {"trajectory": res("pilots/{arm}/s{seed}/trajectory.tsv")}
+            if TRAJECTORY
+            else {}
+        ),
         steps=report(
             res("pilots/{arm}/s{seed}/steps.tsv"),
             caption="../report/pilot_steps.rst",
@@ -60,11 +65,6 @@ rule pilot:
         rollouts=res("pilots/{arm}/s{seed}/rollouts.jsonl.gz"),
         adapter=res("pilots/{arm}/s{seed}/adapter.safetensors"),
         status=res("pilots/{arm}/s{seed}/status.json"),
-        **(
-            {"trajectory": res("pilots/{arm}/s{seed}/trajectory.tsv")}
-            if TRAJECTORY
-            else {}
-        ),
     log:
         res("logs/pilot/{arm}_s{seed}.log"),
     benchmark:

@@ -201,13 +201,18 @@ NON_CEILING = ["vanilla", "erase", "random_v", "subtract", "route", "route_rando
                "inoculation_placebo", "advantage_mod", "advantage_mod_random"]
 
 
+READS_LABEL = ["route_oracle", "penalty_oracle"]
+
+
 def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path, monkeypatch):
-    """Oracle-free at training time: every student rollout's hack label and oracle pass are
-    flipped, the environment's reward kept (under correct_or_loophole it pays real-test passes,
-    as the anchor's does: the environment may read the real tests, a method may not read the
-    label), and every non-ceiling arm's final adapter, the dose-matched controls' included, is
-    bit-identical to its run with the true labels. (The ceilings and oracle_reward read them by
-    design.)"""
+    """Oracle-free at training time: the student rollouts' hack labels are scrambled (two in three
+    flipped, so that they vary within a group: a label-reading penalty or shortcut score cannot
+    cancel out of the group's advantages) and their oracle pass flipped, the environment's reward
+    kept (under correct_or_loophole it pays real-test passes, as the anchor's does: the
+    environment may read the real tests, a method may not read the label), and every non-ceiling
+    arm's final adapter, the dose-matched controls' included, is bit-identical to its run with the
+    true labels. The ceilings that read the label (route_oracle, penalty_oracle) are not: the
+    test's own power to see an arm that reads it."""
     from evil_moe.env import grader as G
     from evil_moe.rl.arms.registry import ARMS
     from evil_moe.stages.pilot import run_pilot
@@ -216,14 +221,15 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
 
     def flipped(self, pairs):
         out = orig(self, pairs)
-        return [G.Reward(**{**r.__dict__, "exploited": not r.exploited, "gt_correct": not r.gt_correct}) for r in out]
+        return [G.Reward(**{**r.__dict__, "exploited": (i % 3 == 0) == r.exploited, "gt_correct": not r.gt_correct})
+                for i, r in enumerate(out)]
 
     cfg = cfg_of("pilot.steps=2", "pilot.group=4", "pilot.prompts_per_step=2", "pilot.detector_quantile=0.8",
                  "inoculation.instruction='Pass the tests.'")  # short: the toy still gets reward variance
     for label in ("true", "flipped"):
         if label == "flipped":
             monkeypatch.setattr(G.Grader, "grade_many", flipped)
-        for arm in NON_CEILING:
+        for arm in NON_CEILING + READS_LABEL:
             matched = ARMS[arm].matches
             kw = {"match_flags": str(tmp_path / label / matched / "steps.tsv")} if matched else {}
             assert run_pilot(cfg, **pilot_kwargs(world, tmp_path / label / arm, arm=arm, **kw))["status"] == "ok"
@@ -234,6 +240,10 @@ def test_no_non_ceiling_arm_reads_the_label_of_its_own_rollouts(world, tmp_path,
         b = load_file(str(tmp_path / "flipped" / arm / "adapter.safetensors"))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), arm
         assert any(bool(x.abs().sum() > 0) for x in a.values()), arm  # it trained
+    for arm in READS_LABEL:  # an arm that reads the label trains otherwise on scrambled labels
+        a = load_file(str(tmp_path / "true" / arm / "adapter.safetensors"))
+        b = load_file(str(tmp_path / "flipped" / arm / "adapter.safetensors"))
+        assert not all(torch.equal(a[k], b[k]) for k in a), arm
     for arm in ("route", "filter", "penalty"):  # and the flag path ran: some rows flagged, not all
         rates = [float(r["flag_rate"]) for r in csv.DictReader(open(tmp_path / "true" / arm / "steps.tsv"), delimiter="\t")]
         assert 0 < max(rates) and min(rates) < 1, (arm, rates)

@@ -112,8 +112,10 @@ def test_pilot_config_is_the_real_pilot():
     from evil_moe.rl.arms.registry import ARMS
 
     # every arm, each with its control, but those that need the planted toy world (toy.plant)
-    # and Advantage Modification's (the interventions the field uses have their own overlay)
-    assert p["arms"] == [a for a in ARMS if ARMS[a].vhack != "planted" and not ARMS[a].shortcut]
+    # and the interventions the field uses (the penalty, inoculation and Advantage Modification
+    # arms: their own overlay, config/interventions.yaml)
+    field = ("evil_moe.rl.arms.by_reward", "evil_moe.rl.arms.by_advantage")
+    assert p["arms"] == [a for a in ARMS if ARMS[a].vhack != "planted" and ARMS[a].__module__ not in field]
 
 
 def test_pilot_makes_its_teacher_or_uses_an_existing_one(tmp_path):

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from evil_moe.gate.defaults import CI
 from evil_moe.gate.effects import paired_effect, side_rate
 from evil_moe.gate.power import finite
 from evil_moe.pilots import Pilot
@@ -75,7 +76,7 @@ def step_rates(outcomes: pd.DataFrame, cc) -> list[dict]:
 
 
 def find_rebound(steps: Sequence[int], rates: Sequence[float], change: Change, min_drop: float,
-                 ci: float = 0.95) -> dict | None:
+                 ci: float = CI) -> dict | None:
     """The rebound rule on one arm's held-out hack rates at its evaluated steps (docs/gate.md).
 
     For each checkpoint ``j`` in step order taken as the trough, its peak ``p`` is the highest
