@@ -109,10 +109,12 @@ def test_rebounds_on_outcomes_read_the_paired_change_between_steps():
     assert rows[1]["hack_ci_low"] < rows[1]["hack_rate"] < rows[1]["hack_ci_high"]
 
 
-def _write_pilot(root, arm, o: pd.DataFrame, last: int):
+def _write_pilot(root, arm, o: pd.DataFrame, last: int, traj: bool = False):
+    """A finished pilot; with ``traj``, a trajectory.tsv as a pilot with pilot.eval_every writes
+    it (the untrained student's holds its header only: it takes no step)."""
     d = root / arm / "s{}".format(int(o["seed"].iloc[0]))
     tables.write_tsv(d / "outcomes.tsv", tables.OUTCOMES, o[o.step == last].to_dict("records"))
-    if (o.step != last).any():
+    if traj:
         tables.write_tsv(d / "trajectory.tsv", tables.TRAJECTORY, o[o.step != last].to_dict("records"))
     steps = [{"step": i, "arm": arm, "seed": int(o["seed"].iloc[0]), "hack_rate": 0.5, "pass_rate": 0.1,
               "frac_clipped": 0.0, "cin": 0.3, "null_cin": 0.1, "seconds": 1.0}
@@ -136,7 +138,7 @@ def test_compare_reports_the_trajectory_rebound_and_figure_only_with_trajectorie
         for a, o in frames.items():
             last = int(o.step.max())
             for s, os_ in o.groupby("seed"):
-                _write_pilot(root / "pilots", a, os_ if with_traj else os_[os_.step == last], last)
+                _write_pilot(root / "pilots", a, os_ if with_traj else os_[os_.step == last], last, traj=with_traj)
         gate = run_compare(root / "pilots", root / "out", cfg)
         fig = root / "out" / "figures" / f"{TRAJECTORY_FIGURE}.png"
         if not with_traj:

@@ -36,12 +36,15 @@ def trajectory_outcomes(pilots: Sequence[Pilot]) -> pd.DataFrame:
     (a ``trajectory.tsv``), their final evaluation included (``outcomes.tsv``'s last step); the
     untrained student's evaluation too (step −1: where every run starts), when it is among the
     pilots. Empty when no pilot has a trajectory."""
+    def trains(p) -> bool:
+        return p.run.arm not in ARMS or ARMS[p.run.arm].trains
+
     frames = [pd.concat([p.trajectory, p.outcomes], ignore_index=True) for p in pilots
-              if p.trajectory is not None and p.outcomes is not None]
+              if trains(p) and p.trajectory is not None and p.outcomes is not None]
     if not frames:
         return pd.DataFrame()
-    frames += [p.outcomes for p in pilots
-               if p.outcomes is not None and p.run.arm in ARMS and not ARMS[p.run.arm].trains]
+    # the untrained student once: its trajectory.tsv is empty (it takes no step)
+    frames += [p.outcomes for p in pilots if p.outcomes is not None and not trains(p)]
     return pd.concat(frames, ignore_index=True)
 
 
