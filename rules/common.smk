@@ -458,6 +458,12 @@ def get_out_dir(wildcards, output):
     return str(Path(output[0]).parent)
 
 
+def get_compare_out_dir(wildcards, output):
+    """The folder of compare's gate.json (its --out-dir): its first output is a figure under
+    figures/ when the pilots evaluate along the run (pilot.eval_every)."""
+    return str(Path(output.gate).parent)
+
+
 def get_models_dir(wildcards, output):
     """results/models: the parent of the student and teacher folders."""
     return str(Path(output[0]).parent.parent)

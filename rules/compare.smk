@@ -109,7 +109,7 @@ checkpoint compare:
         cfg=get_stage_config("compare"),
         pilots=get_compare_pilots,
         audit=get_compare_audit_option,
-        out_dir=get_out_dir,
+        out_dir=get_compare_out_dir,
     message:
         "compare: the pilot comparison and the gate; log: {log}"
     shell:

@@ -314,6 +314,20 @@ def test_arm_sections_reach_exactly_the_arms_that_read_them(tmp_path):
                     "inoculation": ("inoculation",), "inoculation_placebo": ("inoculation",)}, seen
 
 
+def test_compare_writes_into_its_folder_with_a_trajectory(tmp_path):
+    """With pilot.eval_every the compare rule's first output is the trajectory figure under
+    compare/figures/; its --out-dir is still compare/ (where gate.json is declared). Before, it
+    was the first output's folder: compare wrote gate.json into compare/figures/ and the run
+    stopped on missing outputs."""
+    overlay = tmp_path / "traj.yaml"
+    overlay.write_text(yaml.safe_dump({"pilot": {"eval_every": 1}}))
+    proc = snakemake(tmp_path, "-n", "-p", configfiles=(DEFAULT_CONFIG, CI_CONFIG, overlay))
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if "evil-moe compare " in ln]
+    out_dir = re.search(r"--out-dir '?(\S+?)'? ", line).group(1)
+    assert out_dir.endswith("/compare"), line
+
+
 def _profile(name):
     return yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())
 
