@@ -45,6 +45,7 @@ def check_run_config(data: dict) -> dict:
     if isinstance(data.get("pilot"), dict):
         _check_detector_calibration(data["pilot"])
         _check_penalty(data)
+        _check_pilot_keys(data["pilot"])
     _check_gpu_memory(data)
     return data
 
@@ -99,6 +100,24 @@ def _check_penalty(data: dict) -> None:
         raise ConfigError(f"config key 'penalty.mode': progressive weighs {arms[0]}'s penalty by the detector's "
                           f"score and pilot.detector {det.name} has none; use penalty.mode threshold or a "
                           f"detector with a score ({', '.join(n for n, c in DETECTORS.items() if c.unit)})")
+
+
+def _check_pilot_keys(pilot: dict) -> None:
+    """Pilot keys that would be ignored: ``pilot.detector_accuracy`` without the noisy_label
+    detector (the only one that reads it), ``pilot.eval_every`` not below ``pilot.steps`` (no
+    evaluation along the run: the trajectory would hold the final one only).
+
+    Raises:
+        ConfigError: one line naming the key and the cause."""
+    acc, det = pilot.get("detector_accuracy"), pilot.get("detector")
+    if acc is not None and det != "noisy_label":
+        raise ConfigError(f"config key 'pilot.detector_accuracy': {acc} is read only by the noisy_label detector, "
+                          f"and pilot.detector is {det}; set pilot.detector noisy_label or leave it null")
+    every, steps = pilot.get("eval_every") or 0, pilot.get("steps")
+    if every and isinstance(steps, int) and every >= steps:
+        raise ConfigError(f"config key 'pilot.eval_every': {every} is not below pilot.steps {steps}, so no "
+                          "evaluation would run along the training; use a smaller value, or 0 for the final "
+                          "evaluation only")
 
 
 def _check_arms(data: dict) -> None:

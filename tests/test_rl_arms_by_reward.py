@@ -238,3 +238,45 @@ def test_tiny_pilot_of_every_new_arm_logs_the_reward_it_trained_on(world, tmp_pa
         for step in ("0", "1"):
             n = [sum(int(r["flag"]) for r in rows[a] if r["step"] == step) for a in (arm, ctl)]
             assert n[0] == n[1], (ctl, step, n)
+
+
+def test_keys_that_would_be_ignored_are_refused_naming_the_key():
+    """pilot.detector_accuracy is read by the noisy_label detector only: set beside the probe it
+    would silently give the probe (a user copying ariahw's 90%-accurate monitor); pilot.eval_every
+    not below pilot.steps evaluates nothing along the run. Each is one ConfigError naming its key;
+    the same keys where they act pass."""
+    from evil_moe.checks import load_run_config
+    from evil_moe.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'pilot.detector_accuracy': 0.9 is read only by the noisy_label"):
+        load_run_config(overrides=["pilot.detector=probe", "pilot.detector_accuracy=0.9"])
+    load_run_config(overrides=["pilot.detector=noisy_label", "pilot.detector_accuracy=0.9"])
+    with pytest.raises(ConfigError, match=r"'pilot.eval_every': 30 is not below pilot.steps 30"):
+        load_run_config(overrides=["pilot.steps=30", "pilot.eval_every=30"])
+    load_run_config(overrides=["pilot.steps=30", "pilot.eval_every=10"])
+
+
+def test_the_gate_notes_say_what_the_field_arms_did():
+    """The notes beside the verdict: the penalty's flag rate is over every rollout (it flags them
+    all, before the advantages), not the rows with gradient; Advantage Modification projects
+    nothing, so its note is its mean discount beside its control's (0.3 vs 0.25 here, by hand),
+    not 'removed 0.000 of the energy it acted on'."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from evil_moe.config import load_config
+    from evil_moe.gate.gate_json import notes
+
+    def pilots(**cols):
+        return {0: SimpleNamespace(steps=pd.DataFrame(cols), run=None)}
+
+    by = {"penalty": pilots(flag_rate=[0.1, 0.3], flag_precision=[0.5, 0.7], flag_recall=[0.4, 0.6]),
+          "penalty_random": pilots(flag_rate=[0.1, 0.3], flag_precision=[0.1, 0.1], flag_recall=[0.1, 0.1]),
+          "advantage_mod": pilots(shortcut_discount=[0.2, 0.4], removed_frac=[0.0, 0.0]),
+          "advantage_mod_random": pilots(shortcut_discount=[0.25, 0.25], removed_frac=[0.0, 0.0])}
+    out = notes(by, list(by), pd.DataFrame(), load_config().compare, [])
+    assert any(n.startswith("penalty's detector flagged 0.200 of the rollouts, precision 0.600") for n in out), out
+    assert ("advantage_mod discounted its rewarded rollouts' reward by 0.300 on average (mean over steps and "
+            "seeds), its control advantage_mod_random by 0.250") in out, out
+    assert not any("advantage_mod removed" in n for n in out), out

@@ -57,17 +57,25 @@ def notes(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes: pd.Dat
             cprec = all_steps_mean(by.get(cls.control, {}), "flag_precision")
             rate = all_steps_mean(by.get(arm, {}), "flag_rate")
             rec = all_steps_mean(by.get(arm, {}), "flag_recall")
+            rows = "rollouts" if cls.penalises else "rows with gradient"  # the penalty flags every rollout
             if prec is not None and cprec is not None:
-                notes.append(f"{arm}'s detector flagged {rate:.3f} of the rows with gradient, precision "
+                notes.append(f"{arm}'s detector flagged {rate:.3f} of the {rows}, precision "
                              f"{prec:.3f} and recall {rec if rec is not None else float('nan'):.3f} against the true "
                              f"hack label (mean over steps and seeds), against random flags' precision {cprec:.3f} "
                              f"({cls.control})" + ("" if prec > cprec else ": no better than chance"))
             elif prec is not None:
-                notes.append(f"{arm}'s detector flagged {rate:.3f} of the rows with gradient, precision "
+                notes.append(f"{arm}'s detector flagged {rate:.3f} of the {rows}, precision "
                              f"{prec:.3f} and recall {rec if rec is not None else float('nan'):.3f} against the true "
                              f"hack label (mean over steps and seeds)")
             continue
         if dose_matched:
+            continue
+        if cls.shortcut:  # Advantage Modification projects nothing: its discount against its control's
+            d = all_steps_mean(by.get(arm, {}), "shortcut_discount")
+            dc = all_steps_mean(by.get(cls.control, {}), "shortcut_discount")
+            if d is not None and dc is not None:
+                notes.append(f"{arm} discounted its rewarded rollouts' reward by {d:.3f} on average (mean over steps "
+                             f"and seeds), its control {cls.control} by {dc:.3f}")
             continue
         a = all_steps_mean(by.get(arm, {}), "removed_frac")
         c = all_steps_mean(by.get(cls.control, {}), "removed_frac")
