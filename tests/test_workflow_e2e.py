@@ -238,7 +238,7 @@ def test_report_first_page_in_chromium(toy_run):
     assert {"vanilla (trained)", "untrained (trained)"} <= set(judged[:2])
     assert cells[0][0] == ["arm (view)", "hack rate", "hack: change vs untrained", "pass rate",
                            "pass: change vs untrained", "hack: change vs vanilla", "hack: change vs its control",
-                           "share of its ceiling's change", "verdict"]
+                           "share of its ceiling's change", "labels used (one run)", "verdict"]
     assert [r[0] for r in cells[0][1:]] == judged and judged
     for r in cells[0][1:]:
         arm = r[0].split(" ")[0]

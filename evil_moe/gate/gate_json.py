@@ -40,6 +40,25 @@ def _dose_note(arm: str, control: str, by: dict) -> list[str]:
             f"mean over steps and seeds); its dose-matched control {control} {c:.3f}"]
 
 
+def _flag_note(arm: str, cls, by: dict) -> list[str]:
+    """The note on a flagging arm's detector: its flag rate (of the rows with gradient, or of every
+    rollout for the penalty arms), precision and recall against the true hack label (``steps.tsv``,
+    mean over steps and seeds) beside its random-flag control's precision; empty without them."""
+    prec = all_steps_mean(by.get(arm, {}), "flag_precision")
+    if prec is None:
+        return []
+    cprec = all_steps_mean(by.get(cls.control, {}), "flag_precision")
+    rate = all_steps_mean(by.get(arm, {}), "flag_rate")
+    rec = all_steps_mean(by.get(arm, {}), "flag_recall")
+    rows = "rollouts" if cls.penalises else "rows with gradient"  # the penalty flags every rollout
+    text = (f"{arm}'s detector flagged {rate:.3f} of the {rows}, precision {prec:.3f} and recall "
+            f"{rec if rec is not None else float('nan'):.3f} against the true hack label (mean over steps and seeds)")
+    if cprec is None:
+        return [text]
+    return [text + f", against random flags' precision {cprec:.3f} ({cls.control})"
+            + ("" if prec > cprec else ": no better than chance")]
+
+
 def notes(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes: pd.DataFrame, cc,
           isolation: Sequence[str], moe_forward: str = "straight_through") -> list[str]:
     """Things a reader must know beside the verdict (docs/method.md, docs/gate.md); the router
@@ -53,20 +72,7 @@ def notes(by: dict[str, dict[int, Pilot]], arms: Sequence[str], outcomes: pd.Dat
         if dose_matched:  # route, route_oracle, moe: the dose both sides sent to delta_s_hack
             notes += _dose_note(arm, cls.control, by)
         if cls.flags_rollouts():  # route / filter / penalty: the detector's flags against the true label
-            prec = all_steps_mean(by.get(arm, {}), "flag_precision")
-            cprec = all_steps_mean(by.get(cls.control, {}), "flag_precision")
-            rate = all_steps_mean(by.get(arm, {}), "flag_rate")
-            rec = all_steps_mean(by.get(arm, {}), "flag_recall")
-            rows = "rollouts" if cls.penalises else "rows with gradient"  # the penalty flags every rollout
-            if prec is not None and cprec is not None:
-                notes.append(f"{arm}'s detector flagged {rate:.3f} of the {rows}, precision "
-                             f"{prec:.3f} and recall {rec if rec is not None else float('nan'):.3f} against the true "
-                             f"hack label (mean over steps and seeds), against random flags' precision {cprec:.3f} "
-                             f"({cls.control})" + ("" if prec > cprec else ": no better than chance"))
-            elif prec is not None:
-                notes.append(f"{arm}'s detector flagged {rate:.3f} of the {rows}, precision "
-                             f"{prec:.3f} and recall {rec if rec is not None else float('nan'):.3f} against the true "
-                             f"hack label (mean over steps and seeds)")
+            notes += _flag_note(arm, cls, by)
             continue
         if dose_matched:
             continue
