@@ -37,7 +37,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["Router", "PinBank", "pooled_hidden", "v_act", "random_direction", "pin_loss", "centred_bias"]
+__all__ = ["Router", "PinBank", "pooled_hidden", "pooled_in_chunks", "v_act", "random_direction", "pin_loss", "centred_bias"]
 
 
 def pooled_hidden(model, batch, temperature: float = 1.0) -> torch.Tensor:
@@ -57,6 +57,31 @@ def pooled_hidden(model, batch, temperature: float = 1.0) -> torch.Tensor:
     with torch.no_grad(), capture_head_inputs(model) as seen:
         token_logprobs(model, batch, temperature=temperature)
     return pool_completion(torch.cat(seen, 0), batch.completion_mask).float().cpu()
+
+
+def pooled_in_chunks(model, adapter, pad_id: int, device, prompt_ids, completion_ids, chunk: int,
+                     pool) -> torch.Tensor:
+    """``pool(model, batch)`` of every (prompt, completion) under the policy as it is now (trained
+    view, no gradient), ``chunk`` rows at a time, through the merged weights
+    (:meth:`evil_moe.model.adapter.SVDAdapter.merged`: one matmul per Linear instead of the hook's
+    three; the same activations to float rounding).
+
+    Args:
+        prompt_ids, completion_ids: token-id lists, one per row.
+        pool: ``(model, batch) -> (b, d)``, e.g. :func:`pooled_hidden` or a layer's
+            (:func:`evil_moe.rl.detectors.shortcut.layer_hidden`).
+
+    Returns:
+        ``(n, d)`` in row order.
+    """
+    from evil_moe.model.logprobs import build_batch
+
+    out = []
+    with adapter.merged():
+        for lo in range(0, len(prompt_ids), chunk):
+            batch = build_batch(prompt_ids[lo:lo + chunk], completion_ids[lo:lo + chunk], pad_id, device=device)
+            out.append(pool(model, batch))
+    return torch.cat(out, 0)
 
 
 def v_act(h_hack: torch.Tensor, h_clean: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from evil_moe.env.authored import load_authored
-from evil_moe.model.logprobs import build_batch
 from evil_moe.rl.detectors import router as R
 from evil_moe.rl.detectors.shortcut import layer_hidden, n_layers, resolve_layer, shortcut_scores
 from evil_moe.rl.trainer.step import StepBatch
@@ -56,14 +55,9 @@ class ShortcutStep:
         """``(n, d)`` activations at :attr:`layer` of the completions under the policy as it is
         now (trained view, no gradient, through the merged weights), in chunks of
         ``pilot.micro_batch`` (8 when 0)."""
-        mb = self.pc.micro_batch or 8
-        out = []
-        with self.adapter.merged():
-            for lo in range(0, len(prompt_ids), mb):
-                batch = build_batch(prompt_ids[lo:lo + mb], completion_ids[lo:lo + mb], self.tok.pad_token_id,
-                                    device=self.device)
-                out.append(layer_hidden(self.model, batch, self.layer))
-        return torch.cat(out, 0)
+        return R.pooled_in_chunks(self.model, self.adapter, self.tok.pad_token_id, self.device, prompt_ids,
+                                  completion_ids, self.pc.micro_batch or 8,
+                                  lambda m, b: layer_hidden(m, b, self.layer))
 
     def rewards(self, batch: StepBatch, R_arm: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The step's rewards after the discount (the arm's ``shortcut_rewards``) and the per-row

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from evil_moe.env.authored import load_authored
-from evil_moe.model.logprobs import build_batch, token_logprobs
+from evil_moe.model.logprobs import token_logprobs
 from evil_moe.rl.detectors import router as R
 from evil_moe.rl.policy import grpo
 from evil_moe.rl.policy.grpo import DrGRPONormaliser, RolloutBatch
@@ -74,15 +74,10 @@ class RouterStep:
         through the merged weights (:meth:`evil_moe.model.adapter.SVDAdapter.merged`: one matmul
         per Linear instead of the hook's three; the same activations to float rounding)."""
         rows = list(rows)
-        mb = self.pc.micro_batch or 8
-        out = []
-        with self.adapter.merged():
-            for lo in range(0, len(rows), mb):
-                sel = rows[lo:lo + mb]
-                batch = build_batch([bank.prompt_ids[i] for i in sel], [bank.completion_ids[i] for i in sel],
-                                    self.tok.pad_token_id, device=self.device)
-                out.append(R.pooled_hidden(self.model, batch, self.pc.temperature))
-        return torch.cat(out, 0)
+        return R.pooled_in_chunks(self.model, self.adapter, self.tok.pad_token_id, self.device,
+                                  [bank.prompt_ids[i] for i in rows], [bank.completion_ids[i] for i in rows],
+                                  self.pc.micro_batch or 8,
+                                  lambda m, b: R.pooled_hidden(m, b, self.pc.temperature))
 
     def gradients(self, batch: StepBatch, adv, rows: list[int], step: int) -> StepGradients:
         """Evil MoE's loss and gradients: per micro-batch, the rows' pooled activations under the
